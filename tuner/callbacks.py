@@ -1,0 +1,173 @@
+"""Driver-side Tune callbacks: trial end status, HParams records, the compact progress view."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+from ray.tune import Callback
+
+from tuner.trial import tb
+
+STATUS_FILE_SUFFIX = ".tuner-status"
+TRIAL_END_FILE = "tuner_trial.json"
+
+
+class TrialEndCallback(Callback):
+    """Records each trial's final status in its own directory (tuner_trial.json).
+
+    Tune's experiment snapshot can keep a stale status: a trial HyperBand stops while it is
+    PAUSED is marked TERMINATED without being re-serialised, so the final snapshot still says
+    PAUSED (Ray 2.60). Readers of a sweep directory trust this file over the snapshot.
+    """
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._write(trial, "TERMINATED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._write(trial, "ERROR")
+
+    def _write(self, trial: Any, status: str) -> None:
+        if not trial.path or not os.path.isdir(trial.path):
+            return
+        path = os.path.join(trial.path, TRIAL_END_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"trial_id": trial.trial_id, "status": status, "time": time.time()}, f)
+        os.replace(path + ".tmp", path)
+
+
+class HParamsCallback(Callback):
+    """Writes TensorBoard HParams: experiment at the sweep root, a session per trial.
+
+    The session start is written when a trial starts (so running and failed trials appear
+    in the HParams table), its end status when it ends; the trial's scalars come from the
+    trial itself.
+    """
+
+    def __init__(self, sweep_dir: str, domains: dict[str, Any], metric_tags: list[str]):
+        self.sweep_dir, self.domains, self.metric_tags = sweep_dir, domains, metric_tags
+        self._started: set[str] = set()
+
+    def setup(self, **info: Any) -> None:
+        marker = os.path.join(self.sweep_dir, ".hparams-experiment")
+        if os.path.exists(marker):  # resumed: the experiment is already described
+            return
+        os.makedirs(self.sweep_dir, exist_ok=True)
+        _write(self.sweep_dir, tb.experiment_summary(self.domains, self.metric_tags), ".experiment")
+        open(marker, "w").close()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        path = trial.path
+        if trial.trial_id in self._started or not path:
+            return
+        self._started.add(trial.trial_id)
+        marker = os.path.join(path, ".hparams-session")
+        if os.path.exists(marker):  # paused and resumed, or a resumed sweep
+            return
+        os.makedirs(path, exist_ok=True)
+        hparams = {k: trial.config.get(k) for k in self.domains if k in trial.config}
+        _write(path, tb.session_start_summary(hparams), ".session")
+        open(marker, "w").close()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        failed = bool((trial.last_result or {}).get("failure"))
+        self._end(trial, "failure" if failed else "success")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial, "failure")
+
+    def _end(self, trial: Any, status: str) -> None:
+        if trial.path and os.path.isdir(trial.path):
+            _write(trial.path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
+
+
+def _write(logdir: str, summary: Any, suffix: str) -> None:
+    writer = tb.EventWriter(logdir, suffix=suffix)
+    writer.summary(summary)
+    writer.close()
+
+
+class Progress(Callback):
+    """One live status line on a terminal; a line per finished trial otherwise.
+
+    `[tuner] 12/30 done · 2 running · 16 pending · best val_acc 0.9822 (a1b2c_00003) · 0:14`
+    """
+
+    def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None):
+        self.metric, self.mode, self.total = metric, mode, total
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty()
+        self.best: Optional[tuple[float, str]] = None
+        self.t0 = time.monotonic()
+        self._last_draw = 0.0
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        value = result.get(self.metric)
+        if "failure" in result or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return
+        better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
+        if better:
+            self.best = (float(value), trial.trial_id)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        now = time.monotonic()
+        if self.live and now - self._last_draw > 0.5:
+            self._last_draw = now
+            self.stream.write("\r\033[K" + self.line(trials))
+            self.stream.flush()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended(trials, trial, "done")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended(trials, trial, "ERROR")
+
+    def _ended(self, trials: list, trial: Any, how: str) -> None:
+        if self.live:
+            if how == "ERROR":
+                self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} failed (see its error.txt)\n")
+            return
+        last = trial.last_result or {}
+        value = last.get(self.metric)
+        shown = f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "-"
+        note = last.get("failure") or how
+        self.stream.write(
+            f"[tuner] trial {trial.trial_id} {note}: {self.metric} {shown} at epoch "
+            f"{last.get('epoch', 0)} · {self.line(trials, prefix=False)}\n"
+        )
+        self.stream.flush()
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self.live:
+            self.stream.write("\r\033[K" + self.line(trials) + "\n")
+            self.stream.flush()
+
+    def line(self, trials: list, prefix: bool = True) -> str:
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        done = counts.get("TERMINATED", 0) + counts.get("ERROR", 0)
+        pending = max(self.total - len(trials), 0) + counts.get("PENDING", 0)
+        parts = [f"{done}/{self.total} done", f"{counts.get('RUNNING', 0)} running"]
+        if counts.get("PAUSED"):
+            parts.append(f"{counts['PAUSED']} paused")
+        parts.append(f"{pending} pending")
+        if counts.get("ERROR"):
+            parts.append(f"{counts['ERROR']} failed")
+        if self.best:
+            parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
+        elapsed = time.monotonic() - self.t0
+        parts.append(_clock(elapsed))
+        if 0 < done < self.total:
+            parts.append(f"eta ~{_clock(elapsed / done * (self.total - done))}")
+        return ("[tuner] " if prefix else "") + " · ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

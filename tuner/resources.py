@@ -1,0 +1,112 @@
+"""What each trial asks Ray for, and whether the cluster can ever give it.
+
+Ray leaves a trial whose request no node can satisfy PENDING forever; we compare first and
+refuse in seconds, naming the request and what the cluster has.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tuner.config import ConfigError, ResourcesSection
+
+# A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.
+# Ray refuses an empty bundle, so the driver asks for one byte of memory: effectively free.
+DRIVER_BUNDLE = {"memory": 1}
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    """The resolved per-trial request."""
+
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    bundle: dict[str, float]  # what the Tune trainable itself reserves
+    max_concurrent: Optional[int]
+
+    def describe(self) -> str:
+        gpu = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
+        return f"{self.workers} worker(s) x ({self.cpus_per_worker:g} CPU{gpu})"
+
+
+def plan(
+    section: ResourcesSection, cluster: dict[str, float], nodes: list[dict[str, float]]
+) -> TrialResources:
+    """Resolve `gpus_per_worker: auto`, the Tune bundle and trial concurrency.
+
+    `cluster` is `ray.cluster_resources()`; `nodes` the resources of each alive node.
+    """
+    gpus = section.gpus_per_worker
+    if gpus == "auto":
+        gpus = 1.0 if cluster.get("GPU", 0) > 0 else 0.0
+    gpus = float(gpus)
+    res = TrialResources(
+        workers=section.workers_per_trial,
+        cpus_per_worker=section.cpus_per_worker,
+        gpus_per_worker=gpus,
+        bundle=_bundle(section, gpus),
+        max_concurrent=section.max_concurrent_trials,
+    )
+    check_feasible(res, cluster, nodes)
+    if res.max_concurrent is None and res.workers > 1:
+        # Tune would start every DDP driver at once (they are nearly free) and leave their
+        # Train runs waiting on each other for workers; bound them by what fits.
+        res = TrialResources(**{**res.__dict__, "max_concurrent": _fit_count(res, cluster)})
+    return res
+
+
+def _bundle(section: ResourcesSection, gpus: float) -> dict[str, float]:
+    if section.workers_per_trial > 1:
+        return dict(DRIVER_BUNDLE)
+    bundle = {"cpu": section.cpus_per_worker}
+    if gpus:
+        bundle["gpu"] = gpus
+    return bundle
+
+
+def _fit_count(res: TrialResources, cluster: dict[str, float]) -> int:
+    per_trial = {"CPU": res.workers * res.cpus_per_worker, "GPU": res.workers * res.gpus_per_worker}
+    counts = [math.floor(cluster.get(k, 0) / v + 1e-9) for k, v in per_trial.items() if v > 0]
+    return max(1, min(counts)) if counts else 1
+
+
+def check_feasible(res: TrialResources, cluster: dict[str, float], nodes: list[dict[str, float]]) -> None:
+    """Raise ConfigError when no trial could ever be scheduled on this cluster.
+
+    Every worker must fit on one node, and all workers of a trial in the cluster at once.
+    """
+    have = _describe(cluster)
+    if res.gpus_per_worker > 0 and cluster.get("GPU", 0) <= 0:
+        raise ConfigError(
+            "resources.gpus_per_worker",
+            f"asks for {res.gpus_per_worker:g} GPU per worker but the cluster has no GPU ({have}); "
+            "use gpus_per_worker: 0 or auto",
+        )
+    need = {"CPU": res.cpus_per_worker, "GPU": res.gpus_per_worker}
+    if nodes and not any(all(n.get(k, 0) >= v for k, v in need.items() if v) for n in nodes):
+        biggest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)))
+        raise ConfigError(
+            "resources",
+            f"one worker needs {_describe(need)} but the largest node has {_describe(biggest)}",
+        )
+    total = {k: v * res.workers for k, v in need.items()}
+    short = [k for k, v in total.items() if v and cluster.get(k, 0) < v]
+    if short:
+        raise ConfigError(
+            "resources.workers_per_trial",
+            f"a trial needs {res.describe()} = {_describe(total)} but the cluster has {have}",
+        )
+
+
+def _describe(resources: dict[str, Any]) -> str:
+    parts = [f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if k == "CPU" or resources.get(k)]
+    return ", ".join(parts)
+
+
+def check_amp(amp_values: list[Any], gpus_per_worker: float, path: str) -> None:
+    """fp16 needs a CUDA GPU; refuse it before any trial fails on it."""
+    if gpus_per_worker == 0 and "fp16" in amp_values:
+        raise ConfigError(path, "fp16 needs a GPU, and trials get none here; use bf16, off or auto")

@@ -1,0 +1,264 @@
+"""Library-neutral search-space parameters and their converters.
+
+A sweep file describes each hyperparameter once, in these neutral types. Each search
+library gets the space converted at the edge (`to_tune`, `to_configspace`, `grid_values`),
+and an algorithm that cannot express a type refuses it at validation time
+(`unsupported_kinds`). This module imports neither Ray nor torch: validating a file must not
+pay their start-up.
+
+Integer bounds are inclusive (`randint 1..3` draws 1, 2 or 3), unlike Ray Tune's `randint`,
+whose upper bound is exclusive; the converters translate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+Scalar = Union[bool, int, float, str]
+
+
+class _Param(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @property
+    def kind(self) -> str:
+        return self.type  # type: ignore[attr-defined]
+
+
+class _Range(_Param):
+    @model_validator(mode="after")
+    def _ordered(self) -> _Range:
+        if not self.low < self.high:  # type: ignore[attr-defined]
+            raise ValueError(f"high: must be > low for {self.kind}")
+        if self.kind.startswith("log") and self.low <= 0:  # type: ignore[attr-defined]
+            raise ValueError(f"low: must be > 0 for {self.kind}")
+        return self
+
+
+class Uniform(_Range):
+    """A float drawn uniformly from [low, high]."""
+
+    type: Literal["uniform"]
+    low: float = Field(description="Lower bound (inclusive).")
+    high: float = Field(description="Upper bound.")
+
+
+class LogUniform(_Range):
+    """A float drawn uniformly in log space from [low, high]; low must be > 0."""
+
+    type: Literal["loguniform"]
+    low: float = Field(description="Lower bound (inclusive, > 0).")
+    high: float = Field(description="Upper bound.")
+
+
+class RandInt(_Range):
+    """An integer drawn uniformly from low..high, both inclusive."""
+
+    type: Literal["randint"]
+    low: int = Field(description="Smallest value (inclusive).")
+    high: int = Field(description="Largest value (inclusive).")
+
+
+class LogRandInt(_Range):
+    """An integer drawn log-uniformly from low..high, both inclusive; low must be > 0."""
+
+    type: Literal["lograndint"]
+    low: int = Field(description="Smallest value (inclusive, > 0).")
+    high: int = Field(description="Largest value (inclusive).")
+
+
+class _Values(_Param):
+    values: list[Scalar] = Field(min_length=1, description="The values, in order.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> _Values:
+        if len({(type(v), v) for v in self.values}) != len(self.values):
+            raise ValueError("values: must be distinct")
+        return self
+
+
+class Choice(_Values):
+    """One of the listed values, drawn uniformly (a categorical for model-based searchers)."""
+
+    type: Literal["choice"]
+
+
+class Grid(_Values):
+    """Every listed value is tried (grid and random search only)."""
+
+    type: Literal["grid"]
+
+
+class Fixed(BaseModel):
+    """A value every trial gets unchanged (written in the file as a bare scalar)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: Scalar
+
+    @property
+    def kind(self) -> str:
+        return "fixed"
+
+
+def _param_tag(raw: Any) -> str:
+    if isinstance(raw, dict):
+        return str(raw.get("type", "<missing>"))
+    if isinstance(raw, Fixed):
+        return "fixed"
+    if isinstance(raw, BaseModel):
+        return raw.type  # type: ignore[attr-defined]
+    return "fixed"
+
+
+class _FixedInput(Fixed):
+    @model_validator(mode="before")
+    @classmethod
+    def _wrap(cls, raw: Any) -> Any:
+        if isinstance(raw, (bool, int, float, str)):
+            return {"value": raw}
+        if isinstance(raw, (list, tuple)):
+            raise ValueError("a list is not a parameter; write {type: choice, values: [...]}")
+        return raw
+
+
+Param = Annotated[
+    Union[
+        Annotated[Uniform, Tag("uniform")],
+        Annotated[LogUniform, Tag("loguniform")],
+        Annotated[RandInt, Tag("randint")],
+        Annotated[LogRandInt, Tag("lograndint")],
+        Annotated[Choice, Tag("choice")],
+        Annotated[Grid, Tag("grid")],
+        Annotated[_FixedInput, Tag("fixed")],
+    ],
+    Discriminator(
+        _param_tag,
+        custom_error_type="unknown_param_type",
+        custom_error_message=(
+            "unknown parameter type (valid: uniform, loguniform, randint, lograndint, "
+            "choice, grid, or a bare value)"
+        ),
+    ),
+]
+"""A parameter as written in `search.params`: a `{type: ...}` mapping or a bare value."""
+
+ParamT = Union[Uniform, LogUniform, RandInt, LogRandInt, Choice, Grid, Fixed]
+
+KINDS = ("uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed")
+
+# What each search algorithm can express. Grid search discretises ranges (see grid_values);
+# random search samples ranges and crosses grid values (Ray's BasicVariantGenerator);
+# the model-based searchers need a distribution for every parameter, so no grid.
+ALGORITHM_KINDS: dict[str, frozenset[str]] = {
+    "grid": frozenset(KINDS),
+    "random": frozenset(KINDS),
+    "bohb": frozenset(KINDS) - {"grid"},
+    "optuna": frozenset(KINDS) - {"grid"},
+}
+
+
+def unsupported(algorithm: str, params: dict[str, ParamT]) -> list[tuple[str, str]]:
+    """(name, kind) of every parameter `algorithm` cannot express."""
+    ok = ALGORITHM_KINDS[algorithm]
+    return [(name, p.kind) for name, p in params.items() if p.kind not in ok]
+
+
+def values_of(p: ParamT) -> list[Scalar] | None:
+    """The finite value set of a parameter, or None for a continuous range."""
+    if isinstance(p, Fixed):
+        return [p.value]
+    if isinstance(p, (Choice, Grid)):
+        return list(p.values)
+    if isinstance(p, (RandInt, LogRandInt)) and p.high - p.low < 16:
+        return list(range(p.low, p.high + 1))
+    return None
+
+
+def grid_values(p: ParamT, points: int) -> list[Scalar]:
+    """Values grid search tries: the listed ones, or `points` spread over a range.
+
+    Log types are spread evenly in log space; integer ranges are rounded and de-duplicated,
+    and small integer ranges (< 16 values) are tried exhaustively.
+    """
+    listed = values_of(p)
+    if listed is not None:
+        return listed
+    assert isinstance(p, (Uniform, LogUniform, RandInt, LogRandInt))
+    if points == 1:
+        fractions = [0.5]
+    else:
+        fractions = [i / (points - 1) for i in range(points)]
+    if isinstance(p, (LogUniform, LogRandInt)):
+        lo, hi = math.log(p.low), math.log(p.high)
+        raw = [math.exp(lo + f * (hi - lo)) for f in fractions]
+    else:
+        raw = [p.low + f * (p.high - p.low) for f in fractions]
+    if isinstance(p, (RandInt, LogRandInt)):
+        return list(dict.fromkeys(int(round(v)) for v in raw))
+    return [float(f"{v:.6g}") for v in raw]
+
+
+def grid_size(params: dict[str, ParamT], points: int) -> int:
+    """Number of trials a full grid over `params` runs."""
+    return math.prod(len(grid_values(p, points)) for p in params.values())
+
+
+def to_tune(p: ParamT, *, grid: bool = False, points: int = 3) -> Any:
+    """Convert to a Ray Tune domain (imported lazily). `grid=True` makes every param a grid."""
+    from ray import tune
+
+    if grid and not isinstance(p, Fixed):
+        return tune.grid_search(grid_values(p, points))
+    if isinstance(p, Fixed):
+        return p.value
+    if isinstance(p, Uniform):
+        return tune.uniform(p.low, p.high)
+    if isinstance(p, LogUniform):
+        return tune.loguniform(p.low, p.high)
+    if isinstance(p, RandInt):
+        return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
+    if isinstance(p, LogRandInt):
+        return tune.lograndint(p.low, p.high + 1)
+    if isinstance(p, Choice):
+        return tune.choice(list(p.values))
+    if isinstance(p, Grid):
+        return tune.grid_search(list(p.values))
+    raise TypeError(f"no Tune domain for {p!r}")  # pragma: no cover - exhaustive above
+
+
+def to_configspace(params: dict[str, ParamT], seed: int | None = None) -> Any:
+    """Convert the searched parameters to a ConfigSpace space (fixed ones are left out)."""
+    import ConfigSpace as CS
+
+    space = CS.ConfigurationSpace(seed=seed)
+    for name, p in params.items():
+        if isinstance(p, Uniform):
+            hp = CS.UniformFloatHyperparameter(name, p.low, p.high)
+        elif isinstance(p, LogUniform):
+            hp = CS.UniformFloatHyperparameter(name, p.low, p.high, log=True)
+        elif isinstance(p, RandInt):
+            hp = CS.UniformIntegerHyperparameter(name, p.low, p.high)
+        elif isinstance(p, LogRandInt):
+            hp = CS.UniformIntegerHyperparameter(name, p.low, p.high, log=True)
+        elif isinstance(p, Choice):
+            hp = CS.CategoricalHyperparameter(name, list(p.values))
+        elif isinstance(p, Fixed):
+            continue
+        else:
+            raise ValueError(f"search.params.{name}: ConfigSpace cannot express type {p.kind}")
+        space.add(hp)
+    return space
+
+
+def contains(p: ParamT, value: Any) -> bool:
+    """Whether `value` is one the parameter can produce (used by the contract tests)."""
+    listed = values_of(p)
+    if listed is not None and not isinstance(p, (RandInt, LogRandInt)):
+        return value in listed
+    if isinstance(p, (RandInt, LogRandInt)):
+        return isinstance(value, int) and p.low <= value <= p.high
+    assert isinstance(p, (Uniform, LogUniform))
+    return isinstance(value, float) and p.low <= value <= p.high

@@ -1,0 +1,256 @@
+"""Datasets and batches: built-ins (digits, synthetic, synthetic_images) and the user's own.
+
+Every dataset yields `(x, y)`. Inputs may be stored compactly (digits and synthetic images
+as uint8) and are turned into float on the device (`DataBundle.prepare`), so host-to-device
+copies move a quarter of the bytes.
+
+Batches come from one index plan for every mode: a `DistributedSampler` orders (and, with
+several workers, shards) the training indices of an epoch; each step takes
+`batch_size // world_size` of them. In-memory tensors are gathered directly by index (no
+per-sample Python); any other dataset goes through a `DataLoader` with the same indices.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class TensorData(Dataset):
+    """An in-memory dataset of stacked inputs and labels (gathered by index, no loader)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        assert len(x) == len(y), "inputs and labels differ in length"
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+@dataclass
+class DataBundle:
+    """A task's data: splits, input shape, classes and the on-device input preparation."""
+
+    train: Dataset
+    val: Dataset
+    input_shape: tuple[int, ...]
+    num_classes: int
+    scale: Optional[float] = None  # inputs stored as integers are multiplied by this on device
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw stored input -> float model input, on whatever device `x` is."""
+        if self.scale is not None:
+            return x.float().mul_(self.scale)
+        return x if x.is_floating_point() else x.float()
+
+
+# ----------------------------------------------------------------------------- built-ins
+
+
+def _digits(args: dict[str, Any]) -> DataBundle:
+    """sklearn's 8x8 digits (1797 images, shipped with scikit-learn); fixed stratified split."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    # Pixel values are integers 0..16: store uint8, scale to [0, 1] on the device.
+    x = x.astype(np.uint8).reshape(-1, 1, 8, 8)
+    xtr, xva, ytr, yva = train_test_split(
+        x, y, test_size=float(args.get("val_fraction", 0.25)), random_state=0, stratify=y
+    )
+    t = torch.from_numpy
+    return DataBundle(
+        TensorData(t(xtr), t(ytr).long()),
+        TensorData(t(xva), t(yva).long()),
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        scale=1 / 16,
+    )
+
+
+def _synthetic(args: dict[str, Any]) -> DataBundle:
+    """Gaussian class clusters: `samples` points of `features` dims in `classes` classes."""
+    n = int(args.get("samples", 4096))
+    d = int(args.get("features", 32))
+    k = int(args.get("classes", 4))
+    noise = float(args.get("noise", 1.0))
+    g = torch.Generator().manual_seed(int(args.get("seed", 0)))
+    centers = torch.randn(k, d, generator=g) * float(args.get("separation", 1.0))
+    y = torch.randint(0, k, (n,), generator=g)
+    x = centers[y] + noise * torch.randn(n, d, generator=g)
+    n_val = int(n * float(args.get("val_fraction", 0.2)))
+    return DataBundle(TensorData(x[n_val:], y[n_val:]), TensorData(x[:n_val], y[:n_val]), (d,), k)
+
+
+class SyntheticImages(Dataset):
+    """uint8 images made on the fly from the index (a class pattern plus noise).
+
+    Sized like real image data (3x224x224 by default) without holding it in memory, so it
+    exercises the DataLoader path: worker processes, pinned memory, non-blocking copies.
+    """
+
+    def __init__(self, n: int, shape: tuple[int, ...], classes: int, offset: int, seed: int):
+        self.n, self.shape, self.classes, self.offset = n, shape, classes, offset
+        g = torch.Generator().manual_seed(seed)
+        c, h, w = shape
+        # Low-resolution class patterns, upsampled: learnable, but not from one pixel.
+        small = torch.randint(0, 256, (classes, c, 8, 8), generator=g, dtype=torch.uint8)
+        self.patterns = torch.nn.functional.interpolate(small.float(), size=(h, w)).to(torch.uint8)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.offset + i)
+        label = int(torch.randint(0, self.classes, (1,), generator=g))
+        noise = torch.randint(-40, 41, self.shape, generator=g, dtype=torch.int16)
+        img = (self.patterns[label].to(torch.int16) + noise).clamp_(0, 255).to(torch.uint8)
+        return img, torch.tensor(label)
+
+
+def _synthetic_images(args: dict[str, Any]) -> DataBundle:
+    size = int(args.get("size", 224))
+    shape = (int(args.get("channels", 3)), size, size)
+    k = int(args.get("classes", 10))
+    n = int(args.get("samples", 2048))
+    n_val = int(n * float(args.get("val_fraction", 0.2)))
+    seed = int(args.get("seed", 0))
+    train = SyntheticImages(n - n_val, shape, k, offset=n_val, seed=seed)
+    val = SyntheticImages(n_val, shape, k, offset=0, seed=seed)
+    return DataBundle(train, val, shape, k, scale=1 / 255)
+
+
+BUILTIN: dict[str, Callable[[dict[str, Any]], DataBundle]] = {
+    "digits": _digits,
+    "synthetic": _synthetic,
+    "synthetic_images": _synthetic_images,
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_builtin(name: str, frozen_args: str) -> DataBundle:
+    # Reused trial actors keep this cache: data is built once per process, not per trial.
+    return BUILTIN[name](json.loads(frozen_args))
+
+
+def import_object(spec: str, search_path: Optional[str] = None) -> Any:
+    """Resolve 'package.module:attr', looking in `search_path` (the sweep's directory) too."""
+    module, _, attr = spec.partition(":")
+    if search_path and search_path not in sys.path:
+        sys.path.insert(0, search_path)
+    return getattr(importlib.import_module(module), attr)
+
+
+def load_data(
+    data: str, data_args: dict[str, Any], hp: dict[str, Any], search_path: Optional[str] = None
+) -> DataBundle:
+    """The task's data. User functions get `{**data_args, **hyperparameters}` as config."""
+    if ":" not in data:
+        return _cached_builtin(data, json.dumps(data_args, sort_keys=True))
+    fn = import_object(data, search_path)
+    out = fn({**data_args, **hp})
+    if isinstance(out, DataBundle):
+        return out
+    train, val = out
+    x0, _ = train[0]
+    return DataBundle(train, val, tuple(torch.as_tensor(x0).shape), _num_classes(train, data_args))
+
+
+def _num_classes(ds: Dataset, data_args: dict[str, Any]) -> int:
+    if "num_classes" in data_args:
+        return int(data_args["num_classes"])
+    if hasattr(ds, "num_classes"):
+        return int(ds.num_classes)
+    if isinstance(ds, TensorData):
+        return int(ds.y.max()) + 1
+    if isinstance(ds, torch.utils.data.TensorDataset):
+        return int(ds.tensors[1].max()) + 1
+    # Last resort: look at every label once. data_args.num_classes avoids it.
+    return int(max(int(ds[i][1]) for i in range(len(ds)))) + 1
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def _as_tensors(ds: Dataset) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    if isinstance(ds, TensorData):
+        return ds.x, ds.y
+    if isinstance(ds, torch.utils.data.TensorDataset) and len(ds.tensors) == 2:
+        return ds.tensors[0], ds.tensors[1]
+    return None
+
+
+class Batches:
+    """Per-worker batches of one split: whole steps for training, chunks for evaluation.
+
+    `device_resident`: in-memory data is moved to the device once and gathered there.
+    """
+
+    def __init__(
+        self,
+        ds: Dataset,
+        *,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        seed: int,
+        loader_workers: int = 0,
+        device_resident: bool = True,
+    ):
+        self.ds, self.device, self.rank, self.world = ds, device, rank, world_size
+        self.loader_workers = loader_workers
+        self.sampler = DistributedSampler(
+            ds, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
+        )
+        tensors = _as_tensors(ds)
+        if tensors is not None and device_resident:
+            tensors = (tensors[0].to(device), tensors[1].to(device))
+        self.tensors = tensors
+        self.pin = device.type == "cuda"
+
+    def train_steps(self, epoch: int, per_rank_batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        """The epoch's steps in order: `(x, y)` of up to `per_rank_batch` samples each."""
+        self.sampler.set_epoch(epoch)
+        order = torch.tensor(list(self.sampler), dtype=torch.long)
+        return self._batches(order, per_rank_batch)
+
+    def eval_chunks(self, batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        """This worker's share of the split, unshuffled and unpadded (exact metrics)."""
+        order = torch.arange(self.rank, len(self.ds), self.world)
+        return self._batches(order, batch)
+
+    def _batches(self, order: torch.Tensor, batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self.tensors is not None:
+            x, y = self.tensors
+            order = order.to(x.device)
+            for idx in order.split(batch):
+                yield self._to_device(x[idx], y[idx])
+            return
+        loader = DataLoader(
+            self.ds,
+            batch_sampler=[chunk.tolist() for chunk in order.split(batch)],
+            num_workers=self.loader_workers,
+            pin_memory=self.pin,
+            persistent_workers=False,
+        )
+        for xb, yb in loader:
+            yield self._to_device(xb, yb)
+
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # non_blocking pairs with pinned host memory: the copy overlaps with compute.
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def __len__(self) -> int:
+        return len(self.sampler)

@@ -1,0 +1,326 @@
+"""One training loop for every mode: in a Tune actor, in Ray Train DDP workers, or locally.
+
+Per epoch: train (micro-batches accumulated to the trial's batch size, AMP, OOM back-off),
+evaluate under `inference_mode`, reduce metrics over ranks, checkpoint, report. Everything
+mode-specific hides behind objects (Session, Amp, EventWriter/NullWriter), so the body has
+no branches on rank, AMP or device.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from tuner.trial.amp import Amp, make_amp
+from tuner.trial.data import Batches, DataBundle, load_data
+from tuner.trial.memory import TrialOOM, halve, is_oom, release
+from tuner.trial.models import build_model
+from tuner.trial.optim import build_optimizer, lr_factor
+from tuner.trial.session import Session
+from tuner.trial.spec import TrialSpec
+from tuner.trial.tb import EventWriter, NullWriter
+
+CHECKPOINT_FILE = "state.pt"
+WORST = {"max": -math.inf, "min": math.inf}
+
+
+@dataclass
+class TrainState:
+    """What, besides weights and optimizer, a resumed trial needs to go on exactly."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    micro_batch: int = 0  # per-worker forward batch; shrinks on OOM
+    oom_backoffs: int = 0
+
+
+@dataclass
+class Parts:
+    """The live objects of one trial (kept together so helpers take one argument)."""
+
+    spec: TrialSpec
+    session: Session
+    device: torch.device
+    data: DataBundle
+    model: nn.Module  # unwrapped: checkpoints and evaluation use this
+    net: nn.Module  # what training calls: the model, or its DDP wrapper
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    amp: Amp
+    train: Batches
+    val: Batches
+    per_rank_batch: int
+    eval_batch: int
+    min_micro: int
+    grad_clip: Optional[float]
+    state: TrainState
+    log: logging.Logger
+
+
+def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
+    """Train one configuration to `spec.max_epochs` (or until stopped); returns last metrics."""
+    device = session.device(spec.gpus_per_worker > 0)
+    # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
+    torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
+    try:
+        parts = _build(hp, spec, session, device)
+        return _train(parts)
+    finally:
+        # Whether finished, stopped by the scheduler (SystemExit from report) or failed:
+        # give memory back before this actor runs its next trial.
+        release(device)
+
+
+def _build(hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.device) -> Parts:
+    torch.manual_seed(int(hp.get("seed", 0)))
+    data = load_data(spec.data, spec.data_args, hp, spec.search_path)
+    model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
+    model = model.to(device)
+    net: nn.Module = model
+    if session.world_size > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    optimizer = build_optimizer(model, hp)
+    per_rank = max(1, int(hp["batch_size"]) // session.world_size)
+    loader_args = dict(
+        device=device,
+        rank=session.rank,
+        world_size=session.world_size,
+        seed=int(hp.get("seed", 0)),
+        loader_workers=int(hp.get("loader_workers", 0)),
+    )
+    train, val = Batches(data.train, **loader_args), Batches(data.val, **loader_args)
+    steps = math.ceil(len(train) / per_rank)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, steps, spec.max_epochs))
+    micro = min(int(hp.get("micro_batch") or per_rank), per_rank)
+    return Parts(
+        spec=spec,
+        session=session,
+        device=device,
+        data=data,
+        model=model,
+        net=net,
+        optimizer=optimizer,
+        schedule=schedule,
+        amp=make_amp(str(hp.get("amp", "auto")), device),
+        train=train,
+        val=val,
+        per_rank_batch=per_rank,
+        eval_batch=int(hp.get("eval_batch_size", 1024)),
+        min_micro=int(hp.get("min_micro_batch", 1)),
+        grad_clip=float(hp["grad_clip"]) if hp.get("grad_clip") else None,
+        state=TrainState(micro_batch=micro),
+        log=_trial_logger(session),
+    )
+
+
+def _train(p: Parts) -> Optional[dict[str, Any]]:
+    resumed = _restore(p)
+    writer = EventWriter(p.session.trial_dir) if p.session.is_main and p.session.trial_dir else NullWriter()
+    if resumed:
+        p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
+        writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
+    metrics: Optional[dict[str, Any]] = None
+    try:
+        for epoch in range(p.state.epoch, p.spec.max_epochs):
+            backoffs = p.state.oom_backoffs
+            metrics = _epoch(p, epoch)
+            if p.state.oom_backoffs > backoffs:
+                note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
+                writer.text("trial/log", note, epoch + 1)
+            writer.scalars(metrics, epoch + 1)
+            if "failure" in metrics:
+                writer.text(
+                    "trial/log", f"{metrics['failure']}: {metrics.get('failure_detail', '')}", epoch + 1
+                )
+                writer.flush()
+                p.session.report(metrics, None)
+                break
+            writer.flush()
+            _report_with_checkpoint(p, metrics)
+    except TrialOOM as err:
+        # The trial ends, as a result (not a crash): its config does not fit this device.
+        p.log.warning("%s", err)
+        metrics = {**(metrics or {}), p.spec.metric: WORST[p.spec.mode]}
+        metrics.update(failure="oom", failure_detail=str(err), epoch=p.state.epoch)
+        writer.text("trial/log", f"oom: {err}", p.state.epoch)
+        p.session.report(metrics, None)
+    finally:
+        writer.close()
+        for handler in list(p.log.handlers):
+            handler.close()
+            p.log.removeHandler(handler)
+    return metrics
+
+
+def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    loss_sum, seen = _train_epoch(p, epoch)
+    train_s = time.perf_counter() - t0
+    val_loss_sum, correct, val_seen = _evaluate(p)
+    totals = _all_sum(p, [loss_sum, seen, val_loss_sum, correct, val_seen])
+    loss_sum, seen, val_loss_sum, correct, val_seen = totals
+    p.state.epoch = epoch + 1
+    metrics: dict[str, Any] = {
+        "epoch": epoch + 1,
+        "train_loss": loss_sum / max(seen, 1),
+        "val_loss": val_loss_sum / max(val_seen, 1),
+        "val_acc": correct / max(val_seen, 1),
+        "samples_per_s": seen / max(train_s, 1e-9),
+        "epoch_time_s": time.perf_counter() - t0,
+        "lr": p.optimizer.param_groups[0]["lr"],
+        "world_size": p.session.world_size,
+        "micro_batch": p.state.micro_batch,
+        "oom_backoffs": p.state.oom_backoffs,
+    }
+    if not (math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])):
+        # Never let NaN reach a scheduler (HyperBand's rung sort has no NaN guard): report
+        # the worst value, so a diverged trial is never promoted or chosen as best.
+        metrics[p.spec.metric] = WORST[p.spec.mode]
+        metrics["failure"] = "diverged"
+        metrics["failure_detail"] = f"non-finite loss at epoch {epoch + 1}"
+    return metrics
+
+
+def _train_epoch(p: Parts, epoch: int) -> tuple[torch.Tensor, int]:
+    p.net.train()
+    loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
+    seen = 0
+    for x, y in p.train.train_steps(epoch, p.per_rank_batch):
+        loss_sum += _optimizer_step(p, x, y)
+        seen += len(y)
+    return loss_sum, seen
+
+
+def _optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One step over the per-worker batch (x, y), halving the micro-batch on OOM."""
+    while True:
+        try:
+            total = _accumulate(p, x, y)
+            break
+        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+            if not is_oom(err) or p.session.world_size > 1:
+                raise
+        # Outside the except block: the traceback, and with it the step's tensors, is gone.
+        p.optimizer.zero_grad(set_to_none=True)
+        release(p.device)
+        before = p.state.micro_batch
+        p.state.micro_batch = halve(before, p.min_micro)
+        p.state.oom_backoffs += 1
+        p.log.warning("OOM at micro-batch %d: retrying the step at %d", before, p.state.micro_batch)
+    if p.grad_clip is not None:
+        p.amp.scaler.unscale_(p.optimizer)  # clip true gradients, not scaled ones
+        nn.utils.clip_grad_norm_(p.model.parameters(), p.grad_clip)
+    p.amp.scaler.step(p.optimizer)
+    p.amp.scaler.update()
+    p.schedule.step()
+    p.state.step += 1
+    return total
+
+
+def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Forward/backward in micro-batches; gradients equal those of the whole batch."""
+    p.optimizer.zero_grad(set_to_none=True)
+    n = len(y)
+    total = torch.zeros((), device=p.device, dtype=torch.float64)
+    chunks = list(zip(x.split(p.state.micro_batch), y.split(p.state.micro_batch), strict=True))
+    for i, (xc, yc) in enumerate(chunks):
+        last = i == len(chunks) - 1
+        # DDP: all-reduce gradients once, on the last micro-batch.
+        sync = p.net.no_sync() if (not last and p.net is not p.model) else nullcontext()
+        with sync:
+            with p.amp.autocast():
+                loss = F.cross_entropy(p.net(p.data.prepare(xc)), yc, reduction="sum")
+            p.amp.scaler.scale(loss / n).backward()
+        total += loss.detach()
+    return total
+
+
+@torch.inference_mode()
+def _evaluate(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
+    # The unwrapped model: DDP's forward would broadcast buffers, a collective that ranks
+    # with unequal shards would not all reach.
+    p.model.eval()
+    loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
+    correct = torch.zeros((), device=p.device, dtype=torch.long)
+    seen = 0
+    for x, y in p.val.eval_chunks(p.eval_batch):
+        with p.amp.autocast():
+            out = p.model(p.data.prepare(x))
+        loss_sum += F.cross_entropy(out.float(), y, reduction="sum")
+        correct += (out.argmax(1) == y).sum()
+        seen += len(y)
+    return loss_sum, correct, seen
+
+
+def _all_sum(p: Parts, values: list[Any]) -> list[float]:
+    """Sum over ranks (one all-reduce; also the epoch's only device sync)."""
+    t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=p.device) for v in values])
+    if p.session.world_size > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _report_with_checkpoint(p: Parts, metrics: dict[str, Any]) -> None:
+    ckpt_dir = tempfile.mkdtemp(prefix="tuner-ckpt-") if p.session.is_main else None
+    try:
+        if ckpt_dir is not None:
+            torch.save(_state_dict(p), os.path.join(ckpt_dir, CHECKPOINT_FILE))
+        p.session.report(metrics, ckpt_dir)  # Ray copies the directory into storage
+    finally:
+        if ckpt_dir is not None:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+
+def _state_dict(p: Parts) -> dict[str, Any]:
+    return {
+        "model": p.model.state_dict(),
+        "optimizer": p.optimizer.state_dict(),
+        "scaler": p.amp.scaler.state_dict(),
+        "schedule": p.schedule.state_dict(),
+        "state": asdict(p.state),
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state(p.device) if p.device.type == "cuda" else None,
+    }
+
+
+def _restore(p: Parts) -> bool:
+    with p.session.resume_dir() as d:
+        if d is None:
+            return False
+        payload = torch.load(os.path.join(d, CHECKPOINT_FILE), map_location=p.device, weights_only=True)
+    p.model.load_state_dict(payload["model"])
+    p.optimizer.load_state_dict(payload["optimizer"])
+    p.amp.scaler.load_state_dict(payload["scaler"])
+    p.schedule.load_state_dict(payload["schedule"])
+    p.state = TrainState(**payload["state"])
+    torch.set_rng_state(payload["rng_cpu"].cpu())
+    if payload["rng_cuda"] is not None and p.device.type == "cuda":
+        torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)
+    return True
+
+
+def _trial_logger(session: Session) -> logging.Logger:
+    log = logging.getLogger(f"tuner.trial.{session.trial_id}")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    if session.is_main and session.trial_dir and not log.handlers:
+        handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+    return log

@@ -1,0 +1,36 @@
+"""What a trial needs to know besides its hyperparameters (built by the driver).
+
+Plain data, importing neither torch nor Ray, so it pickles cheaply into every trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """The static part of every trial of a sweep; hyperparameters come per trial."""
+
+    model: str
+    data: str
+    data_args: dict[str, Any] = field(default_factory=dict)
+    max_epochs: int = 10
+    metric: str = "val_acc"
+    mode: str = "max"
+    workers: int = 1
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    strategy: str = "ddp"
+    max_failures: int = 0
+    keep_checkpoints: int = 2
+    # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
+    search_path: Optional[str] = None
+    # Where the sweep is stored: an absolute local/shared path or a URI (s3://, gs://).
+    storage: str = ""
+    # The same as a local directory when storage is a path; None for URIs.
+    sweep_dir: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
