@@ -99,11 +99,19 @@ class Progress(Callback):
 
     def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None):
         self.metric, self.mode, self.total = metric, mode, total
-        self.stream = stream or sys.stdout
+        self._stream = stream  # None: sys.stdout, looked up when writing
         self.live = self.stream.isatty()
         self.best: Optional[tuple[float, str]] = None
         self.t0 = time.monotonic()
         self._last_draw = 0.0
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stdout
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles callbacks with the experiment (tuner.pkl); a stream does not pickle.
+        return {**self.__dict__, "_stream": None}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         value = result.get(self.metric)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
-from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep
+from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 
 EXIT_USAGE = 2
 
@@ -103,7 +103,10 @@ def _print_outcome(outcome: Any) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.format == "markdown":
+        text = reference_markdown()
+    else:
+        text = json.dumps(json_schema(), indent=2) + "\n"
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)
@@ -133,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the JSON Schema of sweep files (for editors)")
     p.add_argument("-o", "--output", help="write it to this file")
+    p.add_argument(
+        "--format", choices=["json", "markdown"], default="json", help="markdown: the README reference"
+    )
     p.set_defaults(func=cmd_schema)
     return parser
 

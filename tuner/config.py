@@ -276,6 +276,11 @@ class SweepConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
+        if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
+            raise ConfigError(
+                "schedule.early_stopping",
+                "bohb always stops early (HyperBandForBOHB); use random or optuna to turn it off",
+            )
         natural = OBJECTIVES[self.metric]
         if self.mode is None:
             self.mode = natural  # type: ignore[assignment]
@@ -456,6 +461,38 @@ def to_yaml(cfg: SweepConfig) -> str:
         for k, p in cfg.search.params.items()
     }
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def reference_markdown() -> str:
+    """The sweep-file reference as a Markdown table, from the field descriptions."""
+    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            path = f"{prefix}{name}"
+            sub = field.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                rows.append(f"| **`{path}`** | | {_md(model_doc(sub))} |")
+                walk(sub, path + ".")
+                continue
+            if field.is_required():
+                default = "required"
+            elif field.default_factory is not None:
+                default = f"`{field.default_factory()}`"
+            else:
+                default = f"`{field.default}`"
+            rows.append(f"| `{path}` | {default} | {_md(field.description or '')} |")
+
+    walk(SweepConfig, "")
+    return "\n".join(rows) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def model_doc(model: type[BaseModel]) -> str:
+    return (model.__doc__ or "").strip().splitlines()[0]
 
 
 def json_schema() -> dict[str, Any]:

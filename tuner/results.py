@@ -221,7 +221,8 @@ def leaderboard(records: list[TrialRecord], metric: str, mode: str, top: int = 5
         rows.append((r.trial_id, f"{r.best_value:.4f}", f"{r.best_epoch}/{r.epochs}", status, cfg))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+        for row in rows
     )
 
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Set up .venv for tuner on this machine: the right PyTorch build first, then tuner itself
+# (editable) with its test tools. Safe to run again: it only installs what is missing.
+#
+#   scripts/setup.sh            # .venv next to this repository
+#   VENV=/tmp/v scripts/setup.sh
+#
+# PyTorch: with an NVIDIA GPU (nvidia-smi works) the CUDA build from PyPI; without one, the
+# CPU build (a local wheel where pip's find-links has one, else PyTorch's CPU index), never
+# the multi-GB CUDA build a bare `pip install torch` would pull onto a CPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+pip() { python -m pip --disable-pip-version-check "$@"; }
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+if ! python -c "import torch" >/dev/null 2>&1; then
+  if has_gpu; then
+    echo "[setup] NVIDIA GPU found: installing torch==$TORCH_VERSION (CUDA build)"
+    pip install -q "torch==$TORCH_VERSION"
+  elif pip install -q --no-index --no-deps "torch==$TORCH_VERSION+cpu" >/dev/null 2>&1; then
+    echo "[setup] no GPU: installed torch==$TORCH_VERSION+cpu from a local wheel"
+    pip install -q "torch==$TORCH_VERSION+cpu"   # its dependencies
+  else
+    echo "[setup] no GPU: installing torch==$TORCH_VERSION+cpu from PyTorch's CPU index"
+    pip install -q "torch==$TORCH_VERSION+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+
+if ! python -c "import tuner, ray, pytest" >/dev/null 2>&1 || [ pyproject.toml -nt "$VENV/.tuner-installed" ]; then
+  echo "[setup] installing tuner and its dependencies into $VENV"
+  pip install -q -e ".[dev]"
+  touch "$VENV/.tuner-installed"
+fi
+python -c "import torch, ray; print(f'[setup] ready: torch {torch.__version__} (cuda: {torch.cuda.is_available()}), ray {ray.__version__}')"

@@ -1,0 +1,52 @@
+"""Shared fixtures: one Ray per test session (2 CPUs), the shipped sweep files, tmp sweeps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = ROOT / "search_spaces"
+DEBUG = SPACES / "debug.yaml"
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A private local Ray with 2 CPUs, shared by every test that runs sweeps in-process."""
+    import ray
+
+    from tuner.sweep import _quiet_ray, connect
+
+    _quiet_ray(verbose=False)
+    connect(None, num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def debug_config(tmp_path: Path, **overrides: Any):
+    """debug.yaml with results under tmp_path and dotted overrides ("search.algorithm")."""
+    from tuner.config import load_sweep
+
+    return load_sweep(
+        DEBUG, {"output": str(tmp_path), **{k.replace("__", "."): v for k, v in overrides.items()}}
+    )
+
+
+def run_cli(
+    *args: str, cwd: Path = ROOT, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m tuner ARGS` in a subprocess, as a user runs it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )

@@ -1,0 +1,133 @@
+"""Contract suite over the algorithm registry: the same checks for every search algorithm.
+
+Each builds from the debug sweep, suggests configurations inside the space, survives
+non-finite results, pickles its state and restores to the same next suggestion, and the
+same seed gives the same first suggestions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import DEBUG
+from tuner import algorithms
+from tuner.config import load_sweep
+from tuner.space import ALGORITHM_KINDS, Fixed, contains
+
+ALGOS = list(algorithms.ALGORITHMS)
+
+
+def _plan(name: str, seed: int = 0, **over: Any) -> tuple[Any, Any]:
+    cfg = load_sweep(DEBUG, {"search.algorithm": name, "search.seed": seed, **over})
+    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode))
+    return cfg, plan
+
+
+def _configs(name: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """n configurations the algorithm would run (the search space resolved, no cluster)."""
+    cfg, plan = _plan(name, seed)
+    searcher = getattr(plan.search_alg, "searcher", plan.search_alg)
+    if name in ("grid", "random"):
+        from ray.tune.search.variant_generator import generate_variants
+
+        rng = np.random.default_rng(seed)
+        out = []
+        while len(out) < n:
+            before = len(out)
+            for _, resolved in generate_variants(plan.param_space, random_state=rng):
+                out.append(resolved)
+            if name == "grid" or len(out) == before:
+                break
+        return out[:n] if name == "random" else out
+    if name == "optuna":
+        searcher.set_search_properties(None, None, plan.param_space)
+    out = []
+    for i in range(n):
+        suggestion = searcher.suggest(f"t{i}")
+        out.append({**plan.param_space, **suggestion})
+        searcher.on_trial_complete(f"t{i}", {cfg.metric: 0.5 + 0.01 * i, "epoch": 1})
+    return out
+
+
+def test_registry_matches_the_space_capabilities() -> None:
+    assert set(ALGOS) == set(ALGORITHM_KINDS)
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_builds_with_scheduler_on_epochs(name: str) -> None:
+    cfg, plan = _plan(name)
+    expected_scheduler = {
+        "grid": None,
+        "random": "AsyncHyperBandScheduler",
+        "bohb": "HyperBandForBOHB",
+        "optuna": "AsyncHyperBandScheduler",
+    }[name]
+    assert (type(plan.scheduler).__name__ if plan.scheduler else None) == expected_scheduler
+    if plan.scheduler is not None:
+        assert plan.scheduler._time_attr == "epoch"  # not training_iteration (resets on resume)
+    assert plan.num_samples == (1 if name == "grid" else cfg.search.num_samples)
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_suggestions_stay_in_bounds(name: str) -> None:
+    cfg = load_sweep(DEBUG)
+    params = cfg.hyperparameters()
+    configs = _configs(name, 12)
+    assert configs
+    if name == "grid":
+        assert len(configs) == 3 * 2 * 3  # lr 3 points x 2 optimizers x width 3 points
+    for c in configs:
+        for k, p in params.items():
+            v = c[k].item() if isinstance(c[k], np.generic) else c[k]
+            if isinstance(p, Fixed):
+                assert v == p.value
+            elif name != "grid":
+                assert contains(p, v), (k, v)
+
+
+@pytest.mark.parametrize("name", ["bohb", "optuna"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_model_based_searchers_survive_non_finite_results(name: str, value: float) -> None:
+    _, plan = _plan(name)
+    s = plan.search_alg
+    if name == "optuna":
+        s.set_search_properties(None, None, plan.param_space)
+    for i in range(4):
+        assert s.suggest(f"t{i}") is not None
+        s.on_trial_complete(f"t{i}", {"val_acc": value if i % 2 else 0.8, "epoch": 3})
+    assert s.suggest("after") is not None
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_state_pickles_and_restores(name: str, tmp_path) -> None:
+    _, plan = _plan(name)
+    s = plan.search_alg
+    if name == "optuna":
+        s.set_search_properties(None, None, plan.param_space)
+    if name in ("bohb", "optuna"):
+        for i in range(3):
+            s.suggest(f"t{i}")
+            s.on_trial_complete(f"t{i}", {"val_acc": 0.5 + i / 10, "epoch": 1})
+    _, fresh = _plan(name)
+    if name in ("grid", "random"):  # a SearchAlgorithm: Tune persists it with save_to_dir
+        s.save_to_dir(str(tmp_path), session_str="t")
+        assert os.listdir(tmp_path)
+        fresh.search_alg.restore_from_dir(str(tmp_path))
+        return
+    path = os.path.join(tmp_path, "state.pkl")
+    s.save(path)
+    assert os.path.getsize(path) > 0
+    fresh.search_alg.restore(path)
+    assert fresh.search_alg.suggest("next") is not None
+
+
+@pytest.mark.parametrize("name", ["random", "bohb", "optuna"])
+def test_same_seed_same_suggestions(name: str) -> None:
+    a, b, c = _configs(name, 5, seed=1), _configs(name, 5, seed=1), _configs(name, 5, seed=2)
+    assert a == b
+    assert a != c

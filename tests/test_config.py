@@ -1,0 +1,311 @@
+"""Sweep files: validation errors name the field, flags beat the file, shipped files are valid."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, SPACES, run_cli
+from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep
+
+GOOD: dict[str, Any] = yaml.safe_load((SPACES / "debug.yaml").read_text())
+
+
+def _edit(fn: Callable[[dict], Any]) -> dict:
+    raw = copy.deepcopy(GOOD)
+    fn(raw)
+    return raw
+
+
+def _set(path: str, value: Any) -> Callable[[dict], None]:
+    def apply(raw: dict) -> None:
+        *parents, last = path.split(".")
+        node = raw
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+
+    return apply
+
+
+def _drop(path: str) -> Callable[[dict], None]:
+    def apply(raw: dict) -> None:
+        *parents, last = path.split(".")
+        node = raw
+        for key in parents:
+            node = node[key]
+        del node[last]
+
+    return apply
+
+
+# (case id, edit of debug.yaml, field path the error must name, words the message must hold)
+BAD_FILES = [
+    ("missing-name", _drop("name"), "name", "required"),
+    ("missing-task", _drop("task"), "task", "required"),
+    ("missing-model", _drop("task.model"), "task.model", "required"),
+    ("unknown-top-key", _set("metrc", "val_acc"), "metrc", "unknown key"),
+    ("unknown-section-key", _set("schedule.max_epoch", 3), "schedule.max_epoch", "unknown key"),
+    ("unknown-algorithm", _set("search.algorithm", "hyperopt"), "search.algorithm", "valid: grid"),
+    ("unknown-model", _set("task.model", "resnet"), "task.model", "unknown model"),
+    ("unknown-data", _set("task.data", "imagenet"), "task.data", "unknown data"),
+    ("unimportable-module", _set("task.model", "no_such_pkg.models:build"), "task.model", "cannot import"),
+    ("missing-function", _set("task.data", "json:no_such_function"), "task.data", "no function"),
+    ("bad-spec-form", _set("task.model", "pkg.mod:"), "task.model", "package.module:function"),
+    ("negative-epochs", _set("schedule.max_epochs", -3), "schedule.max_epochs", "greater than or equal to 1"),
+    ("epochs-not-int", _set("schedule.max_epochs", "ten"), "schedule.max_epochs", "integer"),
+    ("grace-over-max", _set("schedule.grace_epochs", 9), "schedule.grace_epochs", "max_epochs"),
+    ("zero-samples", _set("search.num_samples", 0), "search.num_samples", "greater than or equal to 1"),
+    (
+        "loguniform-low-zero",
+        _set("search.params.lr", {"type": "loguniform", "low": 0, "high": 1}),
+        "search.params.lr.low",
+        "must be > 0",
+    ),
+    (
+        "low-above-high",
+        _set("search.params.lr", {"type": "uniform", "low": 1, "high": 0.5}),
+        "search.params.lr.high",
+        "must be > low",
+    ),
+    (
+        "unknown-param-type",
+        _set("search.params.lr", {"type": "logunifrom", "low": 1e-3, "high": 1}),
+        "search.params.lr",
+        "unknown parameter type",
+    ),
+    (
+        "param-missing-values",
+        _set("search.params.optimizer", {"type": "choice"}),
+        "search.params.optimizer.values",
+        "required",
+    ),
+    ("param-bare-list", _set("search.params.width", [8, 16]), "search.params.width", "choice"),
+    (
+        "duplicate-choice",
+        _set("search.params.width", {"type": "choice", "values": [8, 8]}),
+        "search.params.width.values",
+        "distinct",
+    ),
+    (
+        "randint-float-bound",
+        _set("search.params.width", {"type": "randint", "low": 1.5, "high": 4}),
+        "search.params.width.low",
+        "integer",
+    ),
+    (
+        "grid-with-bohb",
+        lambda r: (
+            _set("search.algorithm", "bohb")(r),
+            _set("search.params.width", {"type": "grid", "values": [8, 16]})(r),
+        ),
+        "search.params.width",
+        "bohb cannot search a grid",
+    ),
+    (
+        "grid-with-optuna",
+        lambda r: (
+            _set("search.algorithm", "optuna")(r),
+            _set("search.params.depth", {"type": "grid", "values": [1, 2]})(r),
+        ),
+        "search.params.depth",
+        "optuna cannot search a grid",
+    ),
+    (
+        "unknown-optimizer",
+        _set("search.params.optimizer", {"type": "choice", "values": ["sgd", "lion"]}),
+        "search.params.optimizer",
+        "unknown optimizer",
+    ),
+    ("bad-amp", _set("training.amp", "fp8"), "training.amp", "'off'"),
+    (
+        "bad-amp-choice",
+        _set("search.params.amp", {"type": "choice", "values": ["bf16", "int4"]}),
+        "search.params.amp",
+        "int4",
+    ),
+    (
+        "batch-size-zero",
+        _set("search.params.batch_size", {"type": "choice", "values": [0, 32]}),
+        "search.params.batch_size",
+        "greater than or equal to 1",
+    ),
+    ("typo-param", _set("search.params.widht", 16), "search.params.widht", "not a parameter of model 'mlp'"),
+    ("width-not-int", _set("search.params.width", 12.5), "search.params.width", "integer"),
+    ("dropout-out-of-range", _set("search.params.dropout", 1.5), "search.params.dropout", "outside"),
+    ("metric-unknown", _set("metric", "accuracy"), "metric", "unknown metric"),
+    ("mode-contradicts-metric", _set("mode", "min"), "mode", "maximised"),
+    (
+        "fractional-gpus-above-one",
+        _set("resources.gpus_per_worker", 1.5),
+        "resources.gpus_per_worker",
+        "whole number",
+    ),
+    ("negative-gpus", _set("resources.gpus_per_worker", -1), "resources.gpus_per_worker", ">= 0"),
+    (
+        "zero-workers",
+        _set("resources.workers_per_trial", 0),
+        "resources.workers_per_trial",
+        "greater than or equal to 1",
+    ),
+    ("bad-name", _set("name", "my sweep/1"), "name", "pattern"),
+    ("section-not-mapping", _set("schedule", 5), "schedule", "valid dictionary"),
+    (
+        "bohb-without-early-stopping",
+        lambda r: (_set("search.algorithm", "bohb")(r), _set("schedule.early_stopping", False)(r)),
+        "schedule.early_stopping",
+        "bohb",
+    ),
+]
+
+
+@pytest.mark.parametrize("case, edit, path, words", BAD_FILES, ids=[c[0] for c in BAD_FILES])
+def test_bad_file_names_the_field(case: str, edit: Callable, path: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_sweep(_edit(edit))
+    assert err.value.path == path, str(err.value)
+    assert words.lower() in err.value.message.lower(), str(err.value)
+
+
+def test_at_least_twenty_malformed_cases() -> None:
+    assert len(BAD_FILES) >= 20
+
+
+@pytest.mark.parametrize("case, edit, path, words", BAD_FILES[::3], ids=[c[0] for c in BAD_FILES[::3]])
+def test_cli_refuses_bad_file_in_one_line(
+    tmp_path: Path, case: str, edit: Callable, path: str, words: str
+) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(_edit(edit)))
+    out = run_cli("validate", str(f))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith(f"error: {path}: "), out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("", "empty"),
+        ("name: [unclosed\n", "YAML syntax error at line"),
+        ("- just\n- a list\n", "mapping"),
+        ("name: x\ntask: {model: mlp, data: digits\n", "YAML syntax error"),
+    ],
+    ids=["empty", "unclosed-list", "top-level-list", "unclosed-mapping"],
+)
+def test_cli_refuses_unreadable_yaml(tmp_path: Path, text: str, words: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    out = run_cli("validate", str(f))
+    assert out.returncode == 2
+    assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_missing_file() -> None:
+    out = run_cli("validate", "no/such/file.yaml")
+    assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_cli_bad_input_refused_before_ray_or_torch_start(tmp_path: Path) -> None:
+    # `sweep` must refuse before importing Ray or torch: a bad file costs well under a second.
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(_edit(_set("schedule.max_epochs", 0))))
+    probe = (
+        "import sys, tuner.cli as c\n"
+        f"code = c.main(['sweep', {str(f)!r}])\n"
+        "print(code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["2", "False", "False"], out.stdout + out.stderr
+
+
+def test_flags_beat_the_file(tmp_path: Path) -> None:
+    out = run_cli(
+        "validate",
+        str(SPACES / "debug.yaml"),
+        "--algorithm",
+        "optuna",
+        "--num-samples",
+        "7",
+        "--seed",
+        "3",
+        "--max-epochs",
+        "5",
+        "--set",
+        "training.batch_size=16",
+        "--set",
+        "search.params.depth=2",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "optuna, 7 trials, 5 epochs max" in out.stdout
+    from tuner.cli import build_parser, overrides_from
+
+    args = build_parser().parse_args(
+        [
+            "validate",
+            str(SPACES / "debug.yaml"),
+            "--seed",
+            "3",
+            "--set",
+            "training.batch_size=16",
+            "--set",
+            "search.params.depth=2",
+            "--output",
+            str(tmp_path),
+        ]
+    )
+    cfg = load_sweep(args.file, overrides_from(args))
+    assert cfg.search.seed == 3 and cfg.training.batch_size == 16 and cfg.output == str(tmp_path)
+    assert cfg.search.params["depth"].value == 2
+
+
+def test_bad_flag_value_is_a_field_error() -> None:
+    out = run_cli("validate", str(SPACES / "debug.yaml"), "--num-samples", "0")
+    assert out.returncode == 2 and out.stderr.startswith("error: search.num_samples:")
+
+
+def test_yaml_off_means_amp_off() -> None:
+    raw = _edit(_set("training.amp", False))  # what `amp: off` parses to
+    raw["search"]["params"]["amp"] = {"type": "choice", "values": [False, "bf16"]}
+    cfg = parse_sweep(raw)
+    assert cfg.training.amp == "off"
+    assert cfg.search.params["amp"].values == ["off", "bf16"]
+
+
+@pytest.mark.parametrize("path", sorted(SPACES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_file_validates(path: Path) -> None:
+    cfg = load_sweep(path)
+    assert cfg.name and cfg.task.model and cfg.search.params
+    # Every key is commented: a comment line precedes each mapping key line.
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and ":" in stripped and not stripped.startswith("-"):
+            above = lines[i - 1].strip() if i else ""
+            assert above.startswith("#") or "#" in line, f"{path.name}:{i + 1} has no comment: {line}"
+
+
+def test_shipped_schema_is_current() -> None:
+    shipped = json.loads((SPACES / "sweep.schema.json").read_text())
+    assert shipped == json.loads(json.dumps(json_schema()))
+
+
+def test_digits_mlp_is_the_peer_space() -> None:
+    cfg = load_sweep(SPACES / "digits_mlp.yaml")
+    p = cfg.search.params
+    assert (p["lr"].type, p["lr"].low, p["lr"].high) == ("loguniform", 1e-4, 1e-1)
+    assert p["optimizer"].values == ["sgd", "adam", "adamw"]
+    assert (p["width"].type, p["width"].low, p["width"].high) == ("lograndint", 32, 512)
+    assert (p["depth"].type, p["depth"].low, p["depth"].high) == ("randint", 1, 3)
+    assert cfg.schedule.max_epochs == 27 and cfg.training.batch_size == 64

@@ -1,0 +1,129 @@
+"""The training loop without Ray (LocalSession): what every mode runs."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tuner.config import TrainingSection
+from tuner.trial.loop import CHECKPOINT_FILE, run_trial
+from tuner.trial.session import LocalSession
+from tuner.trial.spec import TrialSpec
+
+
+def hp(**kw: Any) -> dict[str, Any]:
+    base = {**TrainingSection().model_dump(), "amp": "off", "lr": 3e-3, "width": 64, "depth": 2}
+    return {**base, **kw}
+
+
+def train(tmp: Path, spec: TrialSpec, params: dict[str, Any], resume: bool = False) -> LocalSession:
+    session = LocalSession(str(tmp), resume=resume)
+    run_trial(params, spec, session)
+    return session
+
+
+DIGITS = TrialSpec(model="mlp", data="digits", max_epochs=3)
+SYNTH = TrialSpec(
+    model="mlp", data="synthetic", data_args={"samples": 600, "features": 8, "classes": 3}, max_epochs=2
+)
+
+
+def test_digits_mlp_learns_and_reports_every_metric(tmp_path: Path) -> None:
+    s = train(tmp_path, DIGITS, hp())
+    assert [m["epoch"] for m in s.metrics] == [1, 2, 3]
+    last = s.metrics[-1]
+    for key in ("train_loss", "val_loss", "val_acc", "epoch", "samples_per_s", "world_size", "lr"):
+        assert key in last
+    assert last["world_size"] == 1 and last["samples_per_s"] > 0
+    assert last["val_acc"] > 0.85
+    assert s.metrics[-1]["train_loss"] < s.metrics[0]["train_loss"]
+    assert (tmp_path / "checkpoint" / CHECKPOINT_FILE).is_file()
+    assert list(tmp_path.glob("events.out.tfevents.*")), "rank 0 writes TensorBoard scalars"
+
+
+def _weights(tmp: Path) -> dict[str, torch.Tensor]:
+    return torch.load(tmp / "checkpoint" / CHECKPOINT_FILE, weights_only=True)["model"]
+
+
+def test_micro_batches_accumulate_to_the_same_step(tmp_path: Path) -> None:
+    whole = train(tmp_path / "a", SYNTH, hp(batch_size=64))
+    parts = train(tmp_path / "b", SYNTH, hp(batch_size=64, micro_batch=16))
+    assert parts.metrics[-1]["micro_batch"] == 16 and whole.metrics[-1]["micro_batch"] == 64
+    wa, wb = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+    assert parts.metrics[-1]["val_loss"] == pytest.approx(whole.metrics[-1]["val_loss"], rel=1e-4)
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    params = hp(dropout=0.2, optimizer="sgd", lr=0.05)  # dropout: RNG state must resume too
+    straight = train(tmp_path / "straight", TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 4}), params)
+    part = tmp_path / "parts"
+    train(part, TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 2}), params)
+    resumed = train(part, TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 4}), params, resume=True)
+    assert [m["epoch"] for m in resumed.metrics] == [3, 4]  # continued, not restarted
+    assert resumed.metrics[-1]["val_loss"] == pytest.approx(straight.metrics[-1]["val_loss"], rel=1e-5)
+    assert "resumed at epoch 2" in (part / "trial.log").read_text()
+
+
+def test_bf16_autocast_on_cpu(tmp_path: Path) -> None:
+    s = train(tmp_path, DIGITS, hp(amp="bf16"))
+    assert s.metrics[-1]["val_acc"] > 0.8
+
+
+def test_fp16_on_cpu_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+        train(tmp_path, DIGITS, hp(amp="fp16"))
+
+
+def test_divergence_ends_the_trial_with_the_worst_metric(tmp_path: Path) -> None:
+    s = train(tmp_path, TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 5}), hp(optimizer="sgd", lr=1e8))
+    last = s.metrics[-1]
+    assert last["failure"] == "diverged"
+    assert last["val_acc"] == -math.inf  # never promoted by a scheduler, never best
+    assert len(s.metrics) < 5
+
+
+def test_cnn_on_digits_with_cosine_schedule(tmp_path: Path) -> None:
+    spec = TrialSpec(model="cnn", data="digits", max_epochs=2)
+    s = train(tmp_path, spec, hp(channels=8, blocks=2, lr_schedule="cosine", warmup_epochs=0.5))
+    lrs = [m["lr"] for m in s.metrics]
+    assert lrs[-1] < lrs[0] or lrs[-1] == pytest.approx(0, abs=1e-9)
+    assert s.metrics[-1]["val_acc"] > 0.3
+
+
+def test_user_model_and_data_from_module_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "mytask.py").write_text(
+        textwrap.dedent("""
+        import torch
+        from torch.utils.data import TensorDataset
+
+        def data(config):
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(300, 5, generator=g)
+            y = (x[:, 0] > 0).long()
+            return TensorDataset(x[:240], y[:240]), TensorDataset(x[240:], y[240:])
+
+        def model(config, input_shape, num_classes):
+            return torch.nn.Sequential(torch.nn.Linear(input_shape[0], config["hidden"]), torch.nn.ReLU(),
+                                       torch.nn.Linear(config["hidden"], num_classes))
+    """)
+    )
+    monkeypatch.chdir(tmp_path)  # the trial runs elsewhere; search_path finds the module
+    spec = TrialSpec(model="mytask:model", data="mytask:data", max_epochs=3, search_path=str(pkg))
+    s = train(tmp_path / "out", spec, hp(hidden=16, lr=0.03))
+    assert s.metrics[-1]["val_acc"] > 0.8
+
+
+def test_user_model_must_return_a_module(tmp_path: Path) -> None:
+    (tmp_path / "badmodel.py").write_text("def build(config, shape, n):\n    return 42\n")
+    spec = TrialSpec(model="badmodel:build", data="digits", max_epochs=1, search_path=str(tmp_path))
+    with pytest.raises(TypeError, match="not nn.Module"):
+        train(tmp_path / "out", spec, hp())

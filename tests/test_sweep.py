@@ -1,0 +1,124 @@
+"""Whole sweeps on a real local Ray (2 CPUs): every algorithm, DDP, TensorBoard, summary, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from tensorboard.plugins.hparams import api_pb2
+
+from tests.conftest import DEBUG, debug_config, run_cli
+from tests.tbread import hparams, scalars
+from tuner import algorithms
+from tuner.results import read_history
+from tuner.sweep import expected_trials, run_sweep
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def _trial_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("name", list(algorithms.ALGORITHMS))
+def test_every_algorithm_runs_debug_to_completion(name: str, tmp_path: Path) -> None:
+    cfg = debug_config(tmp_path, search__algorithm=name, search__num_samples=5)
+    out = run_sweep(cfg)
+    s = out.summary
+    assert out.exit_code == 0, s
+    assert s["status"] == "completed" and s["algorithm"] == name
+    assert len(s["trials"]) == expected_trials(cfg)
+    assert all(t["status"] == "TERMINATED" and t["failure"] is None for t in s["trials"])
+    # The best is the trial with the highest val_acc any epoch reached.
+    top = max(s["trials"], key=lambda t: t["best_value"])
+    assert s["best"]["trial_id"] == top["trial_id"]
+    assert s["best"]["metrics"]["val_acc"] == top["best_value"]
+    sweep_dir = Path(out.sweep_dir)
+    assert json.loads((sweep_dir / "summary.json").read_text()) == json.loads(json.dumps(s, default=str))
+    assert (sweep_dir / "sweep.yaml").is_file()
+    _summary_matches_tune(sweep_dir, s)
+    _tensorboard_has_every_trial(sweep_dir, s, cfg.schedule.max_epochs)
+
+
+def _summary_matches_tune(sweep_dir: Path, s: dict) -> None:
+    """Every trial's last_metrics and epochs are the last result Tune recorded for it."""
+    for t in s["trials"]:
+        rows = read_history(str(sweep_dir / t["trial_id"]))
+        assert rows, t["trial_id"]
+        last = rows[-1]
+        assert t["epochs"] == last["epoch"]
+        for key in ("val_acc", "val_loss", "train_loss", "samples_per_s", "world_size"):
+            assert t["last_metrics"][key] == last[key]
+        assert t["best_value"] == max(r["val_acc"] for r in rows)
+        assert t["stopped_early"] == (last["epoch"] < 3)
+        assert {k: t["config"][k] for k in ("lr", "optimizer", "width")} == {
+            k: last["config"][k] for k in ("lr", "optimizer", "width")
+        }
+
+
+def _tensorboard_has_every_trial(sweep_dir: Path, s: dict, max_epochs: int) -> None:
+    root = hparams(sweep_dir)
+    exp = root["experiment"]
+    assert {h.name for h in exp.hparam_infos} >= {"lr", "optimizer", "width", "depth"}
+    assert "val_acc" in {m.name.tag for m in exp.metric_infos}
+    for t in s["trials"]:
+        run = sweep_dir / t["trial_id"]
+        sc = scalars(run)
+        for tag in ("val_acc", "val_loss", "train_loss", "lr", "samples_per_s"):
+            assert len(sc[tag]) == t["epochs"], (t["trial_id"], tag)
+        assert sc["val_acc"][-1] == pytest.approx(t["last_metrics"]["val_acc"], rel=1e-6)
+        hp = hparams(run)
+        start = hp["session_start"].hparams
+        assert start["optimizer"].string_value == t["config"]["optimizer"]
+        assert start["lr"].number_value == pytest.approx(t["config"]["lr"])
+        assert hp["session_end"].status == api_pb2.STATUS_SUCCESS
+
+
+def test_ddp_trial_runs_two_workers(tmp_path: Path) -> None:
+    cfg = debug_config(
+        tmp_path,
+        name="ddp",
+        search__num_samples=1,
+        resources__workers_per_trial=2,
+        schedule__max_epochs=2,
+        schedule__grace_epochs=2,
+        training__batch_size=64,
+    )
+    out = run_sweep(cfg)
+    assert out.exit_code == 0, out.summary
+    (trial,) = out.summary["trials"]
+    assert trial["last_metrics"]["world_size"] == 2
+    assert trial["epochs"] == 2
+    assert trial["last_metrics"]["val_acc"] > 0.4
+    run = Path(out.sweep_dir) / trial["trial_id"]
+    assert list((run / "train").glob("checkpoint_*")), "Train V2 keeps the trial's checkpoints"
+    assert len(scalars(run)["val_acc"]) == 2  # rank 0 only: one value per epoch
+
+
+def test_cli_sweep_end_to_end_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    args = ("sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "2", "--max-epochs", "2")
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    sweep_dir = tmp_path / "debug"
+    assert f"results: {sweep_dir}" in first.stdout
+    assert "best: trial" in first.stdout
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert len(summary["trials"]) == 2 and all(t["epochs"] <= 2 for t in summary["trials"])
+    before = sorted(p.name for p in sweep_dir.rglob("*"))
+    again = run_cli(*args)
+    assert again.returncode == 2
+    assert "already holds a sweep" in again.stderr and "tuner resume" in again.stderr
+    assert sorted(p.name for p in sweep_dir.rglob("*")) == before  # nothing touched
+
+
+def test_impossible_gpu_request_is_refused_fast(tmp_path: Path) -> None:
+    import time
+
+    t0 = time.time()
+    out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=1")
+    assert time.time() - t0 < 30
+    assert out.returncode == 2
+    assert "resources.gpus_per_worker" in out.stderr and "no GPU" in out.stderr
+    assert not math.isnan(0.0)
