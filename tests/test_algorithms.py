@@ -30,22 +30,11 @@ def _plan(name: str, seed: int = 0, **over: Any) -> tuple[Any, Any]:
 
 def _configs(name: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """n configurations the algorithm would run (the search space resolved, no cluster)."""
-    cfg, plan = _plan(name, seed)
-    searcher = getattr(plan.search_alg, "searcher", plan.search_alg)
-    if name in ("grid", "random"):
-        from ray.tune.search.variant_generator import generate_variants
-
-        rng = np.random.default_rng(seed)
-        out = []
-        while len(out) < n:
-            before = len(out)
-            for _, resolved in generate_variants(plan.param_space, random_state=rng):
-                out.append(resolved)
-            if name == "grid" or len(out) == before:
-                break
-        return out[:n] if name == "random" else out
-    if name == "optuna":
-        searcher.set_search_properties(None, None, plan.param_space)
+    cfg, plan = _plan(name, seed, **({"search.num_samples": n} if name == "random" else {}))
+    if name in ("grid", "random"):  # the exact list of trials, fixed up front
+        assert plan.num_samples == len(plan.points)
+        return plan.points
+    searcher = plan.search_alg
     out = []
     for i in range(n):
         suggestion = searcher.suggest(f"t{i}")
@@ -70,7 +59,7 @@ def test_builds_with_scheduler_on_epochs(name: str) -> None:
     assert (type(plan.scheduler).__name__ if plan.scheduler else None) == expected_scheduler
     if plan.scheduler is not None:
         assert plan.scheduler._time_attr == "epoch"  # not training_iteration (resets on resume)
-    assert plan.num_samples == (1 if name == "grid" else cfg.search.num_samples)
+    assert plan.num_samples == (3 * 2 * 3 if name == "grid" else cfg.search.num_samples)
 
 
 @pytest.mark.parametrize("name", ALGOS)
@@ -95,8 +84,6 @@ def test_suggestions_stay_in_bounds(name: str) -> None:
 def test_model_based_searchers_survive_non_finite_results(name: str, value: float) -> None:
     _, plan = _plan(name)
     s = plan.search_alg
-    if name == "optuna":
-        s.set_search_properties(None, None, plan.param_space)
     for i in range(4):
         assert s.suggest(f"t{i}") is not None
         s.on_trial_complete(f"t{i}", {"val_acc": value if i % 2 else 0.8, "epoch": 3})
@@ -107,8 +94,6 @@ def test_model_based_searchers_survive_non_finite_results(name: str, value: floa
 def test_state_pickles_and_restores(name: str, tmp_path) -> None:
     _, plan = _plan(name)
     s = plan.search_alg
-    if name == "optuna":
-        s.set_search_properties(None, None, plan.param_space)
     if name in ("bohb", "optuna"):
         for i in range(3):
             s.suggest(f"t{i}")
@@ -131,3 +116,35 @@ def test_same_seed_same_suggestions(name: str) -> None:
     a, b, c = _configs(name, 5, seed=1), _configs(name, 5, seed=1), _configs(name, 5, seed=2)
     assert a == b
     assert a != c
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_resumed_plan_runs_exactly_what_is_left(name: str) -> None:
+    """Given an earlier run, each algorithm plans the interrupted trials first, then only as
+    many new ones as the budget has left, and model-based searchers learn the old results."""
+    from tuner.algorithms import Prior, PriorTrial
+
+    cfg, full = _plan(name, **({"search.num_samples": 6} if name != "grid" else {}))
+    old = _configs(name, 3)
+    history = [{"epoch": e, "val_acc": 0.5 + 0.1 * e} for e in (1, 2, 3)]
+    prior = Prior(
+        finished=[PriorTrial(old[0], history), PriorTrial(old[1], history[:1])],
+        resumed=[old[2]],
+        new=(full.num_samples if name != "grid" else len(full.points)) - 3,
+    )
+    p = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+    )
+    total = full.num_samples if name != "grid" else len(full.points)
+    assert p.num_samples == total - 2  # the resumed one + the rest
+    if name in ("grid", "random"):
+        assert p.points[0] == old[2]
+        keys = [algorithms.key(c) for c in p.points]
+        assert algorithms.key(old[0]) not in keys[1:] and algorithms.key(old[1]) not in keys[1:]
+        return
+    first = p.search_alg.suggest("r0")
+    assert algorithms.key({**p.param_space, **first}) == algorithms.key(old[2])
+    assert p.search_alg.suggest("n0") is not None  # then the rebuilt searcher
+    if name == "optuna":
+        study = p.search_alg.inner._ot_study
+        assert len(study.trials) >= 2  # the two finished trials were told

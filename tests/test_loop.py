@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from tuner.config import TrainingSection
-from tuner.trial.loop import CHECKPOINT_FILE, run_trial
+from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.journal import read_metrics
+from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec
 
@@ -42,12 +44,13 @@ def test_digits_mlp_learns_and_reports_every_metric(tmp_path: Path) -> None:
     assert last["world_size"] == 1 and last["samples_per_s"] > 0
     assert last["val_acc"] > 0.85
     assert s.metrics[-1]["train_loss"] < s.metrics[0]["train_loss"]
-    assert (tmp_path / "checkpoint" / CHECKPOINT_FILE).is_file()
+    assert DirCheckpoints(str(tmp_path)).latest_epoch() == 3
+    assert [r["epoch"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]  # the trial's journal
     assert list(tmp_path.glob("events.out.tfevents.*")), "rank 0 writes TensorBoard scalars"
 
 
 def _weights(tmp: Path) -> dict[str, torch.Tensor]:
-    return torch.load(tmp / "checkpoint" / CHECKPOINT_FILE, weights_only=True)["model"]
+    return DirCheckpoints(str(tmp)).load("cpu")["model"]
 
 
 def test_micro_batches_accumulate_to_the_same_step(tmp_path: Path) -> None:
@@ -69,6 +72,7 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     assert [m["epoch"] for m in resumed.metrics] == [3, 4]  # continued, not restarted
     assert resumed.metrics[-1]["val_loss"] == pytest.approx(straight.metrics[-1]["val_loss"], rel=1e-5)
     assert "resumed at epoch 2" in (part / "trial.log").read_text()
+    assert [r["epoch"] for r in read_metrics(str(part))] == [1, 2, 3, 4]
 
 
 def test_bf16_autocast_on_cpu(tmp_path: Path) -> None:
@@ -127,3 +131,34 @@ def test_user_model_must_return_a_module(tmp_path: Path) -> None:
     spec = TrialSpec(model="badmodel:build", data="digits", max_epochs=1, search_path=str(tmp_path))
     with pytest.raises(TypeError, match="not nn.Module"):
         train(tmp_path / "out", spec, hp())
+
+
+def test_resume_trims_the_journal_to_the_checkpoint(tmp_path: Path) -> None:
+    # A driver killed after the journal line but before the checkpoint: the resumed trial
+    # runs that epoch again, and the journal keeps one line per epoch.
+    spec = TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 3})
+    train(tmp_path, TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 2}), hp())
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 3, "val_acc": 0.0}\n{"epoch": 4, "val_a')  # a line cut short too
+    train(tmp_path, spec, hp(), resume=True)
+    rows = read_metrics(str(tmp_path))
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and rows[-1]["val_acc"] > 0.5
+
+
+def test_checkpoints_keep_the_newest(tmp_path: Path) -> None:
+    session = LocalSession(str(tmp_path), keep=2)
+    run_trial(hp(), TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 4}), session)
+    names = sorted(p.name for p in tmp_path.glob("checkpoint_e*.pt"))
+    assert names == ["checkpoint_e000003.pt", "checkpoint_e000004.pt"]
+    assert not list(tmp_path.glob(".checkpoint-*"))
+
+
+def test_a_failing_trial_leaves_its_traceback(tmp_path: Path) -> None:
+    (tmp_path / "boom.py").write_text(
+        "def build(config, shape, n):\n    raise ValueError('no such layer: 42')\n"
+    )
+    spec = TrialSpec(model="boom:build", data="digits", max_epochs=1, search_path=str(tmp_path))
+    with pytest.raises(ValueError):
+        train(tmp_path / "out", spec, hp())
+    text = (tmp_path / "out" / "traceback.txt").read_text()
+    assert "ValueError: no such layer: 42" in text and "Traceback" in text

@@ -12,7 +12,6 @@ from tensorboard.plugins.hparams import api_pb2
 from tests.conftest import DEBUG, debug_config, run_cli
 from tests.tbread import hparams, scalars
 from tuner import algorithms
-from tuner.results import read_history
 from tuner.sweep import expected_trials, run_sweep
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -42,10 +41,15 @@ def test_every_algorithm_runs_debug_to_completion(name: str, tmp_path: Path) -> 
     _tensorboard_has_every_trial(sweep_dir, s, cfg.schedule.max_epochs)
 
 
+def _tune_results(trial_dir: Path) -> list[dict]:
+    """What Ray Tune itself recorded for a trial (its result.json, one line per report)."""
+    return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line]
+
+
 def _summary_matches_tune(sweep_dir: Path, s: dict) -> None:
     """Every trial's last_metrics and epochs are the last result Tune recorded for it."""
     for t in s["trials"]:
-        rows = read_history(str(sweep_dir / t["trial_id"]))
+        rows = _tune_results(sweep_dir / t["trial_id"])
         assert rows, t["trial_id"]
         last = rows[-1]
         assert t["epochs"] == last["epoch"]

@@ -4,20 +4,46 @@ A registry, not an if/elif chain: a name maps to a builder that imports its libr
 when called (hpbandster, optuna), and `build` refuses an unknown name listing the valid ones.
 Schedulers measure time in the trial's own `epoch` metric, not Tune's `training_iteration`,
 which restarts at 1 whenever a trial resumes from a checkpoint.
+
+Every builder also resumes: given `Prior` (the trials of an interrupted run), grid and random
+search run the configurations not yet started (their lists are fixed by the seed), and BOHB
+and Optuna get a fresh searcher that has been told every earlier result, with the
+interrupted trials handed out first. (Ray's `Tuner.restore` instead relies on an experiment
+snapshot written every ~10 s, and cannot restore BOHB at all: ray-project/ray#39900.)
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import product
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.space import ALGORITHM_KINDS, Fixed, ParamT, grid_size, to_configspace, to_tune
+from tuner.space import ALGORITHM_KINDS, Fixed, ParamT, grid_values, to_configspace, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
 
 TIME_ATTR = "epoch"
+
+
+@dataclass
+class PriorTrial:
+    """A trial of an earlier run: what it ran with and what it reported each epoch."""
+
+    config: dict[str, Any]
+    history: list[dict[str, Any]]
+    error: bool = False
+
+
+@dataclass
+class Prior:
+    """What a resumed sweep starts from."""
+
+    finished: list[PriorTrial] = field(default_factory=list)
+    resumed: list[dict[str, Any]] = field(default_factory=list)  # run again, from checkpoints
+    new: Optional[int] = None  # fresh trials still to run (None: the whole budget)
 
 
 @dataclass
@@ -29,9 +55,15 @@ class SearchPlan:
     scheduler: Optional[Any]
     num_samples: int
     description: str
+    points: Optional[list[dict[str, Any]]] = None  # grid/random: exactly the trials to run
 
 
 Builder = Callable[..., SearchPlan]
+
+
+def key(config: dict[str, Any]) -> str:
+    """A configuration's identity, comparable across a JSON round trip."""
+    return json.dumps(config, sort_keys=True, default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
 def _asha(schedule: ScheduleSection, metric: str, mode: str) -> Any:
@@ -58,51 +90,114 @@ def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
     return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
 
 
-def _grid(search, schedule, params, metric, mode, max_concurrent) -> SearchPlan:
+def _fixed(params: dict[str, ParamT]) -> dict[str, Any]:
+    return {k: p.value for k, p in params.items() if isinstance(p, Fixed)}
+
+
+# ----------------------------------------------------------------------------- lists
+
+
+def grid_configs(params: dict[str, ParamT], points: int) -> list[dict[str, Any]]:
+    """Every combination, in a fixed order (the first parameter varies slowest)."""
+    names = list(params)
+    values = [grid_values(params[n], points) for n in names]
+    return [dict(zip(names, combo, strict=True)) for combo in product(*values)]
+
+
+def random_configs(params: dict[str, ParamT], n: int, seed: int) -> list[dict[str, Any]]:
+    """n configurations drawn with Tune's own samplers from one seeded generator."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    domains = {k: to_tune(p) for k, p in params.items()}
+    out = []
+    for _ in range(n):
+        config = {}
+        for name, domain in domains.items():
+            value = domain.sample(random_state=rng) if hasattr(domain, "sample") else domain
+            config[name] = value.item() if hasattr(value, "item") else value
+        out.append(config)
+    return out
+
+
+def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, Any]]:
+    """The list without one copy of each configuration an earlier run already started."""
+    started: dict[str, int] = {}
+    for c in [t.config for t in prior.finished] + prior.resumed:
+        started[key(c)] = started.get(key(c), 0) + 1
+    left = []
+    for c in configs:
+        k = key(c)
+        if started.get(k):
+            started[k] -= 1
+        else:
+            left.append(c)
+    return left
+
+
+def _space(params: dict[str, ParamT]) -> dict[str, Any]:
+    # Tune wants every key of a listed point in the space; it checks the point against it.
+    return {k: to_tune(p) for k, p in params.items()}
+
+
+def _listed(configs: list[dict[str, Any]], max_concurrent: Optional[int]) -> Any:
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    space = {k: to_tune(p, grid=True, points=search.grid_points) for k, p in params.items()}
+    # Each point replaces one sample: with num_samples = len(points), exactly these run.
+    return BasicVariantGenerator(points_to_evaluate=configs, max_concurrent=max_concurrent or 0)
+
+
+def _grid(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
+    todo = prior.resumed + _not_started(grid_configs(params, search.grid_points), prior)
     stop_early = schedule.early_stopping is True
     return SearchPlan(
-        param_space=space,
-        search_alg=BasicVariantGenerator(max_concurrent=max_concurrent or 0),
+        param_space=_space(params),
+        search_alg=_listed(todo, max_concurrent),
         scheduler=_asha(schedule, metric, mode) if stop_early else None,
-        num_samples=1,
-        description=f"grid over {grid_size(params, search.grid_points)} combinations"
+        num_samples=len(todo),
+        points=todo,
+        description=f"grid over {len(grid_configs(params, search.grid_points))} combinations"
         + (" + ASHA" if stop_early else ""),
     )
 
 
-def _random(search, schedule, params, metric, mode, max_concurrent) -> SearchPlan:
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
+def _random(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
+    fresh = _not_started(random_configs(params, search.num_samples, search.seed), prior)
+    todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
     stop_early = schedule.early_stopping is not False
     return SearchPlan(
-        param_space={k: to_tune(p) for k, p in params.items()},
-        search_alg=BasicVariantGenerator(random_state=search.seed, max_concurrent=max_concurrent or 0),
+        param_space=_space(params),
+        search_alg=_listed(todo, max_concurrent),
         scheduler=_asha(schedule, metric, mode) if stop_early else None,
-        num_samples=search.num_samples,
+        num_samples=len(todo),
+        points=todo,
         description="random search" + (" + ASHA" if stop_early else ""),
     )
 
 
-def _bohb(search, schedule, params, metric, mode, max_concurrent) -> SearchPlan:
+# ----------------------------------------------------------------------------- model-based
+
+
+def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
     from ray.tune.schedulers.hb_bohb import HyperBandForBOHB
     from ray.tune.search.bohb import TuneBOHB
+    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
+
+    from tuner.searchers import ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
+    searcher = TuneBOHB(
+        space=to_configspace(searched, seed=search.seed), metric=metric, mode=mode, seed=search.seed
+    )
+    sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
+    for t in prior.finished + [PriorTrial(c, []) for c in prior.resumed]:
+        for row in t.history:
+            if _finite(row.get(metric)):
+                point = {k: t.config[k] for k in searched}
+                searcher.bohber.new_result(_BOHBJobWrapper(sign * row[metric], row[TIME_ATTR], point))
     return SearchPlan(
-        # The searcher owns the searched space; Tune merges the fixed values into each trial.
-        param_space={k: p.value for k, p in params.items() if isinstance(p, Fixed)},
-        search_alg=_limit(
-            TuneBOHB(
-                space=to_configspace(searched, seed=search.seed),
-                metric=metric,
-                mode=mode,
-                seed=search.seed,
-            ),
-            max_concurrent,
-        ),
+        param_space=_fixed(params),  # the searcher owns the searched space
+        search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
         scheduler=HyperBandForBOHB(
             time_attr=TIME_ATTR,
             metric=metric,
@@ -110,27 +205,50 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent) -> SearchPlan:
             max_t=schedule.max_epochs,
             reduction_factor=schedule.reduction_factor,
         ),
-        num_samples=search.num_samples,
+        num_samples=_budget(search, prior),
         description="BOHB (TuneBOHB + HyperBandForBOHB)",
     )
 
 
-def _optuna(search, schedule, params, metric, mode, max_concurrent) -> SearchPlan:
+def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
+    from tuner.searchers import ResumeFirst
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}
+    searcher = OptunaSearch(
+        space=searched, metric=metric, mode=mode, sampler=optuna.samplers.TPESampler(seed=search.seed)
+    )
+    for t in prior.finished:  # told, as Tune told it: the last value each trial reported
+        values = [r[metric] for r in t.history if _finite(r.get(metric))]
+        failed = t.error or not values or any("failure" in r for r in t.history)
+        searcher.add_evaluated_point(
+            {k: t.config[k] for k in searched},
+            None if failed else values[-1],
+            error=failed,
+            intermediate_values=None if failed else values,
+        )
     stop_early = schedule.early_stopping is not False
     return SearchPlan(
-        param_space={k: to_tune(p) for k, p in params.items()},
-        search_alg=_limit(
-            OptunaSearch(metric=metric, mode=mode, sampler=optuna.samplers.TPESampler(seed=search.seed)),
-            max_concurrent,
-        ),
+        param_space=_fixed(params),
+        search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
         scheduler=_asha(schedule, metric, mode) if stop_early else None,
-        num_samples=search.num_samples,
+        num_samples=_budget(search, prior),
         description="Optuna TPE" + (" + ASHA" if stop_early else ""),
     )
+
+
+def _budget(search: SearchSection, prior: Prior) -> int:
+    new = search.num_samples if prior.new is None else prior.new
+    return len(prior.resumed) + max(0, new)
+
+
+def _finite(v: Any) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 ALGORITHMS: dict[str, Builder] = {
@@ -149,13 +267,15 @@ def build(
     metric: str,
     mode: str,
     max_concurrent: Optional[int] = None,
+    prior: Optional[Prior] = None,
 ) -> SearchPlan:
     """The Tune pieces for `search.algorithm` over `params` (fixed values included).
 
     `max_concurrent`: trials running at once (None: as many as resources allow).
+    `prior`: the earlier run of a resumed sweep (None: a new sweep).
     """
     try:
         builder = ALGORITHMS[search.algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm '{search.algorithm}' (valid: {', '.join(ALGORITHMS)})") from None
-    return builder(search, schedule, params, metric, mode, max_concurrent)
+    return builder(search, schedule, params, metric, mode, max_concurrent, prior or Prior())

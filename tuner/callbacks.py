@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -11,33 +10,45 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
+from tuner.results import json_safe, read_record, write_record
 from tuner.trial import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
-TRIAL_END_FILE = "tuner_trial.json"
 
 
-class TrialEndCallback(Callback):
-    """Records each trial's final status in its own directory (tuner_trial.json).
+class TrialRecordCallback(Callback):
+    """Keeps each trial's record file (tuner_trial.json) in its directory.
 
-    Tune's experiment snapshot can keep a stale status: a trial HyperBand stops while it is
-    PAUSED is marked TERMINATED without being re-serialised, so the final snapshot still says
-    PAUSED (Ray 2.60). Readers of a sweep directory trust this file over the snapshot.
+    Written when a trial starts (id, configuration, RUNNING) and when it ends (TERMINATED or
+    ERROR). Together with the trial's own metrics journal and checkpoints this is what
+    `tuner.results` and `tuner resume` read; Tune's experiment snapshot can lag the truth
+    (a trial HyperBand stops while PAUSED keeps PAUSED there, Ray 2.60) and holds nothing
+    created since it was last written. Tune fires no completion for trials it merely tears
+    down on Ctrl-C, so those stay RUNNING here: unfinished, to be resumed.
     """
 
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if not trial.path:
+            return
+        record = read_record(trial.path) or {
+            "trial_id": os.path.basename(trial.path.rstrip("/")),
+            "config": json_safe(trial.config),
+            "started": time.time(),
+        }
+        record.update(status="RUNNING", tune_trial_id=trial.trial_id)
+        write_record(trial.path, record)
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial, "TERMINATED")
+        self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial, "ERROR")
+        self._end(trial, "ERROR")
 
-    def _write(self, trial: Any, status: str) -> None:
-        if not trial.path or not os.path.isdir(trial.path):
-            return
-        path = os.path.join(trial.path, TRIAL_END_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"trial_id": trial.trial_id, "status": status, "time": time.time()}, f)
-        os.replace(path + ".tmp", path)
+    def _end(self, trial: Any, status: str) -> None:
+        record = read_record(trial.path) if trial.path else None
+        if record is not None:
+            record.update(status=status, ended=time.time())
+            write_record(trial.path, record)
 
 
 class HParamsCallback(Callback):
@@ -97,13 +108,17 @@ class Progress(Callback):
     `[tuner] 12/30 done · 2 running · 16 pending · best val_acc 0.9822 (a1b2c_00003) · 0:14`
     """
 
-    def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None):
+    def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None, done: int = 0):
         self.metric, self.mode, self.total = metric, mode, total
+        self.done_before = done  # trials a resumed sweep had already finished
         self._stream = stream  # None: sys.stdout, looked up when writing
         self.live = self.stream.isatty()
         self.best: Optional[tuple[float, str]] = None
         self.t0 = time.monotonic()
         self._last_draw = 0.0
+
+    def setup(self, **info: Any) -> None:
+        self.t0 = time.monotonic()
 
     @property
     def stream(self) -> TextIO:
@@ -158,8 +173,8 @@ class Progress(Callback):
         counts: dict[str, int] = {}
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
-        done = counts.get("TERMINATED", 0) + counts.get("ERROR", 0)
-        pending = max(self.total - len(trials), 0) + counts.get("PENDING", 0)
+        done = self.done_before + counts.get("TERMINATED", 0) + counts.get("ERROR", 0)
+        pending = max(self.total - self.done_before - len(trials), 0) + counts.get("PENDING", 0)
         parts = [f"{done}/{self.total} done", f"{counts.get('RUNNING', 0)} running"]
         if counts.get("PAUSED"):
             parts.append(f"{counts['PAUSED']} paused")
@@ -170,8 +185,9 @@ class Progress(Callback):
             parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
         elapsed = time.monotonic() - self.t0
         parts.append(_clock(elapsed))
-        if 0 < done < self.total:
-            parts.append(f"eta ~{_clock(elapsed / done * (self.total - done))}")
+        done_here = done - self.done_before
+        if 0 < done_here and done < self.total:
+            parts.append(f"eta ~{_clock(elapsed / done_here * (self.total - done))}")
         return ("[tuner] " if prefix else "") + " · ".join(parts)
 
 

@@ -79,10 +79,42 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.sweep import run_sweep
+    from tuner.sweep import locate, run_sweep
 
-    outcome = run_sweep(cfg, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose)
+    where = locate(cfg.output, cfg.name)[1] or cfg.output
+    with _resume_hint_on_interrupt(where):
+        outcome = run_sweep(cfg, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose)
     return _print_outcome(outcome)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from tuner.sweep import AlreadyFinished, load_resumable, resume_sweep
+
+    load_resumable(args.sweep_dir)  # a ConfigError (exit 2) before Ray starts
+    try:
+        with _resume_hint_on_interrupt(args.sweep_dir):
+            outcome = resume_sweep(
+                args.sweep_dir, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose
+            )
+    except AlreadyFinished as done:
+        print(done)
+        return 0
+    return _print_outcome(outcome)
+
+
+class _resume_hint_on_interrupt:
+    """A second Ctrl-C stops at once (KeyboardInterrupt): say how to continue, exit 130."""
+
+    def __init__(self, sweep_dir: str):
+        self.sweep_dir = sweep_dir
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> bool:
+        if kind is KeyboardInterrupt:
+            print(f"\ninterrupted; continue with: python -m tuner resume {self.sweep_dir}", file=sys.stderr)
+            raise SystemExit(130)
+        return False
 
 
 def _print_outcome(outcome: Any) -> int:
@@ -98,7 +130,9 @@ def _print_outcome(outcome: Any) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
     print(f"{len(s['trials'])} trials ({counts}); status {s['status']}")
     print(f"results: {outcome.sweep_dir}")
-    print(f"tensorboard --logdir {outcome.sweep_dir}")
+    print(f"tensorboard --logdir {outcome.sweep_dir} --host 127.0.0.1")
+    if s["status"] == "interrupted":
+        print(f"interrupted; continue with: python -m tuner resume {outcome.sweep_dir}")
     return outcome.exit_code
 
 
@@ -129,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
+    p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
+    p.add_argument("--address", help="join this Ray cluster instead of starting a local one")
+    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")
     _add_overrides(p)

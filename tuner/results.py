@@ -1,8 +1,11 @@
 """A sweep directory read back: per-trial records, the best trial, summary.json.
 
-One reader for every caller (end of a sweep, `resume`, `report`), working from what Ray Tune
-left on disk (its experiment state and each trial's result.json), so it also works on a
-sweep that is still running or was interrupted.
+One reader for every caller (end of a sweep, `resume`, `report`), working only from files
+written synchronously by whoever knows the fact: each trial directory's `tuner_trial.json`
+(configuration and status, by the driver's TrialRecordCallback) and `metrics.jsonl` (one line
+per epoch, by the trial itself). Ray Tune's own experiment snapshot is not read: it is written
+every 10 s or so and can keep stale statuses. So this also works on a sweep that is running,
+was interrupted, or whose driver was killed.
 """
 
 from __future__ import annotations
@@ -14,148 +17,173 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from tuner.trial.journal import TRACEBACK_FILE, read_metrics
+
 SUMMARY_FILE = "summary.json"
-TRIAL_END_FILE = "tuner_trial.json"  # written by tuner.callbacks.TrialEndCallback
 CONFIG_FILE = "sweep.yaml"
-# Keys Tune adds to every result; the rest are the trial's own metrics.
-TUNE_KEYS = frozenset(
-    "timestamp checkpoint_dir_name done training_iteration trial_id date time_this_iter_s "
-    "time_total_s pid hostname node_ip config time_since_restore iterations_since_restore "
-    "experiment_tag should_checkpoint checkpoint_path failure_detail".split()
-)
+RECORD_FILE = "tuner_trial.json"
 FINISHED = ("TERMINATED", "ERROR")
+# Metrics reported for the loop's own bookkeeping rather than as results.
+NOT_METRICS = frozenset({"failure_detail"})
 
 
 @dataclass
 class TrialRecord:
     """One trial as summary.json shows it."""
 
-    trial_id: str
-    status: str  # Tune's: PENDING, RUNNING, PAUSED, TERMINATED, ERROR
+    trial_id: str  # its directory name; kept when a resumed sweep continues it
+    status: str  # RUNNING (unfinished: interrupted or in progress), TERMINATED, ERROR
     config: dict[str, Any]
     last_metrics: dict[str, Any]
     epochs: int
-    time_s: float
+    time_s: float  # training + evaluation time over all its epochs
     failure: Optional[str]  # None, "diverged", "oom", "error: <exception>"
     stopped_early: bool
     best_value: Optional[float]
     best_epoch: Optional[int]
-    path: Optional[str] = None
+    path: str = ""
     best_metrics: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
 
 
-def load_trials(sweep_dir: str) -> list[Any]:
-    """Tune's Trial objects from the newest experiment state in `sweep_dir`."""
-    from ray.tune import ExperimentAnalysis
-
-    return list(ExperimentAnalysis(sweep_dir).trials)
+# ----------------------------------------------------------------------------- files
 
 
-def final_status(trial: Any) -> str:
-    """The trial's status, preferring the end record our callback wrote over Tune's snapshot."""
-    path = os.path.join(trial.path, TRIAL_END_FILE) if trial.path else None
-    if path and os.path.isfile(path):
-        try:
-            with open(path) as f:
-                return str(json.load(f)["status"])
-        except (OSError, ValueError, KeyError):
-            pass
-    return str(trial.status)
+def json_safe(value: Any) -> Any:
+    """Plain JSON types (numpy scalars from searchers become Python ones)."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
-def read_history(trial_path: Optional[str]) -> list[dict[str, Any]]:
-    """Every result a trial reported (its result.json), oldest first."""
-    if not trial_path:
+def read_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    path = os.path.join(trial_dir, RECORD_FILE)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_record(trial_dir: str, record: dict[str, Any]) -> None:
+    os.makedirs(trial_dir, exist_ok=True)
+    path = os.path.join(trial_dir, RECORD_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)  # readers never see half a record
+
+
+def trial_dirs(sweep_dir: str) -> list[str]:
+    """Directories of the sweep's trials (those with a record), oldest first."""
+    if not os.path.isdir(sweep_dir):
         return []
-    path = os.path.join(trial_path, "result.json")
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut short by a kill
-                    continue
-    return rows
+    found = []
+    for name in os.listdir(sweep_dir):
+        path = os.path.join(sweep_dir, name)
+        record = read_record(path) if os.path.isdir(path) else None
+        if record is not None:
+            found.append((record.get("started", 0.0), name, path))
+    return [path for _, _, path in sorted(found)]
 
 
-def record(trial: Any, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
-    """Summarise one Tune trial. `hparams`: config keys to show (the searched/fixed ones)."""
-    last = dict(trial.last_result or {})
-    history = read_history(trial.path)
-    metrics = {k: v for k, v in last.items() if k not in TUNE_KEYS}
+# ----------------------------------------------------------------------------- records
+
+
+def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
+    """Summarise one trial directory. `hparams`: the config keys to show."""
+    info = read_record(trial_dir) or {}
+    rows = read_metrics(trial_dir)
+    last = rows[-1] if rows else {}
     failure = last.get("failure")
-    status = final_status(trial)
-    if status == "ERROR":
-        failure = "error: " + _error_line(trial)
-    best_row = _best_row(history, metric, mode) if failure is None else None
     epochs = int(last.get("epoch", 0) or 0)
+    status = str(info.get("status", "RUNNING"))
+    if status not in FINISHED and (failure or epochs >= max_epochs):
+        # It finished (or failed as a result) but the driver died before recording it.
+        status = "TERMINATED"
+    if status == "ERROR":
+        failure = "error: " + _error_line(trial_dir)
+    best_row = _best_row(rows, metric, mode) if failure is None else None
+    config = info.get("config", {})
     return TrialRecord(
-        trial_id=trial.trial_id,
+        trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
-        config={k: trial.config.get(k) for k in hparams if k in trial.config},
-        last_metrics=metrics,
+        config={k: config[k] for k in hparams if k in config},
+        last_metrics={k: v for k, v in last.items() if k not in NOT_METRICS},
         epochs=epochs,
-        time_s=round(float(last.get("time_total_s", 0.0) or 0.0), 3),
+        time_s=round(sum(float(r.get("epoch_time_s", 0.0)) for r in rows), 3),
         failure=failure,
         stopped_early=status == "TERMINATED" and failure is None and epochs < max_epochs,
         best_value=None if best_row is None else float(best_row[metric]),
         best_epoch=None if best_row is None else int(best_row.get("epoch", 0)),
-        path=trial.path,
-        best_metrics={} if best_row is None else {k: v for k, v in best_row.items() if k not in TUNE_KEYS},
+        path=trial_dir,
+        best_metrics={} if best_row is None else {k: v for k, v in best_row.items() if k not in NOT_METRICS},
+        history=rows,
     )
 
 
-def _best_row(history: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
-    rows = [r for r in history if _finite(r.get(metric)) and "failure" not in r]
-    if not rows:
+def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> list[TrialRecord]:
+    """Every trial of the sweep directory."""
+    return [record(d, metric, mode, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
+
+
+def full_config(trial_dir: str) -> dict[str, Any]:
+    """Everything the trial ran with (searched and fixed values, training defaults)."""
+    return dict((read_record(trial_dir) or {}).get("config", {}))
+
+
+def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
+    ok = [r for r in rows if _finite(r.get(metric)) and "failure" not in r]
+    if not ok:
         return None
     pick = max if mode == "max" else min
-    return pick(rows, key=lambda r: r[metric])
+    return pick(ok, key=lambda r: r[metric])
 
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _error_line(trial: Any) -> str:
+def _error_line(trial_dir: str) -> str:
     text = ""
-    try:
-        text = trial.get_error() or ""
-    except Exception:  # noqa: BLE001 - the error file may be gone; say what we know
-        pass
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    for name in (TRACEBACK_FILE, "error.txt"):  # ours (the trial's), then Tune's
+        try:
+            with open(os.path.join(trial_dir, name)) as f:
+                text = f.read()
+            break
+        except OSError:
+            continue
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     exc = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Exit|OOM)\b", ln)]
-    line = (exc or lines or ["unknown error"])[-1]
-    return line[:200]
+    return (exc or lines or ["unknown error (see the trial's error.txt)"])[-1][:200]
 
 
-def best(records: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
+# ----------------------------------------------------------------------------- summary
+
+
+def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
     """The best trial by its best epoch; failed (diverged, oom, error) trials never count."""
-    ok = [r for r in records if r.failure is None and r.best_value is not None]
+    ok = [r for r in trials if r.failure is None and r.best_value is not None]
     if not ok:
         return None
     return (max if mode == "max" else min)(ok, key=lambda r: r.best_value)
 
 
 def summarize(
-    records: list[TrialRecord],
+    trials: list[TrialRecord],
     *,
     name: str,
     metric: str,
     mode: str,
     algorithm: str,
     expected_trials: int,
-    status: Optional[str] = None,
 ) -> dict[str, Any]:
-    """The summary.json document."""
-    top = best(records, mode)
-    if status is None:
-        unfinished = [r for r in records if r.status not in FINISHED]
-        status = "interrupted" if unfinished or len(records) < expected_trials else "completed"
+    """The summary.json document. status: completed, or interrupted (resume continues it)."""
+    top = best(trials, mode)
+    done = sum(1 for r in trials if r.finished)
+    status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
+    hidden = ("path", "best_metrics", "history")
     return {
         "name": name,
         "metric": metric,
@@ -163,7 +191,7 @@ def summarize(
         "algorithm": algorithm,
         "status": status,
         "expected_trials": expected_trials,
-        "counts": _counts(records),
+        "counts": _counts(trials),
         "best": None
         if top is None
         else {
@@ -172,28 +200,30 @@ def summarize(
             "metrics": top.best_metrics,
             "epoch": top.best_epoch,
         },
-        "trials": [
-            {k: v for k, v in asdict(r).items() if k not in ("path", "best_metrics")} for r in records
-        ],
+        "trials": [{k: v for k, v in asdict(r).items() if k not in hidden} for r in trials],
     }
 
 
-def _counts(records: list[TrialRecord]) -> dict[str, int]:
+def _counts(trials: list[TrialRecord]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for r in records:
-        key = (r.failure or "").split(":")[0] or ("stopped_early" if r.stopped_early else r.status.lower())
-        if key == "terminated":
+    for r in trials:
+        if r.failure:
+            key = r.failure.split(":")[0]
+        elif r.stopped_early:
+            key = "stopped_early"
+        elif r.status == "TERMINATED":
             key = "completed"
+        else:
+            key = "unfinished"
         counts[key] = counts.get(key, 0) + 1
     return counts
 
 
 def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
     path = os.path.join(sweep_dir, SUMMARY_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=2, default=str)
-    os.replace(tmp, path)  # readers never see half a file
+    os.replace(path + ".tmp", path)
     return path
 
 
@@ -205,10 +235,10 @@ def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:
         return json.load(f)
 
 
-def leaderboard(records: list[TrialRecord], metric: str, mode: str, top: int = 5) -> str:
+def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5) -> str:
     """A short plain-text table of the best trials."""
     ranked = sorted(
-        (r for r in records if r.best_value is not None and r.failure is None),
+        (r for r in trials if r.best_value is not None and r.failure is None),
         key=lambda r: r.best_value,
         reverse=mode == "max",
     )[:top]
@@ -226,7 +256,7 @@ def leaderboard(records: list[TrialRecord], metric: str, mode: str, top: int = 5
     )
 
 
-_STATUS_WORDS = {"TERMINATED": "completed"}
+_STATUS_WORDS = {"TERMINATED": "completed", "RUNNING": "unfinished"}
 
 
 def _short(v: Any) -> str:

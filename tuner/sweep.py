@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner import algorithms, resources
-from tuner.config import ConfigError, SweepConfig, to_yaml
-from tuner.results import CONFIG_FILE, leaderboard, load_trials, record, summarize, write_summary
-from tuner.space import Choice, Fixed, Grid, ParamT, values_of
+from tuner.algorithms import Prior, PriorTrial
+from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
+from tuner.results import (
+    CONFIG_FILE,
+    TrialRecord,
+    full_config,
+    leaderboard,
+    read_summary,
+    records,
+    summarize,
+    write_summary,
+)
+from tuner.space import Choice, Fixed, Grid, ParamT, grid_size, values_of
 from tuner.trial.spec import TrialSpec
 
 # Metrics a trial reports whose last value the HParams table shows.
@@ -96,17 +107,29 @@ def _quiet_ray(verbose: bool) -> None:
     # Our callbacks write the CSV/JSON results and TensorBoard files; Ray's TensorBoardX
     # logger would add a second set of event files to every trial.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # Checkpointing every epoch with num_to_keep makes Tune snapshot the experiment often
-    # (so a restore never points at a deleted checkpoint); it warns each time. Measured cost:
-    # see BENCHMARKS.md.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     for name in ("ray.tune", "ray.train", "ray.air"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
 
 
-def trial_name(trial: Any) -> str:
-    """Short, stable trial (and directory) names: the trial id."""
-    return trial.trial_id
+class TrialNames:
+    """Trial (and directory) names: the trial id, or for a trial continued by `resume`, the
+    directory it ran in, so it finds its checkpoints, journal and TensorBoard run there."""
+
+    def __init__(self, resumed: Optional[list[tuple[dict[str, Any], str]]] = None):
+        self.pending = [(algorithms.key(c), name) for c, name in (resumed or [])]
+        self.given: dict[str, str] = {}
+
+    def __call__(self, trial: Any) -> str:
+        if trial.trial_id not in self.given:
+            name = trial.trial_id
+            k = algorithms.key(trial.config)
+            for i, (config_key, old) in enumerate(self.pending):
+                if config_key == k:
+                    name = old
+                    del self.pending[i]
+                    break
+            self.given[trial.trial_id] = name
+        return self.given[trial.trial_id]
 
 
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
@@ -142,6 +165,13 @@ def build_spec(
     )
 
 
+def expected_trials(cfg: SweepConfig) -> int:
+    """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
+    if cfg.search.algorithm == "grid":
+        return grid_size(cfg.hyperparameters(), cfg.search.grid_points)
+    return cfg.search.num_samples
+
+
 def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     import ray
 
@@ -153,30 +183,37 @@ def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     return res
 
 
-def _tuner(
-    cfg: SweepConfig, res: resources.TrialResources, storage: str, sweep_dir: Optional[str], verbose: bool
-) -> tuple[Any, algorithms.SearchPlan]:
+def _launch(
+    cfg: SweepConfig,
+    storage: str,
+    sweep_dir: Optional[str],
+    verbose: bool,
+    prior: Optional[Prior] = None,
+    resumed_dirs: Optional[list[tuple[dict[str, Any], str]]] = None,
+    done: int = 0,
+) -> None:
+    """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM)."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from tuner.callbacks import HParamsCallback, Progress, TrialEndCallback
+    from tuner.callbacks import HParamsCallback, Progress, TrialRecordCallback
     from tuner.trial.runner import trainable_for
 
+    res = _preflight(cfg)
     spec = build_spec(cfg, res, storage, sweep_dir)
     plan = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), res.max_concurrent
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), res.max_concurrent, prior
     )
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialEndCallback()]
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback()]
     if sweep_dir:
-        domains = hparam_domains(cfg.search.params)
-        callbacks.append(HParamsCallback(sweep_dir, domains, METRIC_TAGS))
-    total = plan.num_samples if cfg.search.algorithm != "grid" else _grid_total(cfg)
+        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
     if not verbose:
-        callbacks.append(Progress(cfg.metric, str(cfg.mode), total))
+        callbacks.append(Progress(cfg.metric, str(cfg.mode), expected_trials(cfg), done=done))
+    names = TrialNames(resumed_dirs)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
     )
-    return tune.Tuner(
+    tuner = tune.Tuner(
         trainable,
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
@@ -187,31 +224,42 @@ def _tuner(
             # actor only drives a TorchTrainer, and its reset waits on the Train run's
             # teardown (Tune gives up after 2 s, then stalled here): no reuse for those.
             reuse_actors=res.workers == 1,
-            trial_name_creator=trial_name,
-            trial_dirname_creator=trial_name,
+            trial_name_creator=names,
+            trial_dirname_creator=names,
         ),
         run_config=tune.RunConfig(
             name=cfg.name,
             storage_path=storage,
             callbacks=callbacks,
+            # Trials keep their own checkpoints (tuner.trial.checkpoints); these settings
+            # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if res.workers == 1 else 0
             ),
             verbose=2 if verbose else 0,
         ),
-    ), plan
+    )
+    where = sweep_dir or storage
+    print(
+        f"[tuner] {cfg.name}: {plan.description}, {expected_trials(cfg)} trials of up to "
+        f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
+        flush=True,
+    )
+    with _sigterm_as_sigint():
+        tuner.fit()
 
 
-def _grid_total(cfg: SweepConfig) -> int:
-    from tuner.space import grid_size
+class _sigterm_as_sigint:
+    """SIGTERM (e.g. `ray job stop`) stops the sweep like Ctrl-C: Tune catches SIGINT only,
+    finishing gracefully on the first and at once on the second."""
 
-    return grid_size(cfg.hyperparameters(), cfg.search.grid_points)
+    def __enter__(self) -> None:
+        self.previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
 
-
-def expected_trials(cfg: SweepConfig) -> int:
-    """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
-    return _grid_total(cfg) if cfg.search.algorithm == "grid" else cfg.search.num_samples
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
 
 
 def run_sweep(
@@ -221,56 +269,87 @@ def run_sweep(
     num_cpus: Optional[int] = None,
     verbose: bool = False,
 ) -> SweepOutcome:
-    """Run a sweep to the end; returns where it is and how it went."""
+    """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     storage, sweep_dir = locate(cfg.output, cfg.name)
     refuse_existing(sweep_dir)
     _quiet_ray(verbose)
     connect(address, num_cpus, verbose)
-    res = _preflight(cfg)
     if sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
         with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
             f.write(to_yaml(cfg))
-    tuner, plan = _tuner(cfg, res, storage, sweep_dir, verbose)
-    print(
-        f"[tuner] {cfg.name}: {plan.description}, {expected_trials(cfg)} trials of up to "
-        f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {sweep_dir or storage}",
-        flush=True,
-    )
-    grid = tuner.fit()
-    return finish(cfg, sweep_dir or storage, trials=_trials_of(grid))
+    _launch(cfg, storage, sweep_dir, verbose)
+    return finish(cfg, sweep_dir or storage)
 
 
-def _trials_of(grid: Any) -> Optional[list[Any]]:
-    # Tune's in-memory trials after fit() are exact; its on-disk snapshot can lag (see
-    # TrialEndCallback). ResultGrid exposes them only privately, so fall back to the disk.
-    analysis = getattr(grid, "_experiment_analysis", None)
-    return list(analysis.trials) if analysis is not None else None
+def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
+    return records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
 
 
-def finish(
-    cfg: SweepConfig, sweep_dir: str, status: Optional[str] = None, trials: Optional[list[Any]] = None
-) -> SweepOutcome:
-    """Summarise the sweep (given trials, or those on disk), write summary.json, pick the exit code."""
-    if trials is None:
-        trials = load_trials(sweep_dir)
-    names = list(cfg.search.params)
-    records = [record(t, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, names) for t in trials]
+def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
+    """Read the sweep directory back, write summary.json, decide the exit code."""
+    trials = _records(cfg, sweep_dir) if "://" not in sweep_dir else []
     summary = summarize(
-        records,
+        trials,
         name=cfg.name,
         metric=cfg.metric,
         mode=str(cfg.mode),
         algorithm=cfg.search.algorithm,
         expected_trials=expected_trials(cfg),
-        status=status,
     )
     if "://" not in sweep_dir:
         write_summary(sweep_dir, summary)
-    errors = sum(1 for r in records if r.status == "ERROR")
     code = EXIT_OK
     if summary["status"] == "interrupted":
         code = EXIT_INTERRUPTED
-    elif errors or summary["best"] is None:
+    elif any(r.status == "ERROR" for r in trials) or summary["best"] is None:
         code = EXIT_ERRORS
-    return SweepOutcome(sweep_dir, summary, leaderboard(records, cfg.metric, str(cfg.mode)), code)
+    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.metric, str(cfg.mode)), code)
+
+
+class AlreadyFinished(Exception):
+    """`resume` on a sweep that has nothing left to run."""
+
+
+def load_resumable(sweep_dir: str) -> SweepConfig:
+    """The resolved config of a sweep directory; a ConfigError if it is not one."""
+    path = os.path.join(sweep_dir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError("", f"{sweep_dir}: not a sweep directory (no {CONFIG_FILE})")
+    return load_sweep(path)
+
+
+def resume_sweep(
+    sweep_dir: str, *, address: Optional[str] = None, num_cpus: Optional[int] = None, verbose: bool = False
+) -> SweepOutcome:
+    """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
+    their checkpoints in their own directories, and the searcher (rebuilt from every earlier
+    result) proposes the rest, so the sweep ends with exactly its planned number of trials.
+
+    Raises AlreadyFinished (changing nothing) when every planned trial has finished.
+    """
+    sweep_dir = os.path.abspath(sweep_dir)
+    cfg = load_resumable(sweep_dir)
+    trials = _records(cfg, sweep_dir)
+    finished = [t for t in trials if t.finished]
+    unfinished = [t for t in trials if not t.finished]
+    if not unfinished and len(finished) >= expected_trials(cfg):
+        status = (read_summary(sweep_dir) or {}).get("status", "completed")
+        raise AlreadyFinished(
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+        )
+    prior = Prior(
+        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        resumed=[full_config(t.path) for t in unfinished],
+        new=expected_trials(cfg) - len(finished) - len(unfinished),
+    )
+    _quiet_ray(verbose)
+    connect(address, num_cpus, verbose)
+    print(
+        f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to continue "
+        f"from checkpoints, {max(prior.new or 0, 0)} to start",
+        flush=True,
+    )
+    resumed_dirs = [(full_config(t.path), os.path.basename(t.path)) for t in unfinished]
+    _launch(cfg, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished))
+    return finish(cfg, sweep_dir)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -25,6 +23,7 @@ from torch import nn
 
 from tuner.trial.amp import Amp, make_amp
 from tuner.trial.data import Batches, DataBundle, load_data
+from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, lr_factor
@@ -32,7 +31,6 @@ from tuner.trial.session import Session
 from tuner.trial.spec import TrialSpec
 from tuner.trial.tb import EventWriter, NullWriter
 
-CHECKPOINT_FILE = "state.pt"
 WORST = {"max": -math.inf, "min": math.inf}
 
 
@@ -77,6 +75,11 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
     try:
         parts = _build(hp, spec, session, device)
         return _train(parts)
+    except Exception:
+        # Tune keeps its own error.txt on the driver; this copy is written by the trial
+        # itself, so it is in the trial's directory even if the driver is gone.
+        write_traceback(session.trial_dir, session.rank)
+        raise
     finally:
         # Whether finished, stopped by the scheduler (SystemExit from report) or failed:
         # give memory back before this actor runs its next trial.
@@ -128,7 +131,10 @@ def _build(hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.
 
 def _train(p: Parts) -> Optional[dict[str, Any]]:
     resumed = _restore(p)
-    writer = EventWriter(p.session.trial_dir) if p.session.is_main and p.session.trial_dir else NullWriter()
+    main_dir = p.session.trial_dir if p.session.is_main else None
+    writer = EventWriter(main_dir) if main_dir else NullWriter()
+    journal = MetricsLog(main_dir) if main_dir else NullMetricsLog()
+    journal.resume_at(p.state.epoch)
     if resumed:
         p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
         writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
@@ -141,6 +147,9 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
                 writer.text("trial/log", note, epoch + 1)
             writer.scalars(metrics, epoch + 1)
+            # Journal first, then checkpoint, then report: a kill between any two leaves a
+            # journal that the resumed trial trims back to its checkpoint's epoch.
+            journal.append(metrics)
             if "failure" in metrics:
                 writer.text(
                     "trial/log", f"{metrics['failure']}: {metrics.get('failure_detail', '')}", epoch + 1
@@ -149,13 +158,14 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 p.session.report(metrics, None)
                 break
             writer.flush()
-            _report_with_checkpoint(p, metrics)
+            p.session.report(metrics, _state_dict(p) if p.session.is_main else None)
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         p.log.warning("%s", err)
         metrics = {**(metrics or {}), p.spec.metric: WORST[p.spec.mode]}
         metrics.update(failure="oom", failure_detail=str(err), epoch=p.state.epoch)
         writer.text("trial/log", f"oom: {err}", p.state.epoch)
+        journal.append(metrics)
         p.session.report(metrics, None)
     finally:
         writer.close()
@@ -276,17 +286,6 @@ def _all_sum(p: Parts, values: list[Any]) -> list[float]:
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def _report_with_checkpoint(p: Parts, metrics: dict[str, Any]) -> None:
-    ckpt_dir = tempfile.mkdtemp(prefix="tuner-ckpt-") if p.session.is_main else None
-    try:
-        if ckpt_dir is not None:
-            torch.save(_state_dict(p), os.path.join(ckpt_dir, CHECKPOINT_FILE))
-        p.session.report(metrics, ckpt_dir)  # Ray copies the directory into storage
-    finally:
-        if ckpt_dir is not None:
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
-
-
 def _state_dict(p: Parts) -> dict[str, Any]:
     return {
         "model": p.model.state_dict(),
@@ -300,10 +299,9 @@ def _state_dict(p: Parts) -> dict[str, Any]:
 
 
 def _restore(p: Parts) -> bool:
-    with p.session.resume_dir() as d:
-        if d is None:
-            return False
-        payload = torch.load(os.path.join(d, CHECKPOINT_FILE), map_location=p.device, weights_only=True)
+    payload = p.session.load_checkpoint(p.device)
+    if payload is None:
+        return False
     p.model.load_state_dict(payload["model"])
     p.optimizer.load_state_dict(payload["optimizer"])
     p.amp.scaler.load_state_dict(payload["scaler"])

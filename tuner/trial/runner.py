@@ -22,7 +22,7 @@ TRAIN_RUN_NAME = "train"
 
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
-    run_trial(config, spec, TuneSession(spec.sweep_dir))
+    run_trial(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints))
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:

@@ -1,18 +1,20 @@
 """Where a trial reports to: a Tune trial actor, a Ray Train worker, or nothing (local).
 
-The loop talks only to this interface, so the same loop runs in every mode; the Ray
-modules are imported only by the session that needs them.
+The loop talks only to this interface (rank facts, `load_checkpoint`, `report`), so the same
+loop runs in every mode; each session decides where checkpoints go, and the Ray modules are
+imported only by the session that needs them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
 from typing import Any, Optional
 
 import torch
+
+from tuner.trial.checkpoints import DirCheckpoints, load_from_dir, save_to_dir
 
 
 class Session:
@@ -33,28 +35,28 @@ class Session:
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    @contextlib.contextmanager
-    def resume_dir(self) -> Iterator[Optional[str]]:
-        """The directory of the checkpoint to resume from, or None to start fresh."""
-        yield None
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        """The newest checkpoint's state to resume from, or None to start fresh."""
+        return None
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Optional[str]) -> None:
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first."""
         raise NotImplementedError
 
 
 class LocalSession(Session):
-    """No Ray: metrics kept in a list, the last checkpoint in `root/checkpoint`.
+    """No Ray: metrics kept in a list, checkpoints in `root` (the trial's own files).
 
     For tests, benchmarks and plain `torchrun` (reads RANK/WORLD_SIZE when set).
     """
 
-    def __init__(self, root: str, resume: bool = False):
+    def __init__(self, root: str, resume: bool = False, keep: int = 2):
         self.trial_dir = root
         self.rank = int(os.environ.get("RANK", 0))
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
         self.metrics: list[dict[str, Any]] = []
-        self._ckpt = os.path.join(root, "checkpoint")
+        self.checkpoints = DirCheckpoints(root, keep)
         self._resume = resume
         os.makedirs(root, exist_ok=True)
 
@@ -63,51 +65,66 @@ class LocalSession(Session):
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
 
-    @contextlib.contextmanager
-    def resume_dir(self) -> Iterator[Optional[str]]:
-        yield self._ckpt if self._resume and os.path.isdir(self._ckpt) else None
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        return self.checkpoints.load(map_location) if self._resume else None
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Optional[str]) -> None:
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        if state is not None and self.is_main:
+            self.checkpoints.save(state, int(metrics["epoch"]))
         self.metrics.append(dict(metrics))
-        if checkpoint_dir is not None:
-            shutil.rmtree(self._ckpt, ignore_errors=True)
-            shutil.copytree(checkpoint_dir, self._ckpt)
 
 
 class TuneSession(Session):
-    """Inside a Tune trial actor (one worker): ray.tune.report / get_checkpoint."""
+    """Inside a Tune trial actor (one worker).
 
-    def __init__(self, sweep_dir: Optional[str]):
+    With a local or shared sweep directory the trial keeps its own checkpoints there (see
+    `tuner.trial.checkpoints`); with URI storage (s3://...) Tune persists them.
+    """
+
+    def __init__(self, sweep_dir: Optional[str], keep: int):
         from ray import tune
 
         ctx = tune.get_context()
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
+        self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
 
     def device(self, use_gpu: bool) -> torch.device:
         # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU: it is device 0 here.
-        return torch.device("cuda", 0) if use_gpu and torch.cuda.is_available() else torch.device("cpu")
+        if use_gpu and torch.cuda.is_available():
+            return torch.device("cuda", 0)
+        return torch.device("cpu")
 
-    @contextlib.contextmanager
-    def resume_dir(self) -> Iterator[Optional[str]]:
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        if self.own is not None:
+            return self.own.load(map_location)
         from ray import tune
 
         ckpt = tune.get_checkpoint()
         if ckpt is None:
-            yield None
-            return
+            return None
         with ckpt.as_directory() as d:
-            yield d
+            return load_from_dir(d, map_location)
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Optional[str]) -> None:
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         from ray import tune
 
-        ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report(metrics, checkpoint=ckpt)
+        if state is None:
+            tune.report(metrics)
+        elif self.own is not None:
+            self.own.save(state, int(metrics["epoch"]))
+            tune.report(metrics)
+        else:
+            with _temp_checkpoint(state) as d:
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
 class TrainSession(Session):
-    """Inside a Ray Train worker (DDP): every rank reports, rank 0 with the checkpoint."""
+    """Inside a Ray Train worker (DDP): every rank reports, rank 0 with the checkpoint.
+
+    Train V2 keeps the checkpoints in `<trial>/train/`; a rerun of the same Train run (a
+    retried or resumed trial) starts from the newest.
+    """
 
     def __init__(self, trial_dir: Optional[str], trial_id: str):
         import ray.train
@@ -125,22 +142,38 @@ class TrainSession(Session):
             return ray.train.torch.get_device()
         return torch.device("cpu")
 
-    @contextlib.contextmanager
-    def resume_dir(self) -> Iterator[Optional[str]]:
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         import ray.train
 
         ckpt = ray.train.get_checkpoint()
         if ckpt is None:
-            yield None
-            return
+            return None
         with ckpt.as_directory() as d:
-            yield d
+            return load_from_dir(d, map_location)
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Optional[str]) -> None:
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         import ray.train
 
-        ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=ckpt)
+        if state is None:
+            ray.train.report(metrics)
+            return
+        with _temp_checkpoint(state) as d:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+class _temp_checkpoint:
+    """A temporary directory holding `state`; Ray copies it into storage during report."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def __enter__(self) -> str:
+        self.dir = tempfile.mkdtemp(prefix="tuner-ckpt-")
+        save_to_dir(self.state, self.dir)
+        return self.dir
+
+    def __exit__(self, *exc: Any) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def trial_dir_for(staging_dir: str, sweep_dir: Optional[str]) -> str:

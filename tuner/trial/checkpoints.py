@@ -1,0 +1,66 @@
+"""A trial's own checkpoints, in its own directory: one file per epoch, the newest N kept.
+
+The trial process writes them itself, before it reports, so resuming never depends on the
+driver having snapshotted anything: after a crash, a pause by HyperBand, a retry or a killed
+driver, the trial continues from the newest file here. (Handing checkpoints to Tune instead
+makes Tune snapshot the whole experiment every `num_to_keep` checkpoints of any trial, and
+still loses trials created since its last snapshot when the driver is killed.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any, Optional
+
+import torch
+
+CHECKPOINT_FILE = "state.pt"
+_NAME = re.compile(r"^checkpoint_e(\d{6})\.pt$")
+
+
+class DirCheckpoints:
+    """Epoch checkpoints as `<root>/checkpoint_eNNNNNN.pt`; writes are atomic (rename)."""
+
+    def __init__(self, root: str, keep: int = 2):
+        self.root, self.keep = root, max(1, keep)
+
+    def _epochs(self) -> list[int]:
+        if not os.path.isdir(self.root):
+            return []
+        found = (_NAME.match(name) for name in os.listdir(self.root))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def path(self, epoch: int) -> str:
+        return os.path.join(self.root, f"checkpoint_e{epoch:06d}.pt")
+
+    def latest_epoch(self) -> Optional[int]:
+        epochs = self._epochs()
+        return epochs[-1] if epochs else None
+
+    def save(self, state: dict[str, Any], epoch: int) -> str:
+        os.makedirs(self.root, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".checkpoint-", suffix=".tmp")
+        os.close(fd)
+        torch.save(state, tmp)
+        final = self.path(epoch)
+        os.replace(tmp, final)  # a kill mid-write leaves a .tmp, never half a checkpoint
+        for old in self._epochs()[: -self.keep]:
+            os.remove(self.path(old))
+        return final
+
+    def load(self, map_location: Any) -> Optional[dict[str, Any]]:
+        epoch = self.latest_epoch()
+        if epoch is None:
+            return None
+        return torch.load(self.path(epoch), map_location=map_location, weights_only=True)
+
+
+def save_to_dir(state: dict[str, Any], directory: str) -> None:
+    """The layout of checkpoints handed to Ray (Tune with URI storage, Train): one file."""
+    torch.save(state, os.path.join(directory, CHECKPOINT_FILE))
+
+
+def load_from_dir(directory: str, map_location: Any) -> dict[str, Any]:
+    return torch.load(os.path.join(directory, CHECKPOINT_FILE), map_location=map_location, weights_only=True)
