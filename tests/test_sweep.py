@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -122,7 +121,9 @@ def test_impossible_gpu_request_is_refused_fast(tmp_path: Path) -> None:
 
     t0 = time.time()
     out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=1")
-    assert time.time() - t0 < 30
-    assert out.returncode == 2
-    assert "resources.gpus_per_worker" in out.stderr and "no GPU" in out.stderr
-    assert not math.isnan(0.0)
+    assert out.returncode == 2, out.stderr
+    assert time.time() - t0 < 10
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: resources.gpus_per_worker: asks for 1 GPU per worker")
+    assert "the cluster has no GPU" in line
+    assert not (tmp_path / "debug").exists()  # refused before anything was written

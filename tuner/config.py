@@ -184,6 +184,12 @@ class TrainingSection(_Section):
         description="Largest batch one worker runs forward at once; larger batches are "
         "accumulated. Default: the whole per-worker batch.",
     )
+    min_micro_batch: int = Field(
+        1,
+        ge=1,
+        description="On out-of-memory the micro-batch halves (accumulation doubles); below this "
+        "the trial ends with failure oom.",
+    )
     amp: Literal["off", "bf16", "fp16", "auto"] = Field(
         "auto",
         description="Mixed precision: off | bf16 | fp16 (with GradScaler) | auto (bf16 on GPUs "

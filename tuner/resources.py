@@ -7,6 +7,7 @@ refuse in seconds, naming the request and what the cluster has.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -33,11 +34,15 @@ class TrialResources:
 
 
 def plan(
-    section: ResourcesSection, cluster: dict[str, float], nodes: list[dict[str, float]]
+    section: ResourcesSection,
+    cluster: dict[str, float],
+    nodes: list[dict[str, float]],
+    node_groups: Optional[list[tuple[dict[str, float], int]]] = None,
 ) -> TrialResources:
     """Resolve `gpus_per_worker: auto`, the Tune bundle and trial concurrency.
 
-    `cluster` is `ray.cluster_resources()`; `nodes` the resources of each alive node.
+    `cluster` is `ray.cluster_resources()`; `nodes` the resources of each alive node;
+    `node_groups` the (resources, max nodes) an autoscaler may add, None on a fixed cluster.
     """
     gpus = section.gpus_per_worker
     if gpus == "auto":
@@ -50,7 +55,10 @@ def plan(
         bundle=_bundle(section, gpus),
         max_concurrent=section.max_concurrent_trials,
     )
-    check_feasible(res, cluster, nodes)
+    if not node_groups:
+        check_feasible(res, cluster, nodes)
+    else:
+        check_scalable(res, node_groups)
     if res.max_concurrent is None and res.workers > 1:
         # Tune would start every DDP driver at once (they are nearly free) and leave their
         # Train runs waiting on each other for workers; bound them by what fits.
@@ -101,6 +109,24 @@ def check_feasible(res: TrialResources, cluster: dict[str, float], nodes: list[d
         )
 
 
+def check_scalable(res: TrialResources, node_groups: list[tuple[dict[str, float], int]]) -> None:
+    """On an autoscaling cluster, refuse only what no node the autoscaler may add can hold;
+    say that the rest will wait for the cluster to grow."""
+    need = {"CPU": res.cpus_per_worker, "GPU": res.gpus_per_worker}
+    fits = [(r, n) for r, n in node_groups if all(r.get(k, 0) >= v for k, v in need.items() if v)]
+    if not fits:
+        largest = max((r for r, _ in node_groups), key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)))
+        raise ConfigError(
+            "resources",
+            f"one worker needs {_describe(need)}; no node type of this autoscaling cluster has that "
+            f"(largest: {_describe(largest)})",
+        )
+    print(
+        f"[tuner] autoscaling cluster: trials needing {res.describe()} wait until it scales up",
+        flush=True,
+    )
+
+
 def _describe(resources: dict[str, Any]) -> str:
     parts = [f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if k == "CPU" or resources.get(k)]
     return ", ".join(parts)
@@ -110,3 +136,29 @@ def check_amp(amp_values: list[Any], gpus_per_worker: float, path: str) -> None:
     """fp16 needs a CUDA GPU; refuse it before any trial fails on it."""
     if gpus_per_worker == 0 and "fp16" in amp_values:
         raise ConfigError(path, "fp16 needs a GPU, and trials get none here; use bf16, off or auto")
+
+
+def local_resources(num_cpus: Optional[int] = None) -> dict[str, float]:
+    """What a local Ray started here will have, known before starting it (so an impossible
+    request is refused in a second, not after Ray's start-up): CPUs, and GPUs counted as Ray
+    counts them (NVML, limited by CUDA_VISIBLE_DEVICES)."""
+    return {"CPU": float(num_cpus or os.cpu_count() or 1), "GPU": float(_visible_gpus())}
+
+
+def _visible_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        return 0
+    if visible:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count

@@ -172,19 +172,45 @@ def expected_trials(cfg: SweepConfig) -> int:
     return cfg.search.num_samples
 
 
+def _precheck_local(cfg: SweepConfig, address: Optional[str], num_cpus: Optional[int]) -> None:
+    """When we are about to start our own local Ray, refuse an impossible request first."""
+    if address or in_ray_job():
+        return
+    have = resources.local_resources(num_cpus)
+    resources.plan(cfg.resources, have, [have])
+
+
 def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    res = resources.plan(cfg.resources, ray.cluster_resources(), nodes)
+    res = resources.plan(cfg.resources, ray.cluster_resources(), nodes, _node_groups())
     amp = cfg.hyperparameters()["amp"]
     path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
     resources.check_amp(values_of(amp) or [], res.gpus_per_worker, path)
     return res
 
 
+def _node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
+    """The node types an autoscaler may add, or None on a fixed-size cluster.
+
+    Read from the autoscaler's cluster config in the GCS (a private Ray API; any failure means
+    "fixed", which at worst refuses a request the autoscaler could have served).
+    """
+    try:
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+    except Exception:  # noqa: BLE001 - an absent or changed private API: treat as fixed
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    return [(dict(g.resources), int(g.max_count)) for g in config.node_group_configs if g.max_count != 0]
+
+
 def _launch(
     cfg: SweepConfig,
+    res: resources.TrialResources,
     storage: str,
     sweep_dir: Optional[str],
     verbose: bool,
@@ -199,7 +225,6 @@ def _launch(
     from tuner.callbacks import HParamsCallback, Progress, TrialRecordCallback
     from tuner.trial.runner import trainable_for
 
-    res = _preflight(cfg)
     spec = build_spec(cfg, res, storage, sweep_dir)
     plan = algorithms.build(
         cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), res.max_concurrent, prior
@@ -272,13 +297,15 @@ def run_sweep(
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     storage, sweep_dir = locate(cfg.output, cfg.name)
     refuse_existing(sweep_dir)
+    _precheck_local(cfg, address, num_cpus)
     _quiet_ray(verbose)
     connect(address, num_cpus, verbose)
+    res = _preflight(cfg)  # before anything is written: a refused sweep leaves no directory
     if sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
         with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
             f.write(to_yaml(cfg))
-    _launch(cfg, storage, sweep_dir, verbose)
+    _launch(cfg, res, storage, sweep_dir, verbose)
     return finish(cfg, sweep_dir or storage)
 
 
@@ -338,6 +365,7 @@ def resume_sweep(
         raise AlreadyFinished(
             f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
         )
+    _precheck_local(cfg, address, num_cpus)
     prior = Prior(
         finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
         resumed=[full_config(t.path) for t in unfinished],
@@ -351,5 +379,6 @@ def resume_sweep(
         flush=True,
     )
     resumed_dirs = [(full_config(t.path), os.path.basename(t.path)) for t in unfinished]
-    _launch(cfg, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished))
+    res = _preflight(cfg)
+    _launch(cfg, res, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished))
     return finish(cfg, sweep_dir)

@@ -169,9 +169,7 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
         p.session.report(metrics, None)
     finally:
         writer.close()
-        for handler in list(p.log.handlers):
-            handler.close()
-            p.log.removeHandler(handler)
+        _close_handlers(p.log)
     return metrics
 
 
@@ -189,6 +187,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "val_loss": val_loss_sum / max(val_seen, 1),
         "val_acc": correct / max(val_seen, 1),
         "samples_per_s": seen / max(train_s, 1e-9),
+        "train_samples": int(seen),
         "epoch_time_s": time.perf_counter() - t0,
         "lr": p.optimizer.param_groups[0]["lr"],
         "world_size": p.session.world_size,
@@ -314,11 +313,19 @@ def _restore(p: Parts) -> bool:
 
 
 def _trial_logger(session: Session) -> logging.Logger:
+    """trial.log in the trial's directory (rank 0); a fresh handler for every run of a trial."""
     log = logging.getLogger(f"tuner.trial.{session.trial_id}")
     log.propagate = False
     log.setLevel(logging.INFO)
-    if session.is_main and session.trial_dir and not log.handlers:
+    _close_handlers(log)  # a reused actor may have run this trial before (a retry)
+    if session.is_main and session.trial_dir:
         handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
     return log
+
+
+def _close_handlers(log: logging.Logger) -> None:
+    for handler in list(log.handlers):
+        handler.close()
+        log.removeHandler(handler)

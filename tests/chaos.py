@@ -1,0 +1,73 @@
+"""Models that fail on purpose, for the robustness tests (`task.model: tests.chaos:<name>`).
+
+Each wraps the built-in MLP and reads its trigger from the trial's hyperparameters, so a
+sweep file (search.params) decides which trial fails and how.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from tuner.trial.models import mlp
+
+
+class _Chaos(nn.Module):
+    def __init__(self, config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int):
+        super().__init__()
+        self.net = mlp(config, input_shape, num_classes)
+        self.config = config
+        self.steps = 0  # training forwards since this model was built (restarts at 0 on resume)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.steps += 1
+            self.trip(x)
+        return self.net(x)
+
+    def trip(self, x: torch.Tensor) -> None: ...
+
+
+class _Flaky(_Chaos):
+    """Fails once, at training step `fail_at_step`: raises, or with `fail_rank` set, that DDP
+    rank's process exits. A marker file (`marker`) makes it happen only once per trial."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        if self.steps != int(self.config["fail_at_step"]) or os.path.exists(self.config["marker"]):
+            return
+        rank = int(self.config.get("fail_rank", -1))
+        if rank >= 0:
+            import torch.distributed as dist
+
+            if dist.get_rank() != rank:
+                return
+            open(self.config["marker"], "w").close()
+            os._exit(1)  # the worker dies, as a crashed node's would
+        open(self.config["marker"], "w").close()
+        raise RuntimeError("flaky: failing once on purpose")
+
+
+class _OutOfMemory(_Chaos):
+    """Raises torch.OutOfMemoryError for training batches above `oom_above` samples."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        if len(x) > int(self.config["oom_above"]):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: batch {len(x)})")
+
+
+def flaky(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _Flaky(config, input_shape, num_classes)
+
+
+def oom_above(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _OutOfMemory(config, input_shape, num_classes)
+
+
+def broken_width(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A user bug: this model cannot be built for width == `broken_width`."""
+    if int(config["width"]) == int(config["broken_width"]):
+        raise ValueError(f"cannot build a layer of width {config['width']}")
+    return mlp(config, input_shape, num_classes)

@@ -1,0 +1,48 @@
+"""OOM recovery inside a trial, without a GPU: a model that raises torch.OutOfMemoryError
+above a batch size stands in for a GPU that is too small."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from tests.test_loop import hp, train
+from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.spec import TrialSpec
+
+SPEC = TrialSpec(
+    model="tests.chaos:oom_above",
+    data="synthetic",
+    data_args={"samples": 600, "features": 8, "classes": 3},
+    max_epochs=3,
+)
+TRAIN_SAMPLES = 600 - int(600 * 0.2)
+
+
+def test_oom_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path: Path) -> None:
+    backed_off = train(tmp_path / "a", SPEC, hp(batch_size=64, oom_above=16, width=16))
+    from_start = train(tmp_path / "b", SPEC, hp(batch_size=64, oom_above=16, width=16, micro_batch=16))
+    last = backed_off.metrics[-1]
+    assert last["oom_backoffs"] == 2 and last["micro_batch"] == 16  # 64 -> 32 -> 16
+    assert from_start.metrics[-1]["oom_backoffs"] == 0
+    # Every training sample is seen every epoch, in both runs.
+    assert [m["train_samples"] for m in backed_off.metrics] == [TRAIN_SAMPLES] * 3
+    # Same effective batch: the same weights as the run that used micro-batches of 16 throughout.
+    wa = DirCheckpoints(str(tmp_path / "a")).load("cpu")["model"]
+    wb = DirCheckpoints(str(tmp_path / "b")).load("cpu")["model"]
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+    log = (tmp_path / "a" / "trial.log").read_text()
+    assert "OOM at micro-batch 64: retrying the step at 32" in log
+    assert "OOM at micro-batch 32: retrying the step at 16" in log
+
+
+def test_oom_below_the_minimum_ends_the_trial_as_oom(tmp_path: Path) -> None:
+    s = train(tmp_path, SPEC, hp(batch_size=64, oom_above=4, min_micro_batch=8, width=16))
+    last = s.metrics[-1]
+    assert last["failure"] == "oom"
+    assert last["val_acc"] == -math.inf  # never promoted, never best
+    assert "micro-batch 8" in last["failure_detail"]
+    assert len(s.metrics) == 1  # reported once, as the result of the trial

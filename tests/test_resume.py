@@ -1,0 +1,128 @@
+"""Interrupted sweeps and `tuner resume`: kill -9 or Ctrl-C the driver, resume, lose nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEBUG, ROOT, run_cli
+from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.journal import read_metrics
+
+pytestmark = pytest.mark.slow
+SAMPLES = 8
+
+
+def _start(tmp_path: Path, algorithm: str) -> subprocess.Popen:
+    args = [
+        sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path),
+        "--algorithm", algorithm, "--num-samples", str(SAMPLES), "--max-epochs", "8",
+        "--set", "training.batch_size=16",  # slower epochs: trials are caught mid-way
+    ]  # fmt: skip
+    if algorithm != "bohb":  # every trial runs long enough to be interrupted with checkpoints
+        args += ["--set", "schedule.early_stopping=false"]
+    log = open(tmp_path / "driver.log", "w")
+    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _trials(sweep: Path) -> dict[str, dict]:
+    out = {}
+    for rec in sweep.glob("*/tuner_trial.json"):
+        try:
+            out[rec.parent.name] = json.loads(rec.read_text())
+        except ValueError:  # being replaced right now
+            continue
+    return out
+
+
+def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int) -> None:
+    """Signal the driver once a trial has finished and another is mid-way with a checkpoint."""
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        trials = _trials(sweep)
+        finished = [t for t, r in trials.items() if r["status"] != "RUNNING"]
+        midway = [
+            t
+            for t, r in trials.items()
+            if r["status"] == "RUNNING" and DirCheckpoints(str(sweep / t)).latest_epoch()
+        ]
+        if finished and midway:
+            os.kill(proc.pid, sig)
+            proc.wait(timeout=120)
+            return
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail("the sweep never had a finished trial and a checkpointed one at once")
+
+
+def _snapshot(sweep: Path) -> tuple[dict, dict]:
+    """(finished trial -> its journal, unfinished trial -> its newest checkpoint epoch)."""
+    finished, midway = {}, {}
+    for t, r in _trials(sweep).items():
+        if r["status"] != "RUNNING":
+            finished[t] = read_metrics(str(sweep / t))
+        else:
+            midway[t] = DirCheckpoints(str(sweep / t)).latest_epoch()
+    return finished, midway
+
+
+def _check_resumed(sweep: Path, finished: dict, midway: dict) -> dict:
+    summary = json.loads((sweep / "summary.json").read_text())
+    ids = [t["trial_id"] for t in summary["trials"]]
+    assert summary["status"] == "completed" and len(ids) == len(set(ids)) == SAMPLES, summary["counts"]
+    for t, journal in finished.items():  # kept as they were: not rerun, not changed
+        assert t in ids and read_metrics(str(sweep / t)) == journal
+    for t, epoch in midway.items():
+        if epoch:  # continued from its checkpoint, not from epoch 0
+            log = (sweep / t / "trial.log").read_text()
+            resumed = [int(e) for e in re.findall(r"resumed at epoch (\d+)", log)]
+            assert resumed and min(resumed) >= epoch, (t, epoch, log)
+        epochs = [r["epoch"] for r in read_metrics(str(sweep / t))]
+        assert epochs == list(range(1, len(epochs) + 1)), (t, epochs)  # one line per epoch
+    return summary
+
+
+@pytest.mark.parametrize("algorithm", ["random", "optuna", "bohb"])
+def test_kill_9_then_resume_loses_nothing(tmp_path: Path, algorithm: str) -> None:
+    sweep = tmp_path / "debug"
+    _interrupt_when_caught_midway(_start(tmp_path, algorithm), sweep, signal.SIGKILL)
+    finished, midway = _snapshot(sweep)
+    out = run_cli("resume", str(sweep), timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert re.search(
+        rf"resuming debug: {len(finished)} trials finished, {len(midway)} to continue", out.stdout
+    )
+    _check_resumed(sweep, finished, midway)
+
+
+def test_ctrl_c_stops_gracefully_then_resume(tmp_path: Path) -> None:
+    sweep = tmp_path / "debug"
+    proc = _start(tmp_path, "random")
+    _interrupt_when_caught_midway(proc, sweep, signal.SIGINT)
+    assert proc.returncode == 130
+    log = (tmp_path / "driver.log").read_text()
+    assert f"continue with: python -m tuner resume {sweep}" in log
+    assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
+    finished, midway = _snapshot(sweep)
+    out = run_cli("resume", str(sweep), timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = _check_resumed(sweep, finished, midway)
+    # Resuming a finished sweep says so and changes nothing.
+    before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()}
+    again = run_cli("resume", str(sweep))
+    assert again.returncode == 0 and "nothing to resume" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()} == before
+    assert summary["best"] is not None
+
+
+def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
+    out = run_cli("resume", str(tmp_path))
+    assert out.returncode == 2 and "not a sweep directory" in out.stderr and "Traceback" not in out.stderr
