@@ -233,3 +233,15 @@ def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def check_sweep_dir(sweep_dir: str) -> str:
+    """`sweep_dir` made absolute, or a ConfigError saying why it is not a sweep directory."""
+    from tuner.config import ConfigError
+
+    path = os.path.abspath(sweep_dir)
+    if not os.path.isdir(path):
+        raise ConfigError("", f"{sweep_dir}: no such directory")
+    if not os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        raise ConfigError("", f"{sweep_dir} is not a sweep directory (it has no {CONFIG_FILE})")
+    return path
