@@ -81,7 +81,9 @@ def load(sweep_dir: str) -> SweepData:
     sweep_dir = check_sweep_dir(sweep_dir)
     cfg = read_config(sweep_dir)
     try:
-        trials = load_trials(sweep_dir)
+        # Tune's ids count up (<experiment>_00007): creation order, the order the sweep's own
+        # summary keeps, so both break ties between equal results alike.
+        trials = sorted(load_trials(sweep_dir), key=lambda t: str(t.trial_id))
     except ValueError:  # Tune has not written experiment_state-*.json yet
         raise ConfigError("", f"{sweep_dir}: no trial recorded yet; try again in a moment") from None
     names = list(cfg.search.params)
