@@ -196,7 +196,8 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
     method = (
         f"fANOVA (optuna.importance.FanovaImportanceEvaluator, 64 trees, seed 0) over the best "
         f"{data.metric} of {len(ok)} trials; failed trials are left out, trials stopped early "
-        "count with what they reached. Shares of the explained variance, summing to 1."
+        "count with what they reached. Shares of the explained variance, summing to 1; with few "
+        "trials, a rough guide."
     )
     return {k: float(v) for k, v in scores.items()}, method
 

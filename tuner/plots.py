@@ -143,7 +143,8 @@ def parallel(
     ax.axvline(len(names), color="#57606a", linewidth=0.8)
     for y, v in ((0.0, lo), (1.0, hi)):
         ax.text(len(names) + 0.03, y, f"{v:.4g}", fontsize=7, va="center")
-    ax.text(len(names) + 0.03, FAILED_Y, "failed", fontsize=7, va="center", color="#cf222e")
+    if len(values) < len(rows):
+        ax.text(len(names) + 0.03, FAILED_Y, "failed", fontsize=7, va="center", color="#cf222e")
     ax.set_xticks(range(len(names) + 1), names + [metric])
     ax.set_yticks([])
     ax.set_xlim(-0.1, len(names) + 0.45)

@@ -181,18 +181,16 @@ def _failures(data: SweepData, path: str) -> list[Block]:
     failed = [r for r in data.records if r.failure]
     early = sum(1 for r in data.records if r.stopped_early)
     unfinished = sum(1 for r in data.records if outcome(r) == "unfinished")
-    blocks.append(
-        Text(
-            f"{len(failed)} trial(s) failed (diverged: loss became NaN/inf; oom: out of memory at "
-            f"the smallest micro-batch; error: an exception, see the trial's error.txt); "
-            f"{early} stopped early by the scheduler"
-            + (
-                f"; {unfinished} unfinished (running now, or cut off when the sweep stopped)."
-                if unfinished
-                else "."
-            )
-        )
-    )
+    parts = [
+        f"{len(failed)} trial(s) failed (diverged: loss became NaN/inf; oom: out of memory at the "
+        "smallest micro-batch; error: an exception, see the trial's error.txt)"
+        if failed
+        else "No trial failed",
+        f"{early} stopped early by the scheduler",
+    ]
+    if unfinished:
+        parts.append(f"{unfinished} unfinished (running now, or cut off when the sweep stopped)")
+    blocks.append(Text("; ".join(parts) + "."))
     if failed:
         rows = [
             [
