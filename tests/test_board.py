@@ -195,6 +195,7 @@ def test_hparams_view_in_a_browser_lists_every_trial(sweep, tmp_path: Path) -> N
     assert png_size((ARTIFACTS / "hparams.png").read_bytes()) == (1400, 900)
 
 
+@pytest.mark.slow  # a sweep of its own, on a Ray of its own, stopped with Ctrl-C
 def test_board_report_and_progress_follow_a_running_sweep(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "debug"
     # One trial (nothing for ASHA to stop it against), epochs of a few tenths of a second: the

@@ -183,6 +183,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert done.stderr.startswith("error: ") and message in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (no_trials / "report.html").exists()
+    assert all(cmd in run_cli("--help").stdout for cmd in ("report", "board"))
     for cmd, flags in (("report", ("--out", "--format")), ("board", ("--bind-all", "--port"))):
         assert all(f in run_cli(cmd, "--help").stdout for f in flags)
 

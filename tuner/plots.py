@@ -160,8 +160,8 @@ def _scaled(p: ParamT, v: Any) -> float:
     if isinstance(p, (Choice, Grid)):
         n = len(p.values)
         return p.values.index(v) / (n - 1) if v in p.values and n > 1 else 0.5
-    if not isinstance(v, (int, float)) or v is None:
-        return 0.5
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return 0.5  # a value the axis cannot place (not expected from a sweep's own trials)
     low, high = float(p.low), float(p.high)  # type: ignore[union-attr]
     if isinstance(p, (LogUniform, LogRandInt)):
         return (math.log(v) - math.log(low)) / (math.log(high) - math.log(low))
