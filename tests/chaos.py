@@ -7,6 +7,7 @@ sweep file (search.params) decides which trial fails and how.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
@@ -45,6 +46,9 @@ class _Flaky(_Chaos):
             if dist.get_rank() != rank:
                 return
             open(self.config["marker"], "w").close()
+            # Die a few seconds into the epoch, as a real crash would be: Ray Train collects
+            # reports every 2 s, and a worker dying sooner can take the last report with it.
+            time.sleep(float(self.config.get("die_after_s", 0)))
             os._exit(1)  # the worker dies, as a crashed node's would
         open(self.config["marker"], "w").close()
         raise RuntimeError("flaky: failing once on purpose")

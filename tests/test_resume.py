@@ -18,13 +18,13 @@ from tuner.trial.checkpoints import DirCheckpoints
 from tuner.trial.journal import read_metrics
 
 pytestmark = pytest.mark.slow
-SAMPLES = 8
+SAMPLES, EPOCHS = 8, 8
 
 
 def _start(tmp_path: Path, algorithm: str) -> subprocess.Popen:
     args = [
         sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path),
-        "--algorithm", algorithm, "--num-samples", str(SAMPLES), "--max-epochs", "8",
+        "--algorithm", algorithm, "--num-samples", str(SAMPLES), "--max-epochs", str(EPOCHS),
         "--set", "training.batch_size=16",  # slower epochs: trials are caught mid-way
     ]  # fmt: skip
     if algorithm != "bohb":  # every trial runs long enough to be interrupted with checkpoints
@@ -43,6 +43,12 @@ def _trials(sweep: Path) -> dict[str, dict]:
     return out
 
 
+def _midway(sweep: Path, trial: str, record: dict) -> bool:
+    """Started, not ended, and not yet through all its epochs (a trial killed after its last
+    epoch but before the driver recorded its end has finished: its journal says so)."""
+    return record["status"] == "RUNNING" and (DirCheckpoints(str(sweep / trial)).latest_epoch() or 0) < EPOCHS
+
+
 def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int) -> None:
     """Signal the driver once a trial has finished and another is mid-way with a checkpoint."""
     deadline = time.time() + 240
@@ -52,7 +58,7 @@ def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int)
         midway = [
             t
             for t, r in trials.items()
-            if r["status"] == "RUNNING" and DirCheckpoints(str(sweep / t)).latest_epoch()
+            if _midway(sweep, t, r) and DirCheckpoints(str(sweep / t)).latest_epoch()
         ]
         if finished and midway:
             os.kill(proc.pid, sig)
@@ -67,10 +73,10 @@ def _snapshot(sweep: Path) -> tuple[dict, dict]:
     """(finished trial -> its journal, unfinished trial -> its newest checkpoint epoch)."""
     finished, midway = {}, {}
     for t, r in _trials(sweep).items():
-        if r["status"] != "RUNNING":
-            finished[t] = read_metrics(str(sweep / t))
-        else:
+        if _midway(sweep, t, r):
             midway[t] = DirCheckpoints(str(sweep / t)).latest_epoch()
+        else:
+            finished[t] = read_metrics(str(sweep / t))
     return finished, midway
 
 
@@ -125,4 +131,4 @@ def test_ctrl_c_stops_gracefully_then_resume(tmp_path: Path) -> None:
 
 def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
     out = run_cli("resume", str(tmp_path))
-    assert out.returncode == 2 and "not a sweep directory" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "is not a sweep directory" in out.stderr and "Traceback" not in out.stderr

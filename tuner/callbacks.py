@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Any, Optional, TextIO
@@ -27,12 +28,16 @@ class TrialRecordCallback(Callback):
     down on Ctrl-C, so those stay RUNNING here: unfinished, to be resumed.
     """
 
+    def __init__(self, resources: Optional[dict[str, Any]] = None):
+        self.resources = resources or {}  # per trial, as resolved for this cluster
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if not trial.path:
             return
         record = read_record(trial.path) or {
             "trial_id": os.path.basename(trial.path.rstrip("/")),
             "config": json_safe(trial.config),
+            "resources": self.resources,
             "started": time.time(),
         }
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
@@ -114,6 +119,7 @@ class Progress(Callback):
         self._stream = stream  # None: sys.stdout, looked up when writing
         self.live = self.stream.isatty()
         self.best: Optional[tuple[float, str]] = None
+        self.failed: set[str] = set()  # crashed, diverged or out of memory
         self.t0 = time.monotonic()
         self._last_draw = 0.0
 
@@ -130,6 +136,8 @@ class Progress(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         value = result.get(self.metric)
+        if "failure" in result:
+            self.failed.add(trial.trial_id)
         if "failure" in result or not isinstance(value, (int, float)) or not math.isfinite(value):
             return
         better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
@@ -140,21 +148,26 @@ class Progress(Callback):
         now = time.monotonic()
         if self.live and now - self._last_draw > 0.5:
             self._last_draw = now
-            self.stream.write("\r\033[K" + self.line(trials))
+            self.stream.write("\r\033[K" + self._fit(self.line(trials)))
             self.stream.flush()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended(trials, trial, "done")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.failed.add(trial.trial_id)
         self._ended(trials, trial, "ERROR")
 
     def _ended(self, trials: list, trial: Any, how: str) -> None:
+        last = trial.last_result or {}
         if self.live:
+            # Failures are news worth a line of their own; other endings show in the status.
             if how == "ERROR":
                 self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} failed (see its error.txt)\n")
+            elif last.get("failure"):
+                detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
+                self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} {last['failure']}: {detail}\n")
             return
-        last = trial.last_result or {}
         value = last.get(self.metric)
         shown = f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "-"
         note = last.get("failure") or how
@@ -179,8 +192,8 @@ class Progress(Callback):
         if counts.get("PAUSED"):
             parts.append(f"{counts['PAUSED']} paused")
         parts.append(f"{pending} pending")
-        if counts.get("ERROR"):
-            parts.append(f"{counts['ERROR']} failed")
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
         if self.best:
             parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
         elapsed = time.monotonic() - self.t0
@@ -189,6 +202,12 @@ class Progress(Callback):
         if 0 < done_here and done < self.total:
             parts.append(f"eta ~{_clock(elapsed / done_here * (self.total - done))}")
         return ("[tuner] " if prefix else "") + " · ".join(parts)
+
+    @staticmethod
+    def _fit(line: str) -> str:
+        # A line wider than the terminal wraps, and "\r" then redraws only its last row.
+        width = shutil.get_terminal_size((120, 24)).columns - 1
+        return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
 def _clock(seconds: float) -> str:

@@ -130,10 +130,29 @@ def _print_outcome(outcome: Any) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
     print(f"{len(s['trials'])} trials ({counts}); status {s['status']}")
     print(f"results: {outcome.sweep_dir}")
-    print(f"tensorboard --logdir {outcome.sweep_dir} --host 127.0.0.1")
+    print(
+        f"see it: python -m tuner board {outcome.sweep_dir}   |   python -m tuner report {outcome.sweep_dir}"
+    )
     if s["status"] == "interrupted":
         print(f"interrupted; continue with: python -m tuner resume {outcome.sweep_dir}")
     return outcome.exit_code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report import write_report
+
+    written = write_report(args.sweep_dir, args.out)
+    if args.format == "md":
+        sys.stdout.write(written.markdown)
+    where = f"{written.html} (+ {len(written.images)} PNGs, report.md)"
+    print(f"report: {where}", file=sys.stderr if args.format == "md" else sys.stdout)
+    return 0
+
+
+def cmd_board(args: argparse.Namespace) -> int:
+    from tuner.board import serve
+
+    return serve(args.sweep_dir, bind_all=args.bind_all, port=args.port)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -174,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")
     _add_overrides(p)
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("report", help="write report.html, report.md and PNGs for a sweep directory")
+    p.add_argument("sweep_dir", help="a sweep directory (<output>/<name>), finished, running or interrupted")
+    p.add_argument("--out", metavar="DIR", help="write the report here instead of into the sweep directory")
+    p.add_argument("--format", choices=["html", "md"], default="html", help="md: also print the Markdown")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("board", help="TensorBoard on a sweep directory (127.0.0.1, a free port)")
+    p.add_argument("sweep_dir", help="a sweep directory (<output>/<name>); works while the sweep runs")
+    p.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    p.add_argument(
+        "--bind-all", action="store_true", help="serve on every interface (no authentication: beware)"
+    )
+    p.set_defaults(func=cmd_board)
 
     p = sub.add_parser("schema", help="print the JSON Schema of sweep files (for editors)")
     p.add_argument("-o", "--output", help="write it to this file")

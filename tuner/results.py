@@ -24,7 +24,7 @@ CONFIG_FILE = "sweep.yaml"
 RECORD_FILE = "tuner_trial.json"
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
-NOT_METRICS = frozenset({"failure_detail"})
+NOT_METRICS = frozenset({"failure_detail", "wall_time"})
 
 
 @dataclass
@@ -263,3 +263,21 @@ def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def resources_of(trial_dir: str) -> dict[str, Any]:
+    """What one worker of the trial had (workers, cpus_per_worker, gpus_per_worker), as the
+    driver resolved it (gpus_per_worker: auto depends on the cluster)."""
+    return dict((read_record(trial_dir) or {}).get("resources", {}))
+
+
+def check_sweep_dir(sweep_dir: str) -> str:
+    """`sweep_dir` made absolute, or a ConfigError saying why it is not a sweep directory."""
+    from tuner.config import ConfigError
+
+    path = os.path.abspath(sweep_dir)
+    if not os.path.isdir(path):
+        raise ConfigError("", f"{sweep_dir}: no such directory")
+    if not os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        raise ConfigError("", f"{sweep_dir} is not a sweep directory (it has no {CONFIG_FILE})")
+    return path

@@ -18,6 +18,7 @@ from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
 from tuner.results import (
     CONFIG_FILE,
     TrialRecord,
+    check_sweep_dir,
     full_config,
     leaderboard,
     read_summary,
@@ -229,7 +230,12 @@ def _launch(
     plan = algorithms.build(
         cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), res.max_concurrent, prior
     )
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback()]
+    per_trial = {
+        "workers": res.workers,
+        "cpus_per_worker": res.cpus_per_worker,
+        "gpus_per_worker": res.gpus_per_worker,
+    }
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
     if sweep_dir:
         callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
     if not verbose:
@@ -340,10 +346,7 @@ class AlreadyFinished(Exception):
 
 def load_resumable(sweep_dir: str) -> SweepConfig:
     """The resolved config of a sweep directory; a ConfigError if it is not one."""
-    path = os.path.join(sweep_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise ConfigError("", f"{sweep_dir}: not a sweep directory (no {CONFIG_FILE})")
-    return load_sweep(path)
+    return load_sweep(os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE))
 
 
 def resume_sweep(

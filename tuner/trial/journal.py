@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from typing import Any, Optional
 
@@ -33,8 +34,9 @@ class MetricsLog:
             os.replace(tmp, self.path)
 
     def append(self, metrics: dict[str, Any]) -> None:
+        row = {**metrics, "wall_time": round(time.time(), 3)}  # when the epoch ended
         with open(self.path, "a") as f:
-            f.write(json.dumps(metrics) + "\n")
+            f.write(json.dumps(row) + "\n")
 
 
 class NullMetricsLog:

@@ -1,0 +1,206 @@
+"""`tuner report` on a real finished sweep with every kind of ending (see tests/sweeps.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import sweeps
+from tests.browser import browser_page, png_size
+from tests.conftest import DEBUG, ROOT, run_cli
+from tuner import plots
+from tuner.analysis import load, yaml_value
+from tuner.report import write_report
+
+PNGS = ("best_so_far.png", "curves.png", "parallel.png", "importance.png", "outcomes.png")
+
+
+@pytest.fixture(scope="module")
+def sweep(ray_session, tmp_path_factory):
+    return sweeps.failing_sweep(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def report(sweep, tmp_path_factory) -> tuple[Path, str]:
+    """The CLI's report, made from the repository root (not where the sweep started)."""
+    out = tmp_path_factory.mktemp("report")
+    done = run_cli("report", sweep.sweep_dir, "--out", str(out), "--format", "md", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (out / "report.md").read_text() == done.stdout
+    return out, done.stdout
+
+
+def table(markdown: str, heading: str) -> list[dict[str, str]]:
+    """The first table under `## heading`, as one dict per row."""
+    section = markdown.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    cells = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def _short(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def test_the_sweep_has_every_ending(sweep) -> None:
+    counts = sweep.summary["counts"]
+    assert counts["diverged"] == 2 and counts["error"] == 1 and counts["completed"] >= 3, counts
+    assert sweep.exit_code == 1  # a trial crashed
+
+
+def test_leaderboard_and_best_match_summary_json(sweep, report) -> None:
+    out, md = report
+    summary = json.loads((Path(sweep.sweep_dir) / "summary.json").read_text())
+    ok = [t for t in summary["trials"] if t["failure"] is None and t["best_value"] is not None]
+    expected = sorted(ok, key=lambda t: t["best_value"], reverse=True)
+    rows = table(md, "Leaderboard")
+    assert [r["trial"] for r in rows] == [t["trial_id"] for t in expected]
+    for row, t in zip(rows, expected, strict=True):
+        assert row["val_acc"] == f"{t['best_value']:.4f}"
+        assert (row["best epoch"], row["epochs"]) == (str(t["best_epoch"]), str(t["epochs"]))
+        assert row["status"] == ("stopped early" if t["stopped_early"] else "completed")
+        assert {k: row[k] for k in ("lr", "width")} == {k: _short(t["config"][k]) for k in ("lr", "width")}
+    best = summary["best"]
+    assert rows[0]["trial"] == best["trial_id"]
+    assert (
+        f"Trial {best['trial_id']}: val_acc {best['metrics']['val_acc']:.4f} at epoch {best['epoch']}" in md
+    )
+    assert "fANOVA" in md and set(r["parameter"] for r in table(md, "Hyperparameter importance")) == {
+        "lr",
+        "width",
+    }
+
+
+def test_failures_and_compute_accounting(sweep, report) -> None:
+    _, md = report
+    trials = {t["trial_id"]: t for t in sweep.summary["trials"]}
+    failed = {tid: t["failure"].split(":")[0] for tid, t in trials.items() if t["failure"]}
+    rows = table(md, "Failures by cause")
+    assert {r["trial"]: r["cause"] for r in rows} == failed
+    assert sorted(failed.values()) == ["diverged", "diverged", "error"]
+    (crash,) = [r for r in rows if r["cause"] == "error"]
+    assert "ValueError: boom" in crash["detail"]
+    assert {r["detail"] for r in rows if r["cause"] == "diverged"} == {"non-finite loss at epoch 1"}
+    # CPU-seconds: training time x 1 worker x 1 CPU (debug.yaml); GPUs: 0.
+    compute = {r["trial"]: r for r in table(md, "Compute")}
+    assert set(compute) == set(trials)
+    for tid, t in trials.items():
+        assert float(compute[tid]["CPU-s"].replace(",", "")) == pytest.approx(t["time_s"], abs=0.006)
+        assert float(compute[tid]["GPU-s"]) == 0.0
+    total = sum(t["time_s"] for t in trials.values())
+    lost = sum(t["time_s"] for t in trials.values() if t["failure"] or t["stopped_early"])
+    assert f"{lost / total:.0%} of the CPU-seconds went to trials that were stopped early or failed" in md
+
+
+def test_pngs_are_real_images_of_sensible_size(report) -> None:
+    out, md = report
+    for name in PNGS:
+        data = (out / name).read_bytes()
+        width, height = png_size(data)
+        assert 400 <= width <= 2000 and 150 <= height <= 1500, (name, width, height)
+        assert len(data) > 8000, f"{name} looks empty ({len(data)} bytes)"
+        assert f"]({name})" in md
+
+
+def test_html_is_self_contained(report) -> None:
+    out, _ = report
+    html = (out / "report.html").read_text()
+    assert not re.search(r"https?://", html), "the report must not point anywhere"
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", html) + re.findall(r"url\(([^)]*)\)", html)
+    assert refs and all(r.startswith("data:image/png;base64,") for r in refs), refs
+    assert "<script" not in html and "<link" not in html
+    inlined = [base64.b64decode(r.split(",", 1)[1]) for r in refs]
+    assert sorted(inlined) == sorted((out / name).read_bytes() for name in PNGS)
+
+
+def test_html_opens_offline_in_a_browser(report, tmp_path: Path) -> None:
+    out, _ = report
+    requests: list[str] = []
+    with browser_page(tmp_path / "profile") as page:
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((out / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert len(sizes) == len(PNGS) and all(done and w > 0 for done, w in sizes), sizes
+    assert [u for u in requests if not u.startswith(("file:", "data:"))] == []
+
+
+def test_reproduce_command_trains_the_best_trial_again(sweep, report) -> None:
+    from tuner.cli import main
+
+    _, md = report
+    command = re.search(r"```bash\n(python -m tuner sweep .*)\n```", md).group(1)
+    args = shlex.split(command)
+    assert args[:4] == ["python", "-m", "tuner", "sweep"]
+    best = sweep.summary["best"]
+    with pytest.MonkeyPatch.context() as mp:  # where the sweep was started: its model module
+        mp.chdir(sweeps.sweep_root())
+        mp.syspath_prepend(str(sweeps.sweep_root()))
+        assert main(args[3:]) == 0  # the session's Ray: connect() joins the running one
+    again = json.loads(
+        (Path(sweep.sweep_dir).parent / f"failing-{best['trial_id']}" / "summary.json").read_text()
+    )
+    (trial,) = again["trials"]
+    assert trial["config"] == best["config"]
+    assert trial["best_epoch"] == best["epoch"]
+    assert trial["best_value"] == pytest.approx(best["metrics"]["val_acc"], abs=1e-9)
+
+
+def test_report_of_a_moved_copy_without_summary(sweep, report, tmp_path: Path) -> None:
+    _, md = report
+    copy = tmp_path / "moved"
+    shutil.copytree(sweep.sweep_dir, copy)
+    (copy / "summary.json").unlink()
+    written = write_report(str(copy))
+    assert all(r.path.startswith(str(copy)) for r in load(str(copy)).records)  # read from the copy
+    assert written.html == str(copy / "report.html")
+    assert table(written.markdown, "Leaderboard") == table(md, "Leaderboard")
+    assert written.markdown.split("\n")[2].startswith("Sweep completed: 10 trials")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    no_trials = tmp_path / "fresh"
+    no_trials.mkdir()
+    shutil.copy(DEBUG, no_trials / "sweep.yaml")  # a sweep that has not recorded a trial
+    cases = [
+        (["report", str(tmp_path / "missing")], "no such directory"),
+        (["report", str(tmp_path)], "not a sweep directory"),
+        (["report", str(no_trials)], "no trial recorded yet"),
+        (["board", str(tmp_path / "missing")], "no such directory"),
+        (["board", str(tmp_path)], "not a sweep directory"),
+    ]
+    for args, message in cases:
+        done = run_cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("error: ") and message in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (no_trials / "report.html").exists()
+    assert all(cmd in run_cli("--help").stdout for cmd in ("report", "board"))
+    for cmd, flags in (("report", ("--out", "--format")), ("board", ("--bind-all", "--port"))):
+        assert all(f in run_cli(cmd, "--help").stdout for f in flags)
+
+
+@pytest.mark.parametrize("value", [1e-05, 0.01, 1.0e8, 0.1 + 0.2, 3, True, "adam", "true", "1e-05", "off"])
+def test_yaml_value_reads_back_as_the_same_value(value) -> None:
+    back = yaml.safe_load(yaml_value(value))
+    assert back == value and type(back) is type(value)
+
+
+def test_plots_of_a_sweep_with_no_results_yet(tmp_path: Path) -> None:
+    paths = [
+        plots.best_so_far([], [], "val_acc", str(tmp_path / "a.png")),
+        plots.curves([], [], "val_acc", str(tmp_path / "b.png")),
+        plots.parallel({}, [], "val_acc", "max", str(tmp_path / "c.png")),
+        plots.outcomes({}, str(tmp_path / "d.png")),
+    ]
+    for p in paths:
+        width, height = png_size(Path(p).read_bytes())
+        assert width >= 400 and height >= 150

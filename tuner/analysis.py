@@ -1,0 +1,245 @@
+"""A sweep directory read back for the report: trials, histories, and what they add up to.
+
+The numbers come from tuner.results (each trial's record and metrics journal), not from
+summary.json, so a running or interrupted sweep reads as well as a finished one.
+`tuner.report` turns them into a document.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import yaml
+
+from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep, read_yaml
+from tuner.results import (
+    CONFIG_FILE,
+    FINISHED,
+    SUMMARY_FILE,
+    TrialRecord,
+    best,
+    check_sweep_dir,
+    records,
+    resources_of,
+)
+from tuner.space import Choice, Fixed, Grid, LogRandInt, LogUniform, ParamT, RandInt, Uniform
+
+# Stand-ins that pass validation when a sweep's own model/data module cannot be imported
+# from here (user modules import from where the sweep started); the report never runs them.
+_STANDIN = {"model": "tuner.trial.models:build_model", "data": "tuner.trial.data:load_data"}
+MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
+
+
+@dataclass
+class SweepData:
+    """A sweep read back: its config, a record and the reported history of every trial."""
+
+    sweep_dir: str
+    cfg: SweepConfig
+    records: list[TrialRecord]
+    histories: dict[str, list[dict[str, Any]]]
+    state: str  # completed | interrupted | running or interrupted
+    gpus_per_worker: Optional[float]  # None: 'auto' resolved on a cluster we cannot see
+
+    @property
+    def metric(self) -> str:
+        return self.cfg.metric
+
+    @property
+    def mode(self) -> str:
+        return str(self.cfg.mode)
+
+    def searched(self) -> dict[str, ParamT]:
+        """The parameters that vary between trials (fixed ones left out)."""
+        return {k: p for k, p in self.cfg.search.params.items() if not isinstance(p, Fixed)}
+
+
+def read_config(sweep_dir: str) -> SweepConfig:
+    """The sweep's resolved sweep.yaml; a ConfigError when `sweep_dir` is not a sweep."""
+    path = os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE)
+    try:
+        return load_sweep(path)
+    except ConfigError as err:
+        if not err.path.startswith("task."):
+            raise
+    raw = read_yaml(path)
+    task = dict(raw.get("task") or {})
+    cfg = parse_sweep({**raw, "task": {**task, **_STANDIN}})
+    real = {k: task[k] for k in _STANDIN if k in task}
+    return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
+
+
+def load(sweep_dir: str) -> SweepData:
+    """Read a sweep directory (finished, running or interrupted)."""
+    from tuner.sweep import expected_trials
+
+    sweep_dir = check_sweep_dir(sweep_dir)
+    cfg = read_config(sweep_dir)
+    # In the order the trials started, the order summary.json keeps: ties break alike.
+    trials = records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
+    if not trials:
+        raise ConfigError("", f"{sweep_dir}: no trial recorded yet; try again in a moment")
+    return SweepData(
+        sweep_dir=sweep_dir,
+        cfg=cfg,
+        records=trials,
+        histories={r.trial_id: r.history for r in trials},
+        state=_state(sweep_dir, trials, expected_trials(cfg)),
+        gpus_per_worker=_gpus_per_worker(cfg, trials),
+    )
+
+
+def _state(sweep_dir: str, trials: list[TrialRecord], expected: int) -> str:
+    # Judged from the trials themselves, which summary.json may not have seen yet.
+    if len(trials) >= expected and all(r.status in FINISHED for r in trials):
+        return "completed"
+    if os.path.isfile(os.path.join(sweep_dir, SUMMARY_FILE)):
+        return "interrupted"  # the driver wrote its summary and left trials unfinished
+    return "running or interrupted"
+
+
+def _gpus_per_worker(cfg: SweepConfig, trials: list[TrialRecord]) -> Optional[float]:
+    gpus = cfg.resources.gpus_per_worker
+    if gpus != "auto":
+        return float(gpus)
+    for t in trials:  # what 'auto' resolved to on the cluster, as each trial's record keeps it
+        resolved = resources_of(t.path).get("gpus_per_worker")
+        if resolved is not None:
+            return float(resolved)
+    return None
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def outcome(r: TrialRecord) -> str:
+    """One word (or two) for how a trial ended: completed, stopped early, diverged, oom, ..."""
+    if r.failure:
+        return r.failure.split(":")[0]
+    if r.stopped_early:
+        return "stopped early"
+    if r.status == "RUNNING":  # it started and never ended: running now, or interrupted
+        return "unfinished"
+    return "completed" if r.status == "TERMINATED" else r.status.lower()
+
+
+def ranked(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
+    """Trials with a usable result, best first (the order of summary.json's best)."""
+    ok = [r for r in records if r.failure is None and r.best_value is not None]
+    return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
+
+
+def failure_detail(r: TrialRecord, history: list[dict[str, Any]]) -> str:
+    """Why a failed trial failed, in one line."""
+    if r.failure and r.failure.startswith("error:"):
+        return r.failure[len("error:") :].strip()
+    last = history[-1] if history else r.last_metrics
+    return str(last.get("failure_detail") or "")
+
+
+@dataclass
+class Compute:
+    """CPU/GPU-seconds of every trial: its training time x workers x CPUs (GPUs) per worker."""
+
+    per_trial: list[tuple[TrialRecord, float, Optional[float]]]
+    cpu_s: float
+    gpu_s: Optional[float]
+    lost_cpu_s: float  # on trials stopped early or failed
+
+
+def compute(data: SweepData) -> Compute:
+    res = data.cfg.resources
+    rows = []
+    for r in data.records:
+        worker_s = r.time_s * res.workers_per_trial
+        gpus = None if data.gpus_per_worker is None else worker_s * data.gpus_per_worker
+        rows.append((r, worker_s * res.cpus_per_worker, gpus))
+    lost = sum(c for r, c, _ in rows if r.failure or r.stopped_early)
+    gpu_total = None if data.gpus_per_worker is None else sum(g or 0.0 for _, _, g in rows)
+    return Compute(rows, sum(c for _, c, _ in rows), gpu_total, lost)
+
+
+def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
+    """fANOVA importance of each searched parameter for the trials' best metric, or why not."""
+    params = data.searched()
+    ok = [r for r in ranked(data.records, data.mode) if all(k in r.config for k in params)]
+    if not params:
+        return None, "nothing was searched"
+    if len(ok) < MIN_IMPORTANCE_TRIALS:
+        return None, f"needs at least {MIN_IMPORTANCE_TRIALS} trials with a result (has {len(ok)})"
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {k: _distribution(p) for k, p in params.items()}
+    study = optuna.create_study(direction="maximize" if data.mode == "max" else "minimize")
+    try:
+        for r in ok:
+            values = {k: r.config[k] for k in params}
+            study.add_trial(optuna.trial.create_trial(params=values, distributions=dists, value=r.best_value))
+        scores = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
+    except (ValueError, RuntimeError) as err:  # e.g. a value outside its declared domain
+        return None, f"fANOVA failed: {err}"
+    method = (
+        f"fANOVA (optuna.importance.FanovaImportanceEvaluator, 64 trees, seed 0) over the best "
+        f"{data.metric} of {len(ok)} trials; failed trials are left out, trials stopped early "
+        "count with what they reached. Shares of the explained variance, summing to 1; with few "
+        "trials, a rough guide."
+    )
+    return {k: float(v) for k, v in scores.items()}, method
+
+
+def _distribution(p: ParamT) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(p, (Uniform, LogUniform)):
+        return FloatDistribution(p.low, p.high, log=isinstance(p, LogUniform))
+    if isinstance(p, (RandInt, LogRandInt)):
+        return IntDistribution(p.low, p.high, log=isinstance(p, LogRandInt))
+    assert isinstance(p, (Choice, Grid)), p
+    return CategoricalDistribution(list(p.values))
+
+
+def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(every result, the running best) as (seconds since the sweep's first epoch began, metric)."""
+    rows = [r for h in data.histories.values() for r in h if finite(r.get("wall_time"))]
+    if not rows:
+        return [], []
+    t0 = min(float(r["wall_time"]) - float(r.get("epoch_time_s") or 0.0) for r in rows)
+    points = sorted(
+        (float(r["wall_time"]) - t0, float(r[data.metric]))
+        for r in rows
+        if "failure" not in r and finite(r.get(data.metric))
+    )
+    running: list[tuple[float, float]] = []
+    for t, v in points:
+        if not running or (v > running[-1][1] if data.mode == "max" else v < running[-1][1]):
+            running.append((t, v))
+    return points, running
+
+
+def finite(v: Any) -> bool:
+    """A real, finite number (not a bool, NaN or inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def reproduce_command(data: SweepData) -> Optional[str]:
+    """The command that trains the best trial's configuration again, alone."""
+    top = best(data.records, data.mode)
+    if top is None:
+        return None
+    args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
+    args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
+    args += ["--set", "schedule.early_stopping=false"]
+    for k, v in top.config.items():
+        args += ["--set", f"search.params.{k}={yaml_value(v)}"]
+    return shlex.join(args)
+
+
+def yaml_value(v: Any) -> str:
+    """`v` as YAML that reads back as the same value (1e-05 would read back as a string)."""
+    return yaml.safe_dump(v, default_flow_style=True).removesuffix("\n").removesuffix("\n...")

@@ -1,0 +1,258 @@
+"""`tuner report`: a sweep directory as report.html (self-contained), report.md and PNGs.
+
+Works on a finished, running or interrupted sweep (see `tuner.analysis`). Sections: the best
+trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
+time, learning curves of the top trials, parallel coordinates, hyperparameter importance
+(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tuner import analysis, document, plots
+from tuner.analysis import SweepData, outcome, ranked
+from tuner.document import Block, Code, Heading, Image, Table, Text
+
+REPORT_HTML, REPORT_MD = "report.html", "report.md"
+LEADERBOARD_ROWS = 10
+CURVES_TOP = 5
+OUTCOME_ORDER = ("completed", "stopped early", "diverged", "oom", "error", "unfinished", "paused", "pending")
+
+
+@dataclass
+class Written:
+    """What `write_report` wrote."""
+
+    html: str
+    markdown_file: str
+    markdown: str
+    images: list[str]
+
+
+def write_report(sweep_dir: str, out_dir: Optional[str] = None) -> Written:
+    """Read `sweep_dir` and write report.html, report.md and the PNGs into `out_dir` (default: it)."""
+    data = analysis.load(sweep_dir)
+    out = os.path.abspath(out_dir or data.sweep_dir)
+    os.makedirs(out, exist_ok=True)
+    blocks = build(data, out)
+    title = f"Sweep report: {data.cfg.name}"
+    markdown = document.to_markdown(title, blocks)
+    md_path, html_path = os.path.join(out, REPORT_MD), os.path.join(out, REPORT_HTML)
+    with open(md_path, "w") as f:
+        f.write(markdown)
+    with open(html_path, "w") as f:
+        f.write(document.to_html(title, blocks))
+    images = [b.path for b in blocks if isinstance(b, Image)]
+    return Written(html=html_path, markdown_file=md_path, markdown=markdown, images=images)
+
+
+def build(data: SweepData, out: str) -> list[Block]:
+    """The report's blocks; draws its figures into `out` on the way."""
+    png = lambda name: os.path.join(out, name)  # noqa: E731 - a one-word helper
+    points, running = analysis.best_so_far(data)
+    blocks: list[Block] = [Text(_overview(data)), *_best(data), *_leaderboard(data)]
+    blocks += [
+        Heading("Best so far"),
+        Image(plots.best_so_far(points, running, data.metric, png("best_so_far.png")), "best so far"),
+        Heading("Learning curves"),
+        Image(_curves(data, png("curves.png")), "learning curves"),
+        Heading("Hyperparameters vs metric"),
+        Image(_parallel(data, png("parallel.png")), "parallel coordinates"),
+        *_importance(data, png("importance.png")),
+        *_failures(data, png("outcomes.png")),
+        *_compute(data),
+    ]
+    return blocks
+
+
+def _overview(data: SweepData) -> str:
+    cfg, res = data.cfg, data.cfg.resources
+    counts = ", ".join(f"{n} {k}" for k, n in _counts(data).items()) or "none yet"
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (
+        f"Sweep {data.state}: {len(data.records)} trials ({counts}). {cfg.search.algorithm} search, "
+        f"metric {data.metric} ({data.mode}), up to {cfg.schedule.max_epochs} epochs per trial, "
+        f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU each. "
+        f"Directory: {data.sweep_dir}. Report made {when}."
+    )
+
+
+def _counts(data: SweepData) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for r in data.records:
+        found[outcome(r)] = found.get(outcome(r), 0) + 1
+    known = {k: found.pop(k) for k in OUTCOME_ORDER if k in found}
+    return {**known, **found}
+
+
+def _best(data: SweepData) -> list[Block]:
+    top = ranked(data.records, data.mode)
+    if not top:
+        return [Heading("Best trial"), Text("No trial has produced a usable result yet.")]
+    b = top[0]
+    config = ", ".join(f"{k}={_short(v)}" for k, v in b.config.items())
+    return [
+        Heading("Best trial"),
+        Text(
+            f"Trial {b.trial_id}: {data.metric} {b.best_value:.4f} at epoch {b.best_epoch} "
+            f"({b.epochs} trained, {outcome(b)}); {config}."
+        ),
+        Text(
+            "Train this configuration again, alone (run it from the directory the sweep was "
+            "started in: relative paths and your own modules resolve from there):"
+        ),
+        Code(str(analysis.reproduce_command(data))),
+    ]
+
+
+def _leaderboard(data: SweepData) -> list[Block]:
+    names = list(data.cfg.search.params)
+    top = ranked(data.records, data.mode)
+    rows = [
+        [
+            str(i),
+            r.trial_id,
+            f"{r.best_value:.4f}",
+            str(r.best_epoch),
+            str(r.epochs),
+            _duration(r.time_s),
+            outcome(r),
+            *(_short(r.config.get(n)) for n in names),
+        ]
+        for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
+    ]
+    headers = ["#", "trial", data.metric, "best epoch", "epochs", "time", "status", *names]
+    more = len(top) - len(rows)
+    note = f"Top {len(rows)} of {len(top)} trials with a result" + (
+        f"; the other {more} are in summary.json." if more else "."
+    )
+    return [Heading("Leaderboard"), Text(note), Table(headers, rows, right={0, 2, 3, 4, 5})]
+
+
+def _curves(data: SweepData, path: str) -> str:
+    top_ids = [r.trial_id for r in ranked(data.records, data.mode)[:CURVES_TOP]]
+    series = {tid: _series(h, data.metric) for tid, h in data.histories.items()}
+    configs = {r.trial_id: {k: r.config.get(k) for k in data.searched()} for r in data.records}
+    top = [(f"{tid} " + _config_label(configs[tid]), series[tid]) for tid in top_ids if series[tid]]
+    others = [s for tid, s in series.items() if tid not in top_ids and s]
+    return plots.curves(top, others, data.metric, path)
+
+
+def _series(history: list[dict[str, Any]], metric: str) -> list[tuple[int, float]]:
+    return [
+        (int(row["epoch"]), float(row[metric]))
+        for row in history
+        if "failure" not in row and analysis.finite(row.get(metric)) and "epoch" in row
+    ]
+
+
+def _parallel(data: SweepData, path: str) -> str:
+    # Trials with a result, and failed ones (drawn apart); running ones with none yet are left out.
+    rows = [
+        (r.config, None if r.failure else r.best_value)
+        for r in data.records
+        if r.failure or r.best_value is not None
+    ]
+    return plots.parallel(data.searched(), rows, data.metric, data.mode, path)
+
+
+def _importance(data: SweepData, path: str) -> list[Block]:
+    scores, method = analysis.importance(data)
+    if scores is None:
+        return [Heading("Hyperparameter importance"), Text(f"Not computed: {method}.")]
+    rows = [[k, f"{v:.3f}"] for k, v in sorted(scores.items(), key=lambda kv: -kv[1])]
+    return [
+        Heading("Hyperparameter importance"),
+        Text(f"Method: {method}"),
+        Table(["parameter", "importance"], rows, right={1}),
+        Image(plots.importance(scores, path), "hyperparameter importance"),
+    ]
+
+
+def _failures(data: SweepData, path: str) -> list[Block]:
+    blocks: list[Block] = [
+        Heading("Failures by cause"),
+        Image(plots.outcomes(_counts(data), path), "outcomes"),
+    ]
+    failed = [r for r in data.records if r.failure]
+    early = sum(1 for r in data.records if r.stopped_early)
+    unfinished = sum(1 for r in data.records if outcome(r) == "unfinished")
+    parts = [
+        f"{len(failed)} trial(s) failed (diverged: loss became NaN/inf; oom: out of memory at the "
+        "smallest micro-batch; error: an exception, see the trial's error.txt)"
+        if failed
+        else "No trial failed",
+        f"{early} stopped early by the scheduler",
+    ]
+    if unfinished:
+        parts.append(f"{unfinished} unfinished (running now, or cut off when the sweep stopped)")
+    blocks.append(Text("; ".join(parts) + "."))
+    if failed:
+        rows = [
+            [
+                r.trial_id,
+                outcome(r),
+                str(r.epochs),
+                analysis.failure_detail(r, data.histories[r.trial_id]),
+                _config_label(r.config),
+            ]
+            for r in failed
+        ]
+        blocks.append(Table(["trial", "cause", "epoch", "detail", "config"], rows, right={2}))
+    return blocks
+
+
+def _compute(data: SweepData) -> list[Block]:
+    c = analysis.compute(data)
+    res = data.cfg.resources
+    gpu_note = (
+        f"{_num(c.gpu_s)} GPU-seconds"
+        if c.gpu_s is not None
+        else "GPU-seconds unknown (gpus_per_worker: auto with several workers per trial)"
+    )
+    share = c.lost_cpu_s / c.cpu_s if c.cpu_s else 0.0
+    text = (
+        f"{_num(c.cpu_s)} CPU-seconds and {gpu_note} in all: each trial's training time x "
+        f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU "
+        f"(x {_gpu_text(data)} GPU) per worker, from sweep.yaml. {share:.0%} of the CPU-seconds "
+        "went to trials that were stopped early or failed."
+    )
+    rows = [
+        [r.trial_id, outcome(r), _duration(r.time_s), _num(cpu), "-" if gpu is None else _num(gpu)]
+        for r, cpu, gpu in sorted(c.per_trial, key=lambda t: -t[1])
+    ]
+    return [
+        Heading("Compute"),
+        Text(text),
+        Table(["trial", "status", "time", "CPU-s", "GPU-s"], rows, right={2, 3, 4}),
+    ]
+
+
+def _gpu_text(data: SweepData) -> str:
+    return "?" if data.gpus_per_worker is None else f"{data.gpus_per_worker:g}"
+
+
+def _config_label(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in config.items())
+
+
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _num(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v < 10 else f"{v:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
