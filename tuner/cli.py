@@ -81,7 +81,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
     from tuner.sweep import run_sweep
 
-    outcome = run_sweep(cfg, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose)
+    outcome = run_sweep(
+        cfg,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        verbose=args.verbose,
+        allow_insecure_cluster=args.allow_insecure_cluster,
+    )
     return _print_outcome(outcome)
 
 
@@ -127,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p)
     p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
     p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
+    p.add_argument(
+        "--allow-insecure-cluster",
+        action="store_true",
+        help="join a cluster without authentication that other machines can reach (unsafe)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
     p.set_defaults(func=cmd_sweep)
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, resources
+from tuner import algorithms, cluster, resources
 from tuner.config import ConfigError, SweepConfig, to_yaml
 from tuner.results import CONFIG_FILE, leaderboard, load_trials, record, summarize, write_summary
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
@@ -33,10 +33,13 @@ class SweepOutcome:
 
 
 def locate(output: str, name: str) -> tuple[str, Optional[str]]:
-    """(storage path or URI for Ray, local sweep directory or None for URIs)."""
+    """(storage path or URI for Ray, local sweep directory or None for URIs).
+
+    Under `ray job submit` a relative path means the directory the job was submitted from.
+    """
     if "://" in output:
         return output, None
-    storage = os.path.abspath(os.path.expanduser(output))
+    storage = os.path.abspath(os.path.expanduser(cluster.output_base(output)))
     return storage, os.path.join(storage, name)
 
 
@@ -50,16 +53,18 @@ def refuse_existing(sweep_dir: Optional[str]) -> None:
         )
 
 
-def in_ray_job() -> bool:
-    """True when run as the entrypoint of `ray job submit` (the job sets this variable)."""
-    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-def connect(address: Optional[str], num_cpus: Optional[int] = None, verbose: bool = False) -> str:
+def connect(
+    address: Optional[str],
+    num_cpus: Optional[int] = None,
+    verbose: bool = False,
+    allow_insecure_cluster: bool = False,
+) -> str:
     """Join the cluster at `address` (or the job's cluster), else start a private local Ray.
 
+    A cluster is checked first (cluster.check): reachable, our token accepted, and not open
+    to other machines without authentication unless `allow_insecure_cluster`.
     Without an address we always start our own (`address="local"`): never a leftover cluster
-    whose address a killed `ray start` left behind in Ray's temp directory.
+    whose address a killed `ray start` left behind in Ray's temp directory, or RAY_ADDRESS.
     """
     import ray
 
@@ -69,11 +74,15 @@ def connect(address: Optional[str], num_cpus: Optional[int] = None, verbose: boo
         logging_level=logging.INFO if verbose else logging.ERROR,
         log_to_driver=verbose,
     )
-    if address:
-        ray.init(address=address, **common)
-        return address
-    if in_ray_job():
-        ray.init(**common)
+    joining = cluster.target(address)
+    if joining is not None:
+        cluster.check(joining, allow_insecure_cluster)
+        if num_cpus:
+            cluster.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
+        if address:
+            ray.init(address=str(joining), **common)
+            return str(joining)
+        ray.init(**common)  # the job's cluster, from RAY_ADDRESS
         return "job"
     # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
     # without it a finished DDP trial's resources were never handed back and the next
@@ -153,6 +162,14 @@ def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     return res
 
 
+def _warn_unshared(storage: str) -> None:
+    import ray
+
+    warning = cluster.storage_warning(storage, ray.nodes())
+    if warning:
+        cluster.warn(warning)
+
+
 def _tuner(
     cfg: SweepConfig, res: resources.TrialResources, storage: str, sweep_dir: Optional[str], verbose: bool
 ) -> tuple[Any, algorithms.SearchPlan]:
@@ -220,12 +237,14 @@ def run_sweep(
     address: Optional[str] = None,
     num_cpus: Optional[int] = None,
     verbose: bool = False,
+    allow_insecure_cluster: bool = False,
 ) -> SweepOutcome:
     """Run a sweep to the end; returns where it is and how it went."""
     storage, sweep_dir = locate(cfg.output, cfg.name)
     refuse_existing(sweep_dir)
     _quiet_ray(verbose)
-    connect(address, num_cpus, verbose)
+    connect(address, num_cpus, verbose, allow_insecure_cluster)
+    _warn_unshared(storage)
     res = _preflight(cfg)
     if sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
