@@ -1,13 +1,16 @@
-"""Running on a Ray cluster: which cluster a sweep joins and whether that is safe."""
+"""Running on a Ray cluster: which cluster a sweep joins, whether that is safe, and how
+scripts/submit.sh submits it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tuner import cluster
+from tests.conftest import ROOT
+from tuner import cluster, submit
 from tuner.config import ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -112,3 +115,43 @@ def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
     assert cluster.storage_warning("/data/runs", [here, here, dead]) is None  # one machine: shared
     assert "1 of 2 nodes are on other machines" in (cluster.storage_warning("/data/runs", [here, away]) or "")
     assert cluster.storage_warning("s3://bucket/runs", [here, away]) is None
+
+
+def test_submit_command_checks_first_and_sets_up_a_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "dashboard_auth", lambda url: "token")
+    monkeypatch.setattr(cluster, "local_token", lambda: "secret")
+    monkeypatch.setattr(cluster, "dashboard_status", lambda url, token: 200)
+    monkeypatch.chdir(ROOT)
+    cmd, env, line = submit.command(
+        ["search_spaces/debug.yaml", "--address", "127.0.0.1:8265", "--no-wait",
+         "--runtime-env-json", '{"env_vars": {"A": "1"}}', "--", "--num-samples", "2"]
+    )  # fmt: skip
+    assert env == {"RAY_AUTH_MODE": "token"}
+    assert cmd[1:5] == ["job", "submit", "--address", "http://127.0.0.1:8265"]
+    renv = json.loads(cmd[cmd.index("--runtime-env-json") + 1])
+    assert renv["working_dir"] == str(ROOT)
+    assert renv["env_vars"]["A"] == "1" and renv["env_vars"]["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
+    assert renv["env_vars"][cluster.SUBMIT_DIR] == str(ROOT)
+    assert "--no-wait" in cmd
+    assert cmd[cmd.index("--") + 1 :] == [
+        "python", "-m", "tuner", "sweep", "search_spaces/debug.yaml", "--num-samples", "2"
+    ]  # fmt: skip
+    assert "token authentication" in line
+    with pytest.raises(ConfigError, match="search.num_samples"):  # validated before submitting
+        submit.command(["search_spaces/debug.yaml", "--address", "h:1", "--", "--num-samples", "0"])
+    with pytest.raises(ConfigError, match="shell quoting"):
+        submit.command(["search_spaces/debug.yaml", "--address", "h:1", "--", "--set", "training.lr= 0.01"])
+    with pytest.raises(ConfigError, match="already holds a sweep"):
+        submit.command(
+            ["search_spaces/debug.yaml", "--address", "h:1", "--", "--output", str(ROOT), "--name", "tests"]
+        )
+    monkeypatch.setattr(cluster, "dashboard_auth", lambda url: "disabled")
+    with pytest.raises(ConfigError, match="no authentication"):
+        submit.command(["search_spaces/debug.yaml", "--address", "http://10.0.0.5:8265"])
+    cmd, env, _ = submit.command(
+        ["search_spaces/debug.yaml", "--address", "http://10.0.0.5:8265", submit.INSECURE]
+    )
+    assert env == {} and cmd[-1] == submit.INSECURE  # the driver is told too
+
+
+# ---------------------------------------------------------------------------------------
