@@ -116,6 +116,7 @@ def test_ctrl_c_stops_gracefully_then_resume(tmp_path: Path) -> None:
     assert proc.returncode == 130
     log = (tmp_path / "driver.log").read_text()
     assert f"continue with: python -m tuner resume {sweep}" in log
+    assert "[tuner] stopping: trials end at their next report" in log and "Tuner.restore" not in log
     assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
     finished, midway = _snapshot(sweep)
     out = run_cli("resume", str(sweep), timeout=600)

@@ -47,6 +47,18 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_runtime(p: argparse.ArgumentParser) -> None:
+    """Where and how a sweep runs (not part of the sweep file)."""
+    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
+    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
+    p.add_argument(
+        "--allow-insecure-cluster",
+        action="store_true",
+        help="join a cluster without authentication that other machines can reach (unsafe)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     """Dotted field -> value, from the flags given (later --set wins)."""
     out = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
@@ -83,7 +95,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
     with _resume_hint_on_interrupt(where):
-        outcome = run_sweep(cfg, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose)
+        outcome = run_sweep(
+            cfg,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            verbose=args.verbose,
+            allow_insecure_cluster=args.allow_insecure_cluster,
+        )
     return _print_outcome(outcome)
 
 
@@ -94,7 +112,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         with _resume_hint_on_interrupt(args.sweep_dir):
             outcome = resume_sweep(
-                args.sweep_dir, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose
+                args.sweep_dir,
+                address=args.address,
+                num_cpus=args.num_cpus,
+                verbose=args.verbose,
+                allow_insecure_cluster=args.allow_insecure_cluster,
             )
     except AlreadyFinished as done:
         print(done)
@@ -178,16 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="run a sweep (starts a private local Ray unless --address)")
     _add_overrides(p)
-    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
-    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
-    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+    _add_runtime(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
     p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
-    p.add_argument("--address", help="join this Ray cluster instead of starting a local one")
-    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
-    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+    _add_runtime(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")

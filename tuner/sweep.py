@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, resources
+from tuner import algorithms, cluster, resources
 from tuner.algorithms import Prior, PriorTrial
 from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
 from tuner.results import (
@@ -45,10 +45,13 @@ class SweepOutcome:
 
 
 def locate(output: str, name: str) -> tuple[str, Optional[str]]:
-    """(storage path or URI for Ray, local sweep directory or None for URIs)."""
+    """(storage path or URI for Ray, local sweep directory or None for URIs).
+
+    Under `ray job submit` a relative path means the directory the job was submitted from.
+    """
     if "://" in output:
         return output, None
-    storage = os.path.abspath(os.path.expanduser(output))
+    storage = os.path.abspath(os.path.expanduser(cluster.output_base(output)))
     return storage, os.path.join(storage, name)
 
 
@@ -62,16 +65,18 @@ def refuse_existing(sweep_dir: Optional[str]) -> None:
         )
 
 
-def in_ray_job() -> bool:
-    """True when run as the entrypoint of `ray job submit` (the job sets this variable)."""
-    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-def connect(address: Optional[str], num_cpus: Optional[int] = None, verbose: bool = False) -> str:
+def connect(
+    address: Optional[str],
+    num_cpus: Optional[int] = None,
+    verbose: bool = False,
+    allow_insecure_cluster: bool = False,
+) -> str:
     """Join the cluster at `address` (or the job's cluster), else start a private local Ray.
 
+    A cluster is checked first (cluster.check): reachable, our token accepted, and not open
+    to other machines without authentication unless `allow_insecure_cluster`.
     Without an address we always start our own (`address="local"`): never a leftover cluster
-    whose address a killed `ray start` left behind in Ray's temp directory.
+    whose address a killed `ray start` left behind in Ray's temp directory, or RAY_ADDRESS.
     """
     import ray
 
@@ -81,11 +86,15 @@ def connect(address: Optional[str], num_cpus: Optional[int] = None, verbose: boo
         logging_level=logging.INFO if verbose else logging.ERROR,
         log_to_driver=verbose,
     )
-    if address:
-        ray.init(address=address, **common)
-        return address
-    if in_ray_job():
-        ray.init(**common)
+    joining = cluster.target(address)
+    if joining is not None:
+        cluster.check(joining, allow_insecure_cluster)
+        if num_cpus:
+            cluster.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
+        if address:
+            ray.init(address=str(joining), **common)
+            return str(joining)
+        ray.init(**common)  # the job's cluster, from RAY_ADDRESS
         return "job"
     # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
     # without it a finished DDP trial's resources were never handed back and the next
@@ -110,6 +119,24 @@ def _quiet_ray(verbose: bool) -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     for name in ("ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
+    stops = logging.getLogger("ray.tune.tune")
+    stops.setLevel(logging.WARNING)
+    if not any(isinstance(f, _StopMessages) for f in stops.filters):
+        stops.addFilter(_StopMessages())
+
+
+class _StopMessages(logging.Filter):
+    """Of Tune's driver warnings, keep the one a first Ctrl-C gives, in our words, and drop
+    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Stop signal received"):
+            return False
+        record.msg = (
+            "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
+        )
+        record.args = ()
+        return True
 
 
 class TrialNames:
@@ -175,7 +202,7 @@ def expected_trials(cfg: SweepConfig) -> int:
 
 def _precheck_local(cfg: SweepConfig, address: Optional[str], num_cpus: Optional[int]) -> None:
     """When we are about to start our own local Ray, refuse an impossible request first."""
-    if address or in_ray_job():
+    if cluster.target(address) is not None:
         return
     have = resources.local_resources(num_cpus)
     resources.plan(cfg.resources, have, [have])
@@ -207,6 +234,14 @@ def _node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
     if config is None or not config.node_group_configs:
         return None
     return [(dict(g.resources), int(g.max_count)) for g in config.node_group_configs if g.max_count != 0]
+
+
+def _warn_unshared(storage: str) -> None:
+    import ray
+
+    warning = cluster.storage_warning(storage, ray.nodes())
+    if warning:
+        cluster.warn(warning)
 
 
 def _launch(
@@ -299,13 +334,15 @@ def run_sweep(
     address: Optional[str] = None,
     num_cpus: Optional[int] = None,
     verbose: bool = False,
+    allow_insecure_cluster: bool = False,
 ) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     storage, sweep_dir = locate(cfg.output, cfg.name)
     refuse_existing(sweep_dir)
     _precheck_local(cfg, address, num_cpus)
     _quiet_ray(verbose)
-    connect(address, num_cpus, verbose)
+    connect(address, num_cpus, verbose, allow_insecure_cluster)
+    _warn_unshared(storage)
     res = _preflight(cfg)  # before anything is written: a refused sweep leaves no directory
     if sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
@@ -350,7 +387,12 @@ def load_resumable(sweep_dir: str) -> SweepConfig:
 
 
 def resume_sweep(
-    sweep_dir: str, *, address: Optional[str] = None, num_cpus: Optional[int] = None, verbose: bool = False
+    sweep_dir: str,
+    *,
+    address: Optional[str] = None,
+    num_cpus: Optional[int] = None,
+    verbose: bool = False,
+    allow_insecure_cluster: bool = False,
 ) -> SweepOutcome:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
     their checkpoints in their own directories, and the searcher (rebuilt from every earlier
@@ -375,7 +417,8 @@ def resume_sweep(
         new=expected_trials(cfg) - len(finished) - len(unfinished),
     )
     _quiet_ray(verbose)
-    connect(address, num_cpus, verbose)
+    connect(address, num_cpus, verbose, allow_insecure_cluster)
+    _warn_unshared(os.path.dirname(sweep_dir))
     print(
         f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to continue "
         f"from checkpoints, {max(prior.new or 0, 0)} to start",

@@ -1,0 +1,450 @@
+"""Running on a Ray cluster: address and safety decisions (no Ray), then a real two-node
+cluster on loopback started by scripts/cluster.sh, with sweeps submitted by scripts/submit.sh.
+
+The live tests share one module-scoped cluster (token in a temporary file, never the
+user's ~/.ray) and stop only the processes it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import DEBUG, ROOT
+from tuner import cluster, submit
+from tuner.config import ConfigError
+
+# ---------------------------------------------------------------------------------------
+# Decisions, without Ray
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("::ffff:127.0.0.1", True), ("10.0.0.5", False), ("0.0.0.0", False), ("::", False),
+     ("head.example", False)],
+)  # fmt: skip
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert cluster.is_loopback(host) is loopback
+
+
+def test_target_reads_addresses_and_never_joins_by_accident(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # left in a shell: not a reason to join
+    assert cluster.target(None) is None
+    assert cluster.target("10.0.0.7:6379") == cluster.Target("10.0.0.7", 6379, client=False)
+    assert cluster.target("ray://[::1]:10001") == cluster.Target("::1", 10001, client=True)
+    assert str(cluster.target("ray://[::1]:10001")) == "ray://[::1]:10001"
+    assert cluster.target("auto") == cluster.Target("10.0.0.5", 6379, client=False)
+    for bad in ("http://127.0.0.1:8265", "head", "head:port"):
+        with pytest.raises(ConfigError, match="--address"):
+            cluster.target(bad)
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # under `ray job submit`
+    assert cluster.target(None) == cluster.Target("10.0.0.5", 6379, client=False)
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """cluster.check against a pretend GCS: `token` (None: auth off) and its nodes."""
+    fake: dict[str, Any] = {"token": None, "nodes": ["127.0.0.1"], "ours": None, "enabled": []}
+
+    def probe(t: cluster.Target, token: str | None) -> list[str] | None:
+        return fake["nodes"] if fake["token"] in (None, token) else None
+
+    monkeypatch.setattr(cluster, "probe", probe)
+    monkeypatch.setattr(cluster, "local_token", lambda: fake["ours"])
+    monkeypatch.setattr(cluster, "_speak_token_auth", lambda: fake["enabled"].append("token"))
+    monkeypatch.setattr(cluster, "_keep_loopback", lambda: fake["enabled"].append("loopback"))
+    return fake
+
+
+def test_open_cluster_is_refused_unless_loopback_only_or_allowed(
+    fake_cluster: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.check(cluster.Target("127.0.0.1", 6379, False))  # open, but only this machine reaches it
+    assert fake_cluster["enabled"] == ["loopback"]
+    fake_cluster["nodes"] = ["127.0.0.1", "10.0.0.9"]  # a node elsewhere: the GCS listens outward
+    with pytest.raises(ConfigError, match="no authentication.*--allow-insecure-cluster"):
+        cluster.check(cluster.Target("127.0.0.1", 6379, False))
+    fake_cluster["nodes"] = ["10.0.0.5"]
+    with pytest.raises(ConfigError, match="CVE-2023-48022"):
+        cluster.check(cluster.Target("10.0.0.5", 6379, False))
+    fake_cluster["nodes"] = []  # unknown (a Ray Client server may not say): not proof of loopback
+    with pytest.raises(ConfigError, match="no authentication"):
+        cluster.check(cluster.Target("127.0.0.1", 10001, True))
+    cluster.check(cluster.Target("10.0.0.5", 6379, False), allow_insecure=True)
+    assert "no authentication (--allow-insecure-cluster)" in capsys.readouterr().err
+
+
+def test_token_cluster_needs_our_token_and_turns_token_auth_on(fake_cluster: dict[str, Any]) -> None:
+    fake_cluster.update(token="secret", nodes=["10.0.0.5"])
+    head = cluster.Target("10.0.0.5", 6379, False)
+    with pytest.raises(ConfigError, match="needs a token and none is set"):
+        cluster.check(head)
+    fake_cluster["ours"] = "wrong"
+    with pytest.raises(ConfigError, match="rejected our token"):
+        cluster.check(head)
+    fake_cluster["ours"] = "secret"
+    cluster.check(head)
+    assert fake_cluster["enabled"] == ["token"]  # not loopback: Ray may use the node's address
+
+
+def test_relative_output_of_a_submitted_job_means_the_submitting_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert cluster.output_base("runs") == "runs"  # started by hand: the current directory
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    monkeypatch.setenv(cluster.SUBMIT_DIR, str(tmp_path))
+    monkeypatch.setenv(cluster.SUBMIT_HOST, socket.gethostname())
+    assert cluster.output_base("runs") == str(tmp_path / "runs")
+    assert cluster.output_base("/abs/runs") == "/abs/runs"
+    assert cluster.output_base("s3://bucket/runs") == "s3://bucket/runs"
+    monkeypatch.setenv(cluster.SUBMIT_HOST, "another-machine")
+    assert cluster.output_base("runs") == "runs"
+    assert "temporary copy" in capsys.readouterr().err
+
+
+def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
+    import socket
+
+    here = {"Alive": True, "NodeManagerHostname": socket.gethostname(), "NodeManagerAddress": "127.0.0.1"}
+    away = {"Alive": True, "NodeManagerHostname": "gpu-7", "NodeManagerAddress": "10.0.0.7"}
+    dead = {**away, "Alive": False}
+    assert cluster.storage_warning("/data/runs", [here, here, dead]) is None  # one machine: shared
+    assert "1 of 2 nodes are on other machines" in (cluster.storage_warning("/data/runs", [here, away]) or "")
+    assert cluster.storage_warning("s3://bucket/runs", [here, away]) is None
+
+
+def test_submit_command_checks_first_and_sets_up_a_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "dashboard_auth", lambda url: "token")
+    monkeypatch.setattr(cluster, "local_token", lambda: "secret")
+    monkeypatch.setattr(cluster, "dashboard_status", lambda url, token: 200)
+    monkeypatch.chdir(ROOT)
+    cmd, env, line = submit.command(
+        ["search_spaces/debug.yaml", "--address", "127.0.0.1:8265", "--no-wait",
+         "--runtime-env-json", '{"env_vars": {"A": "1"}}', "--", "--num-samples", "2"]
+    )  # fmt: skip
+    assert env == {"RAY_AUTH_MODE": "token"}
+    assert cmd[1:5] == ["job", "submit", "--address", "http://127.0.0.1:8265"]
+    renv = json.loads(cmd[cmd.index("--runtime-env-json") + 1])
+    assert renv["working_dir"] == str(ROOT)
+    assert renv["env_vars"]["A"] == "1" and renv["env_vars"]["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
+    assert renv["env_vars"][cluster.SUBMIT_DIR] == str(ROOT)
+    assert "--no-wait" in cmd
+    assert cmd[cmd.index("--") + 1 :] == [
+        "python", "-m", "tuner", "sweep", "search_spaces/debug.yaml", "--num-samples", "2"
+    ]  # fmt: skip
+    assert "token authentication" in line
+    with pytest.raises(ConfigError, match="search.num_samples"):  # validated before submitting
+        submit.command(["search_spaces/debug.yaml", "--address", "h:1", "--", "--num-samples", "0"])
+    with pytest.raises(ConfigError, match="shell quoting"):
+        submit.command(["search_spaces/debug.yaml", "--address", "h:1", "--", "--set", "training.lr= 0.01"])
+    with pytest.raises(ConfigError, match="already holds a sweep"):
+        submit.command(
+            ["search_spaces/debug.yaml", "--address", "h:1", "--", "--output", str(ROOT), "--name", "tests"]
+        )
+    monkeypatch.setattr(cluster, "dashboard_auth", lambda url: "disabled")
+    with pytest.raises(ConfigError, match="no authentication"):
+        submit.command(["search_spaces/debug.yaml", "--address", "http://10.0.0.5:8265"])
+    cmd, env, _ = submit.command(
+        ["search_spaces/debug.yaml", "--address", "http://10.0.0.5:8265", submit.INSECURE]
+    )
+    assert env == {} and cmd[-1] == submit.INSECURE  # the driver is told too
+
+
+# ---------------------------------------------------------------------------------------
+# A real cluster on loopback
+
+
+@dataclass
+class Live:
+    env: dict[str, str]  # for our scripts and Ray's CLI: the temporary token, not ~/.ray
+    state: dict[str, Any]
+    token: str
+    printed: list[str] = field(default_factory=list)
+
+    def run(
+        self, *args: str, cwd: Path = ROOT, timeout: float = 300, **extra: str
+    ) -> subprocess.CompletedProcess:
+        out = subprocess.run(
+            args, cwd=cwd, env={**self.env, **extra}, capture_output=True, text=True, timeout=timeout
+        )
+        self.printed += [out.stdout, out.stderr]
+        return out
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(
+            self.state["dashboard"] + path, headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return json.loads(r.read())
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.api(f"/api/jobs/{job_id}")
+
+    def wait_job(self, job_id: str, statuses: set[str], timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.job(job_id)
+            if info["status"] in statuses:
+                return info
+            time.sleep(1)
+        raise AssertionError(f"job {job_id} still {info['status']} after {timeout} s")
+
+    def ray_cli(self) -> dict[str, str]:
+        return {"RAY_AUTH_MODE": "token", "RAY_API_SERVER_ADDRESS": self.state["dashboard"]}
+
+
+SCRIPTS = ROOT / "scripts"
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("cluster")
+    drop = {
+        "RAY_ADDRESS",
+        "RAY_API_SERVER_ADDRESS",
+        "RAY_AUTH_TOKEN",
+        "RAY_AUTH_MODE",
+        "RAY_JOB_CONFIG_JSON_ENV_VAR",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(TUNER_CLUSTER_DIR=str(base / "state"), RAY_AUTH_TOKEN_PATH=str(base / "token"))
+    live = Live(env, {}, "")
+    start = live.run(
+        str(SCRIPTS / "cluster.sh"), "start", "--workers", "1", "--num-cpus", "1", "--object-store-mb", "256"
+    )
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        live.state = json.loads((base / "state" / "cluster.json").read_text())
+        live.token = (base / "token").read_text().strip()
+        yield live
+    finally:
+        live.run(str(SCRIPTS / "cluster.sh"), "stop")
+
+
+def _cluster_processes(live: Live) -> list[psutil.Process]:
+    from tuner.local_cluster import processes
+
+    return processes(live.state)
+
+
+@pytest.mark.slow
+def test_token_is_private_and_never_printed(live: Live) -> None:
+    token_file = Path(live.env["RAY_AUTH_TOKEN_PATH"])
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    status = live.run(str(SCRIPTS / "cluster.sh"), "status")
+    assert status.returncode == 0 and "2 node(s) alive" in status.stdout, status.stdout
+    assert str(token_file) in status.stdout
+    assert all(live.token not in text for text in live.printed)
+
+
+@pytest.mark.slow
+def test_cluster_listens_on_loopback_only(live: Live) -> None:
+    listening = set()
+    procs = _cluster_processes(live)
+    assert len(procs) >= 8  # two raylets, GCS, dashboard, agents, ...
+    for p in procs:
+        try:
+            listening |= {
+                (c.laddr.ip, c.laddr.port, p.name())
+                for c in p.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
+        except psutil.NoSuchProcess:
+            continue
+    ports = {port for _, port, _ in listening}
+    assert int(live.state["gcs"].rsplit(":", 1)[1]) in ports
+    assert int(live.state["client"].rsplit(":", 1)[1]) in ports  # Ray Client server too
+    outside = {entry for entry in listening if not cluster.is_loopback(entry[0])}
+    assert not outside, f"listening beyond loopback: {sorted(outside)}"
+
+
+@pytest.mark.slow
+def test_submitted_sweep_succeeds_and_lands_where_the_cli_says(live: Live, tmp_path: Path) -> None:
+    project = tmp_path / "project"  # what the user submits from; output is relative to it
+    project.mkdir()
+    shutil.copy(DEBUG, project / "debug.yaml")
+    out = live.run(
+        str(SCRIPTS / "submit.sh"), "debug.yaml", "--submission-id", "debug-ok", "--", "--name", "submitted",
+        cwd=project,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert live.job("debug-ok")["status"] == "SUCCEEDED"
+    sweep_dir = project / "runs" / "submitted"
+    assert f"results: {sweep_dir}" in out.stdout
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 4
+    assert "token authentication" in out.stdout
+    assert live.token not in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_submit_without_the_token_is_refused_and_runs_nothing(live: Live, tmp_path: Path) -> None:
+    before = {j["submission_id"] for j in live.api("/api/jobs/")}
+    nobody = {"HOME": str(tmp_path), "RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")}
+    entry = ["--", "python", "-c", "print('ran')"]
+    # Ray's client sends no token unless RAY_AUTH_MODE=token (and then refuses to start without one).
+    cli = {**live.ray_cli(), "RAY_AUTH_MODE": "disabled"}
+    missing = live.run(RAY, "job", "submit", "--submission-id", "no-token", *entry, **cli, **nobody)
+    assert missing.returncode != 0 and "Unauthorized" in missing.stdout + missing.stderr
+    (tmp_path / "wrong").write_text("0" * 64)
+    wrong = live.run(
+        RAY, "job", "submit", "--submission-id", "wrong-token", *entry,
+        **live.ray_cli(), RAY_AUTH_TOKEN_PATH=str(tmp_path / "wrong"), HOME=str(tmp_path),
+    )  # fmt: skip
+    assert wrong.returncode != 0 and "Forbidden" in wrong.stdout + wrong.stderr
+    ours = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG), **nobody)
+    assert ours.returncode == 2 and ours.stderr.count("\n") == 1, ours.stderr
+    assert ours.stderr.startswith("error: RAY_AUTH_TOKEN_PATH: ") and "missing or empty" in ours.stderr
+    ours = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG), HOME=str(tmp_path), RAY_AUTH_TOKEN_PATH="")
+    assert ours.returncode == 2 and ours.stderr.count("\n") == 1, ours.stderr
+    assert ours.stderr.startswith("error: --address: the Ray cluster at") and "needs a token" in ours.stderr
+    assert {j["submission_id"] for j in live.api("/api/jobs/")} == before
+    for url in ("/api/jobs/", "/api/version"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(live.state["dashboard"] + url, timeout=30)
+        assert err.value.code == 401
+
+
+@pytest.mark.slow
+def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_path: Path) -> None:
+    # Trials of a few seconds each: long enough to be caught mid-way, short enough to resume.
+    sweep = ["--output", str(tmp_path), "--max-epochs", "25", "--set", "schedule.early_stopping=false"]
+    sweep += ["--set", "task.data_args.samples=8192"]
+    ray_args = ["--submission-id", "long", "--no-wait"]
+    out = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG.relative_to(ROOT)), *ray_args, "--", *sweep)
+    assert out.returncode == 0, out.stdout + out.stderr
+    sweep_dir = tmp_path / "debug"
+    try:
+        deadline = time.monotonic() + 180
+        while not list(sweep_dir.glob("*/checkpoint_e*.pt")):
+            assert time.monotonic() < deadline, live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
+            assert live.job("long")["status"] in ("PENDING", "RUNNING")
+            time.sleep(0.5)
+    finally:
+        stop = live.run(RAY, "job", "stop", "long", **live.ray_cli())
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert live.wait_job("long", {"STOPPED", "SUCCEEDED", "FAILED"})["status"] == "STOPPED"
+    logs = live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
+    assert "[tuner] stopping: trials end at their next report" in logs  # SIGINT, not SIGKILL
+    assert f"continue with: python -m tuner resume {sweep_dir}" in logs
+    assert json.loads((sweep_dir / "summary.json").read_text())["status"] == "interrupted"
+    records = {r.parent.name: json.loads(r.read_text()) for r in sweep_dir.glob("*/tuner_trial.json")}
+    caught = [
+        t
+        for t, r in records.items()
+        if r["status"] == "RUNNING" and 0 < _newest_checkpoint(sweep_dir / t) < 25
+    ]
+    assert caught, records  # a trial stopped mid-way, with a checkpoint to continue from
+
+    resumed = live.run(
+        sys.executable, "-m", "tuner", "resume", str(sweep_dir), "--address", live.state["gcs"]
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 4  # debug.yaml's num_samples
+    assert all(t["epochs"] == 25 for t in summary["trials"])
+    for t in caught:
+        assert "resumed at epoch" in (sweep_dir / t / "trial.log").read_text()  # not from epoch 0
+
+
+def _newest_checkpoint(trial_dir: Path) -> int:
+    """The epoch of a trial's newest checkpoint (0: none)."""
+    return max(
+        (int(p.stem.removeprefix("checkpoint_e")) for p in trial_dir.glob("checkpoint_e*.pt")), default=0
+    )
+
+
+@pytest.mark.slow
+def test_trials_are_placed_on_both_nodes(live: Live, tmp_path: Path) -> None:
+    # Driver started by hand with --address: it joins (token from RAY_AUTH_TOKEN_PATH) and
+    # runs two trials at once, more than one node's single CPU. Trials last long enough to
+    # overlap, once trials of earlier tests have given their CPUs back.
+    deadline = time.monotonic() + 60
+    while any(a["state"] == "ALIVE" for a in _trial_actors(live)) and time.monotonic() < deadline:
+        time.sleep(1)
+    out = live.run(
+        sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--address", live.state["gcs"],
+        "--output", str(tmp_path), "--set", "resources.max_concurrent_trials=2", "--max-epochs", "60",
+        "--set", "schedule.early_stopping=false",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    pids = {
+        json.loads(line)["pid"]
+        for result in (tmp_path / "debug").glob("*/result.json")
+        for line in result.read_text().splitlines()
+    }
+    nodes = {a["node_id"] for a in _trial_actors(live) if a["pid"] in pids}
+    alive = {n["node_id"] for n in live.api("/api/v0/nodes?limit=100")["data"]["result"]["result"]}
+    assert len(nodes) == 2 and nodes == alive, (pids, nodes, alive)
+
+
+@pytest.mark.slow
+def test_sweep_without_address_starts_its_own_ray_even_with_a_cluster_around(
+    live: Live, tmp_path: Path
+) -> None:
+    # RAY_ADDRESS names the live cluster (as `eval "$(scripts/cluster.sh env)"` leaves it);
+    # joining it would fail on --num-cpus ("must not be provided") and add a driver job.
+    jobs_before = len(live.api("/api/jobs/"))
+    drivers_before = _driver_jobs(live)
+    out = live.run(
+        sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "2",
+        "--max-epochs", "2", "--num-cpus", "1", RAY_ADDRESS=live.state["gcs"],
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "debug" / "summary.json").is_file()
+    assert _driver_jobs(live) == drivers_before and len(live.api("/api/jobs/")) == jobs_before
+
+
+def _trial_actors(live: Live) -> list[dict[str, Any]]:
+    actors = live.api("/api/v0/actors?limit=10000&detail=1")["data"]["result"]["result"]
+    return [a for a in actors if a["class_name"] == "ImplicitFunc"]  # function trainables
+
+
+def _driver_jobs(live: Live) -> int:
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(live.state["gcs"]) as channel:
+        reply = gcs_service_pb2_grpc.JobInfoGcsServiceStub(channel).GetAllJobInfo(
+            gcs_service_pb2.GetAllJobInfoRequest(),
+            timeout=30,
+            metadata=[("authorization", f"Bearer {live.token}")],
+        )
+    return len(reply.job_info_list)
+
+
+@pytest.mark.slow
+def test_stop_ends_the_cluster_and_nothing_else(live: Live) -> None:
+    # A bystander named like a Ray worker: a stop by process name would take it too.
+    bystander = subprocess.Popen(["bash", "-c", "exec -a ray::IDLE sleep 300"], start_new_session=True)
+    try:
+        procs = _cluster_processes(live)
+        stop = live.run(str(SCRIPTS / "cluster.sh"), "stop")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        _, alive = psutil.wait_procs(procs, timeout=30)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        assert bystander.poll() is None
+        assert not Path(live.state["temp_dir"]).exists()
+        assert "no cluster" in live.run(str(SCRIPTS / "cluster.sh"), "status").stderr
+        assert all(live.token not in text for text in live.printed)
+    finally:
+        bystander.kill()
+        bystander.wait()

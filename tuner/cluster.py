@@ -1,0 +1,325 @@
+"""Which Ray cluster a driver joins, whether that is safe, and where its results go.
+
+A Ray cluster runs whatever code reaches its GCS, client server or job API
+(CVE-2023-48022), so we refuse one without authentication unless all of it listens on
+loopback only, or the user passes --allow-insecure-cluster. The check needs no token: with
+token authentication on, Ray's gRPC servers answer a call without one UNAUTHENTICATED (and
+the dashboard serves /api/authentication_mode to anyone).
+
+Everything here runs before `ray.init`, so a refusal is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tuner.config import ConfigError
+
+# Set by scripts/submit.sh in the job's runtime env: the directory a relative `output` means
+# (the job itself runs in a temporary copy of it) and the machine it is on.
+SUBMIT_DIR, SUBMIT_HOST = "TUNER_SUBMIT_DIR", "TUNER_SUBMIT_HOST"
+TOKEN_HELP = (
+    "put the cluster's token in ~/.ray/auth_token, or point RAY_AUTH_TOKEN_PATH at it "
+    "(scripts/cluster.sh prints the path it uses)"
+)
+INSECURE_HELP = (
+    "anyone who can reach it can run code there (CVE-2023-48022); start it with token "
+    "authentication (scripts/cluster.sh start does), or pass --allow-insecure-cluster"
+)
+PROBE_TIMEOUT_S = 10.0
+
+
+def in_ray_job() -> bool:
+    """True when run as the entrypoint of `ray job submit` (the job sets this variable)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, once per process (paths are resolved more than once)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"[tuner] warning: {message}", file=sys.stderr, flush=True)
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return (mapped or ip).is_loopback
+
+
+@dataclass(frozen=True)
+class Target:
+    """A cluster to join: its GCS (host:port) or its Ray Client server (ray://host:port)."""
+
+    host: str
+    port: int
+    client: bool
+
+    @property
+    def hostport(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"ray://{self.hostport}" if self.client else self.hostport
+
+
+def target(address: Optional[str]) -> Optional[Target]:
+    """The cluster to join: --address, else the cluster of the Ray job we run in, else None.
+
+    None means: start a private local Ray. RAY_ADDRESS alone (say, left in a shell) never
+    makes a sweep started by hand join a cluster.
+    """
+    if not address:
+        if not in_ray_job():
+            return None
+        address = os.environ.get("RAY_ADDRESS", "")  # the job supervisor sets the GCS address
+        if not address:
+            raise ConfigError("--address", "a Ray job without RAY_ADDRESS: cannot find its cluster")
+    if address == "auto":
+        address = _auto_address()
+    client = address.startswith("ray://")
+    rest = address[len("ray://") :] if client else address
+    host, sep, port = rest.rpartition(":")
+    if "://" in rest or not sep or not host or not port.isdigit():
+        raise ConfigError(
+            "--address",
+            f"expected auto, host:port (the GCS) or ray://host:port, got '{address}' "
+            "(submit to a dashboard http:// address with scripts/submit.sh)",
+        )
+    return Target(host.strip("[]"), int(port), client)
+
+
+def _auto_address() -> str:
+    from ray._private.services import find_bootstrap_address
+
+    address = os.environ.get("RAY_ADDRESS") or find_bootstrap_address(None)
+    if not address:
+        raise ConfigError(
+            "--address",
+            "auto: no running cluster found (RAY_ADDRESS is unset and no `ray start` recorded "
+            'one); for scripts/cluster.sh run `eval "$(scripts/cluster.sh env)"` first',
+        )
+    return address
+
+
+def local_token() -> Optional[str]:
+    """The token Ray itself would send (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path and not os.environ.get("RAY_AUTH_TOKEN"):  # Ray raises on a missing file
+        try:
+            readable = bool(Path(path).read_text().strip())
+        except OSError:
+            readable = False
+        if not readable:
+            raise ConfigError("RAY_AUTH_TOKEN_PATH", f"{path} is missing or empty: {TOKEN_HELP}")
+    loader = AuthenticationTokenLoader.instance()
+    if not loader.has_token(ignore_auth_mode=True):
+        return None
+    return loader.get_raw_token(ignore_auth_mode=True)
+
+
+def probe(t: Target, token: Optional[str]) -> Optional[list[str]]:
+    """Call the cluster (with `token`, or without): the addresses of its alive nodes, or None
+    when it refuses the call for want of a valid token."""
+    import grpc
+
+    try:
+        if t.client:
+            return _client_nodes(t, token)
+        return [n.node_manager_address for n in gcs_nodes(t, token)]
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+            return None
+        raise ConfigError(
+            "--address", f"no Ray cluster answers at {t} ({err.code().name.lower()}); is it running?"
+        ) from None
+
+
+def gcs_nodes(t: Target, token: Optional[str]) -> list[Any]:
+    """The GCS's alive nodes (GcsNodeInfo messages); raises grpc.RpcError."""
+    import grpc
+    from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(t.hostport) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        reply = stub.GetAllNodeInfo(
+            gcs_service_pb2.GetAllNodeInfoRequest(), timeout=PROBE_TIMEOUT_S, metadata=_metadata(token)
+        )
+    return [n for n in reply.node_info_list if n.state == gcs_pb2.GcsNodeInfo.ALIVE]
+
+
+def _metadata(token: Optional[str]) -> Optional[list[tuple[str, str]]]:
+    return [("authorization", f"Bearer {token}")] if token else None
+
+
+def _client_nodes(t: Target, token: Optional[str]) -> list[str]:
+    """Node addresses from a Ray Client server (empty where it will not say: unknown)."""
+    import grpc
+    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+
+    kinds = ray_client_pb2.ClusterInfoType
+    with grpc.insecure_channel(t.hostport) as channel:
+        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
+        ping = ray_client_pb2.ClusterInfoRequest(type=kinds.PING)
+        stub.ClusterInfo(ping, timeout=PROBE_TIMEOUT_S, metadata=_metadata(token))  # raises if refused
+        try:
+            request = ray_client_pb2.ClusterInfoRequest(type=kinds.NODES)
+            reply = stub.ClusterInfo(request, timeout=PROBE_TIMEOUT_S, metadata=_metadata(token))
+            return [n["NodeManagerAddress"] for n in json.loads(reply.json) if n.get("Alive")]
+        except (grpc.RpcError, ValueError, KeyError, TypeError):
+            return []
+
+
+def require_safe(where: str, loopback_only: bool, allow_insecure: bool) -> None:
+    """Refuse a cluster without authentication that other machines can reach."""
+    if loopback_only:
+        return
+    if not allow_insecure:
+        raise ConfigError("--address", f"the Ray cluster at {where} has no authentication: {INSECURE_HELP}")
+    warn(f"the Ray cluster at {where} has no authentication (--allow-insecure-cluster)")
+
+
+def check(t: Target, allow_insecure: bool = False) -> None:
+    """Make sure joining `t` is safe and that `ray.init` will speak its authentication.
+
+    Raises ConfigError (one line) for an unreachable cluster, a missing or rejected token,
+    or an open cluster reachable from other machines.
+    """
+    nodes = probe(t, token=None)
+    if nodes is not None:  # it answered without a token: authentication is off
+        # No node list (a Ray Client server may not give one) is no proof of loopback.
+        loopback = is_loopback(t.host) and bool(nodes) and all(is_loopback(a) for a in nodes)
+        require_safe(str(t), loopback, allow_insecure)
+    else:
+        token = local_token()
+        if token is None:
+            raise ConfigError(
+                "--address", f"the Ray cluster at {t} needs a token and none is set: {TOKEN_HELP}"
+            )
+        nodes = probe(t, token)
+        if nodes is None:
+            raise ConfigError("--address", f"the Ray cluster at {t} rejected our token: {TOKEN_HELP}")
+        _speak_token_auth()
+    if nodes and all(is_loopback(a) for a in nodes):
+        _keep_loopback()
+
+
+def _speak_token_auth() -> None:
+    # ray.init turns token auth on by itself only for clusters it finds on its own, never for
+    # an explicit address (ray/_private/worker.py, "address in (None, 'auto')").
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+        _enable_token_auth()
+
+
+def _keep_loopback() -> None:
+    """Let this process reach a cluster whose nodes live at 127.0.0.1.
+
+    On Linux Ray rewrites a loopback address to the machine's own
+    (ray/_private/services.py: resolve_ip_for_localhost), where a loopback-only cluster
+    does not listen; it keeps loopback only where multi-node clusters are "unsupported".
+    """
+    import ray._private.ray_constants as ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def dashboard_auth(url: str, timeout: float = PROBE_TIMEOUT_S) -> str:
+    """The dashboard's authentication mode ("token" or "disabled"); it answers anyone."""
+    body = _get_json(url.rstrip("/") + "/api/authentication_mode", None, timeout)
+    return str(body.get("authentication_mode", "unknown"))
+
+
+def dashboard_status(url: str, token: Optional[str], timeout: float = PROBE_TIMEOUT_S) -> int:
+    """HTTP status of an authenticated dashboard call (200, or 401/403 when refused)."""
+    try:
+        _get_json(url.rstrip("/") + "/api/version", token, timeout)
+        return 200
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def dashboard_nodes(url: str, token: Optional[str], timeout: float = PROBE_TIMEOUT_S) -> list[str]:
+    """Addresses of the alive nodes, from the dashboard's state API."""
+    body = _get_json(url.rstrip("/") + "/api/v0/nodes?limit=1000", token, timeout)
+    rows = body.get("data", {}).get("result", {}).get("result", [])
+    return [r["node_ip"] for r in rows if r.get("state") == "ALIVE"]
+
+
+def _get_json(url: str, token: Optional[str], timeout: float) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
+        return json.loads(r.read().decode() or "{}")
+
+
+def output_base(output: str) -> str:
+    """Where a relative `output` was meant, for a driver run by `ray job submit`.
+
+    The job runs in a temporary copy of its working directory (deleted with the cluster);
+    scripts/submit.sh says which directory the copy came from.
+    """
+    if "://" in output or os.path.isabs(os.path.expanduser(output)) or not in_ray_job():
+        return output
+    submit_dir, host = os.environ.get(SUBMIT_DIR), os.environ.get(SUBMIT_HOST)
+    if submit_dir and host == socket.gethostname() and os.path.isdir(submit_dir):
+        return os.path.join(submit_dir, output)
+    where = f"{host}:{submit_dir}" if submit_dir else "a directory this driver cannot see"
+    warn(
+        f"output '{output}' is relative and this job came from {where}: results stay in the "
+        "job's temporary copy of its working directory, which Ray deletes with the cluster; "
+        "use an absolute path on shared storage or a storage URI (s3://, gs://)"
+    )
+    return output
+
+
+def storage_warning(storage: str, nodes: list[dict[str, Any]]) -> Optional[str]:
+    """A warning when a local `storage` path would leave results on other machines."""
+    if "://" in storage:
+        return None
+    alive = [n for n in nodes if n.get("Alive")]
+    away = [n for n in alive if not _on_this_host(n)]
+    if not away:
+        return None
+    return (
+        f"{len(away)} of {len(alive)} nodes are on other machines and output {storage} is a "
+        "local path: Ray (>= 2.7) does not copy trial results between nodes, so trials that "
+        "run there leave their results there unless the path is shared by every node; use "
+        "a storage URI (s3://, gs://) or a shared file system"
+    )
+
+
+def _on_this_host(node: dict[str, Any]) -> bool:
+    # Every node of a one-machine cluster may be 127.0.0.1: compare the machine's name too.
+    if node.get("NodeManagerHostname") != socket.gethostname():
+        return False
+    address = str(node.get("NodeManagerAddress", ""))
+    return is_loopback(address) or address in _local_addresses()
+
+
+def _local_addresses() -> set[str]:
+    import psutil
+
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
