@@ -70,6 +70,7 @@ def connect(
     num_cpus: Optional[int] = None,
     verbose: bool = False,
     allow_insecure_cluster: bool = False,
+    dashboard: bool = True,
 ) -> str:
     """Join the cluster at `address` (or the job's cluster), else start a private local Ray.
 
@@ -98,15 +99,21 @@ def connect(
         return "job"
     # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
     # without it a finished DDP trial's resources were never handed back and the next
-    # trial's workers waited forever (seen with Ray 2.60 on this machine).
+    # trial's workers waited forever (seen with Ray 2.60 on this machine). Sweeps of 1-worker
+    # trials use no Ray Train and skip it: it and its module processes cost seconds of CPU.
     ray.init(
         address="local",
         num_cpus=num_cpus,
-        include_dashboard=True,
+        include_dashboard=dashboard,
         dashboard_host="127.0.0.1",
         **common,
     )
     return "local"
+
+
+def _needs_train(cfg: SweepConfig) -> bool:
+    """Trials run Ray Train (and so need the dashboard's State API) with several workers."""
+    return cfg.resources.workers_per_trial > 1
 
 
 def _quiet_ray(verbose: bool) -> None:
@@ -341,7 +348,7 @@ def run_sweep(
     refuse_existing(sweep_dir)
     _precheck_local(cfg, address, num_cpus)
     _quiet_ray(verbose)
-    connect(address, num_cpus, verbose, allow_insecure_cluster)
+    connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
     _warn_unshared(storage)
     res = _preflight(cfg)  # before anything is written: a refused sweep leaves no directory
     if sweep_dir:
@@ -417,7 +424,7 @@ def resume_sweep(
         new=expected_trials(cfg) - len(finished) - len(unfinished),
     )
     _quiet_ray(verbose)
-    connect(address, num_cpus, verbose, allow_insecure_cluster)
+    connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
     _warn_unshared(os.path.dirname(sweep_dir))
     print(
         f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to continue "
