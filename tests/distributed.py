@@ -1,0 +1,49 @@
+"""Running the training loop in several local processes (gloo), as Ray Train's workers would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tuner.trial.loop import run_trial
+from tuner.trial.session import LocalSession
+from tuner.trial.spec import TrialSpec
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, root: str, hp: dict, spec: dict, resume: bool) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        session = LocalSession(root, resume=resume)
+        run_trial(hp, TrialSpec(**spec), session)
+        Path(root, f"metrics-{rank}.json").write_text(json.dumps(session.metrics))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_workers(
+    root: Path, hp: dict[str, Any], spec: TrialSpec, world: int = 2, resume: bool = False
+) -> list[list[dict]]:
+    """One trial in `world` processes sharing `root`; every rank's reported metrics."""
+    root.mkdir(parents=True, exist_ok=True)
+    spec_dict = {**spec.to_dict(), "workers": world}
+    mp.spawn(_worker, args=(world, _free_port(), str(root), hp, spec_dict, resume), nprocs=world, join=True)
+    return [json.loads((root / f"metrics-{r}.json").read_text()) for r in range(world)]
