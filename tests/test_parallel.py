@@ -59,3 +59,29 @@ def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
     # Rank r's model runs out of memory above 20 - 4r samples: every rank must use 16.
     out = run_workers(tmp_path / "run", {**PARAMS, **PICKY, "micro_batch": None}, spec)
     assert {m["micro_batch"] for ranks in out for m in ranks} == {16}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
+    from tests.conftest import debug_config
+    from tuner.sweep import run_sweep
+
+    cfg = debug_config(
+        tmp_path,
+        name="fsdp",
+        search__num_samples=1,
+        resources__workers_per_trial=2,
+        resources__strategy="fsdp",
+        schedule__max_epochs=2,
+        schedule__grace_epochs=2,
+        training__batch_size=64,
+    )
+    out = run_sweep(cfg)
+    assert out.exit_code == 0, out.summary
+    (trial,) = out.summary["trials"]
+    assert trial["last_metrics"]["world_size"] == 2 and trial["epochs"] == 2
+    run = Path(out.sweep_dir) / trial["trial_id"] / "train"
+    ckpts = sorted(run.glob(f"checkpoint_*/{CHECKPOINT_FILE}"))
+    assert ckpts, "Train V2 keeps the trial's checkpoints"
+    weights = torch.load(ckpts[-1], weights_only=True)["model"]
+    assert weights["1.weight"].shape == (trial["config"]["width"], 8)  # gathered, not a shard

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, resources
+from tuner import algorithms, packing, resources
 from tuner.config import ConfigError, SweepConfig, to_yaml
 from tuner.results import CONFIG_FILE, leaderboard, load_trials, record, summarize, write_summary
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
@@ -134,6 +134,8 @@ def build_spec(
         cpus_per_worker=res.cpus_per_worker,
         gpus_per_worker=res.gpus_per_worker,
         strategy=cfg.resources.strategy,
+        gpu_memory_margin=cfg.resources.gpu_memory_margin,
+        gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
         search_path=os.getcwd(),
@@ -146,11 +148,20 @@ def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    res = resources.plan(cfg.resources, ray.cluster_resources(), nodes)
+    res = resources.plan(cfg.resources, ray.cluster_resources(), nodes, probe=lambda: _probe_memory(cfg))
     amp = cfg.hyperparameters()["amp"]
     path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
     resources.check_amp(values_of(amp) or [], res.gpus_per_worker, path)
     return res
+
+
+def _probe_memory(cfg: SweepConfig) -> packing.MemoryProfile:
+    """gpus_per_worker: pack: the peak memory of the space's largest configuration on one GPU."""
+    from tuner.trial.probe import measure_on_ray
+
+    spec = build_spec(cfg, resources.probe_request(cfg.resources), "", None)
+    hp = packing.probe_config(cfg.hyperparameters())
+    return measure_on_ray(hp, spec, packing.label(hp, cfg.search.params))
 
 
 def _tuner(
