@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -22,7 +23,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, root: str, hp: dict, spec: dict, resume: bool) -> None:
+def _worker(
+    rank: int, world: int, port: int, root: str, hp: dict, spec: dict, resume: bool, backend: str
+) -> None:
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -30,7 +33,9 @@ def _worker(rank: int, world: int, port: int, root: str, hp: dict, spec: dict, r
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)  # one GPU per rank, as Ray Train gives them
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         session = LocalSession(root, resume=resume)
         run_trial(hp, TrialSpec(**spec), session)
@@ -40,10 +45,16 @@ def _worker(rank: int, world: int, port: int, root: str, hp: dict, spec: dict, r
 
 
 def run_workers(
-    root: Path, hp: dict[str, Any], spec: TrialSpec, world: int = 2, resume: bool = False
+    root: Path,
+    hp: dict[str, Any],
+    spec: TrialSpec,
+    world: int = 2,
+    resume: bool = False,
+    backend: str = "gloo",
 ) -> list[list[dict]]:
     """One trial in `world` processes sharing `root`; every rank's reported metrics."""
     root.mkdir(parents=True, exist_ok=True)
     spec_dict = {**spec.to_dict(), "workers": world}
-    mp.spawn(_worker, args=(world, _free_port(), str(root), hp, spec_dict, resume), nprocs=world, join=True)
+    args = (world, _free_port(), str(root), hp, spec_dict, resume, backend)
+    mp.spawn(_worker, args=args, nprocs=world, join=True)
     return [json.loads((root / f"metrics-{r}.json").read_text()) for r in range(world)]
