@@ -199,3 +199,15 @@ def test_pack_without_a_gpu_is_refused_fast(tmp_path: Path) -> None:
     out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=pack")
     assert out.returncode == 2, out.stderr
     assert "resources.gpus_per_worker: pack measures trials on a GPU, but the cluster has none" in out.stderr
+
+
+def test_shipped_gpu_sweep_probes_a_buildable_configuration() -> None:
+    from tests.conftest import SPACES
+    from tuner.trial.models import build_model
+
+    cfg = load_sweep(SPACES / "vit_amp.yaml")
+    assert cfg.resources.gpus_per_worker == "pack" and cfg.search.params["amp"].values == ["bf16", "fp16"]
+    hp = packing.probe_config(cfg.hyperparameters())
+    assert (hp["width"], hp["depth"], hp["batch_size"]) == (384, 8, 128)
+    model = build_model("vit", hp, (3, 224, 224), 10)  # the probe would build this on the GPU
+    assert sum(p.numel() for p in model.parameters()) > 10e6
