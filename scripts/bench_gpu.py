@@ -62,52 +62,27 @@ PEAK_BF16_TFLOPS = {
 }
 TARGETS = {"amp": 2.0, "packing": 1.5, "mfu": 0.35}
 
+
+VIT_KEYS = ("label", "patch_size", "width", "depth", "heads", "image", "samples", "batch")
+
+
+def _vit(*values: Any) -> dict[str, Any]:
+    return dict(zip(VIT_KEYS, values, strict=True))
+
+
 # Sizes: (GPU, smoke). ViT reference = ViT-S/16; MFU = ViT-B/16; small = a CIFAR-sized ViT.
 SIZES = {
     "ref": (
-        dict(
-            label="ViT-S/16 224px",
-            patch_size=16,
-            width=384,
-            depth=12,
-            heads=6,
-            image=224,
-            samples=4096,
-            batch=128,
-        ),
-        dict(
-            label="tiny ViT 32px", patch_size=8, width=32, depth=2, heads=2, image=32, samples=256, batch=32
-        ),
+        _vit("ViT-S/16 224px", 16, 384, 12, 6, 224, 4096, 128),
+        _vit("tiny ViT 32px", 8, 32, 2, 2, 32, 256, 32),
     ),
     "mfu": (
-        dict(
-            label="ViT-B/16 224px",
-            patch_size=16,
-            width=768,
-            depth=12,
-            heads=12,
-            image=224,
-            samples=2048,
-            batch=128,
-        ),
-        dict(
-            label="small ViT 32px", patch_size=8, width=64, depth=2, heads=4, image=32, samples=256, batch=32
-        ),
+        _vit("ViT-B/16 224px", 16, 768, 12, 12, 224, 2048, 128),
+        _vit("small ViT 32px", 8, 64, 2, 4, 32, 256, 32),
     ),
     "small": (
-        dict(
-            label="ViT 192x6 32px",
-            patch_size=4,
-            width=192,
-            depth=6,
-            heads=3,
-            image=32,
-            samples=8192,
-            batch=128,
-        ),
-        dict(
-            label="tiny ViT 32px", patch_size=8, width=32, depth=1, heads=2, image=32, samples=256, batch=32
-        ),
+        _vit("ViT 192x6 32px", 4, 192, 6, 3, 32, 8192, 128),
+        _vit("tiny ViT 32px", 8, 32, 1, 2, 32, 256, 32),
     ),
 }
 

@@ -26,9 +26,9 @@ def _spec(strategy: str, epochs: int = 2) -> TrialSpec:
     return TrialSpec(**{**SPEC.to_dict(), "strategy": strategy, "max_epochs": epochs})
 
 
-def test_fsdp_matches_ddp_and_checkpoints_a_full_state_dict(tmp_path: Path) -> None:
+def test_compiled_fsdp_matches_ddp_and_checkpoints_a_full_state_dict(tmp_path: Path) -> None:
     ddp = run_workers(tmp_path / "ddp", PARAMS, _spec("ddp"))
-    fsdp = run_workers(tmp_path / "fsdp", PARAMS, _spec("fsdp"))
+    fsdp = run_workers(tmp_path / "fsdp", {**PARAMS, "compile": True}, _spec("fsdp"))
     assert [m["world_size"] for m in fsdp[0]] == [2, 2]
     # Both average the same gradients over the same global batch: the same training.
     for a, b in zip(ddp[0], fsdp[0], strict=True):

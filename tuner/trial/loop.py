@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -24,6 +22,8 @@ from torch import nn
 
 from tuner.trial.amp import Amp, make_amp
 from tuner.trial.batchsize import fit_micro_batch
+from tuner.trial.checkpoint import CHECKPOINT_FILE as CHECKPOINT_FILE  # re-exported
+from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
 from tuner.trial.data import Batches, DataBundle, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.memory import TrialOOM, halve, is_oom, release
@@ -35,18 +35,7 @@ from tuner.trial.session import Session
 from tuner.trial.spec import TrialSpec
 from tuner.trial.tb import EventWriter, NullWriter
 
-CHECKPOINT_FILE = "state.pt"
 WORST = {"max": -math.inf, "min": math.inf}
-
-
-@dataclass
-class TrainState:
-    """What, besides weights and optimizer, a resumed trial needs to go on exactly."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps taken
-    micro_batch: int = 0  # per-worker forward batch; shrinks on OOM
-    oom_backoffs: int = 0
 
 
 @dataclass
@@ -91,6 +80,7 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
         # Whether finished, stopped by the scheduler (SystemExit from report) or failed:
         # give memory back before this actor runs its next trial.
         release(device)
+        _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
 
 
 def build_parts(
@@ -154,7 +144,7 @@ def _memory_format(
 
 
 def _train(p: Parts) -> Optional[dict[str, Any]]:
-    resumed = _restore(p)
+    resumed = restore(p)
     writer = EventWriter(p.session.trial_dir) if p.session.is_main and p.session.trial_dir else NullWriter()
     if resumed:
         p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
@@ -179,7 +169,7 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 p.session.report(metrics, None)
                 break
             writer.flush()
-            _report_with_checkpoint(p, metrics)
+            report_with_checkpoint(p, metrics)
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         p.log.warning("%s", err)
@@ -189,7 +179,6 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
         p.session.report(metrics, None)
     finally:
         writer.close()
-        _close_files(p.log)
     return metrics
 
 
@@ -300,56 +289,15 @@ def _all_sum(p: Parts, values: list[Any]) -> list[float]:
     return t.tolist()
 
 
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def _report_with_checkpoint(p: Parts, metrics: dict[str, Any]) -> None:
-    payload = _state_dict(p)  # on every rank: FSDP gathers the full state with a collective
-    ckpt_dir = tempfile.mkdtemp(prefix="tuner-ckpt-") if p.session.is_main else None
-    try:
-        if ckpt_dir is not None:
-            torch.save(payload, os.path.join(ckpt_dir, CHECKPOINT_FILE))
-        p.session.report(metrics, ckpt_dir)  # Ray copies the directory into storage
-    finally:
-        if ckpt_dir is not None:
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
-
-
-def _state_dict(p: Parts) -> dict[str, Any]:
-    weights, optim = p.strategy.state(p.model, p.optimizer)
-    return {
-        "model": weights,
-        "optimizer": optim,
-        "scaler": p.amp.scaler.state_dict(),
-        "schedule": p.schedule.state_dict(),
-        "state": asdict(p.state),
-        "rng_cpu": torch.get_rng_state(),
-        "rng_cuda": torch.cuda.get_rng_state(p.device) if p.device.type == "cuda" else None,
-    }
-
-
-def _restore(p: Parts) -> bool:
-    with p.session.resume_dir() as d:
-        if d is None:
-            return False
-        # On the CPU: a model sharded because it does not fit one GPU must not be loaded
-        # whole onto one; load_state_dict copies each tensor to where its parameter lives.
-        payload = torch.load(os.path.join(d, CHECKPOINT_FILE), map_location="cpu", weights_only=True)
-    p.strategy.load(p.model, p.optimizer, payload["model"], payload["optimizer"])
-    p.amp.scaler.load_state_dict(payload["scaler"])
-    p.schedule.load_state_dict(payload["schedule"])
-    p.state = TrainState(**payload["state"])
-    torch.set_rng_state(payload["rng_cpu"].cpu())
-    if payload["rng_cuda"] is not None and p.device.type == "cuda":
-        torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)
-    return True
+def _log_name(session: Session) -> str:
+    return f"tuner.trial.{session.trial_id}"
 
 
 def _trial_logger(session: Session) -> logging.Logger:
-    log = logging.getLogger(f"tuner.trial.{session.trial_id}")
+    log = logging.getLogger(_log_name(session))
     log.propagate = False
     log.setLevel(logging.INFO)
-    _close_files(log)  # left by a trial of the same id that failed before it trained
+    _close_files(log)
     if session.is_main and session.trial_dir:
         handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
