@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(
-    rank: int, world: int, port: int, root: str, hp: dict, spec: dict, resume: bool, backend: str
-) -> None:
+def spawn(fn: Callable[..., None], *args: Any, world: int = 2, backend: str = "gloo") -> None:
+    """Run `fn(rank, *args)` in `world` processes joined in one process group."""
+    mp.spawn(_entry, args=(world, _free_port(), backend, fn, args), nprocs=world, join=True)
+
+
+def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple) -> None:
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -37,11 +41,15 @@ def _worker(
         torch.cuda.set_device(rank)  # one GPU per rank, as Ray Train gives them
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
-        session = LocalSession(root, resume=resume)
-        run_trial(hp, TrialSpec(**spec), session)
-        Path(root, f"metrics-{rank}.json").write_text(json.dumps(session.metrics))
+        fn(rank, *args)
     finally:
         dist.destroy_process_group()
+
+
+def _trial(rank: int, root: str, hp: dict, spec: dict, resume: bool) -> None:
+    session = LocalSession(root, resume=resume)
+    run_trial(hp, TrialSpec(**spec), session)
+    Path(root, f"metrics-{rank}.json").write_text(json.dumps(session.metrics))
 
 
 def run_workers(
@@ -55,6 +63,5 @@ def run_workers(
     """One trial in `world` processes sharing `root`; every rank's reported metrics."""
     root.mkdir(parents=True, exist_ok=True)
     spec_dict = {**spec.to_dict(), "workers": world}
-    args = (world, _free_port(), str(root), hp, spec_dict, resume, backend)
-    mp.spawn(_worker, args=args, nprocs=world, join=True)
+    spawn(_trial, str(root), hp, spec_dict, resume, world=world, backend=backend)
     return [json.loads((root / f"metrics-{r}.json").read_text()) for r in range(world)]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.distributed import run_workers
+from tests.distributed import run_workers, spawn
 from tests.test_loop import hp
 from tuner.trial.loop import CHECKPOINT_FILE
 from tuner.trial.models import build_model
@@ -52,6 +52,35 @@ def test_fsdp_resume_continues_exactly(tmp_path: Path) -> None:
     assert resumed[0][-1]["val_loss"] == pytest.approx(straight[0][-1]["val_loss"], rel=1e-5)
 
 
+def _scaler_over_shards(rank: int, out: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    before = [q.to_local().clone() for q in model.parameters()]
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 2, 0]))
+    scaler.scale(loss).backward()
+    if rank == 1:  # an overflow in one rank's shard only
+        list(model.parameters())[2].grad.to_local()[0, 0] = float("inf")
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    skipped = all(torch.equal(a, q.to_local()) for a, q in zip(before, model.parameters(), strict=True))
+    Path(out, f"rank{rank}").write_text(f"{skipped} {scaler.get_scale()}")
+
+
+def test_grad_scaler_skips_the_step_on_every_rank_when_one_shard_overflows(tmp_path: Path) -> None:
+    # What fp16 with FSDP relies on: torch.amp.GradScaler over FSDP2's DTensor gradients
+    # reduces found-inf over ranks (a sharded scaler is not needed), so no rank steps alone.
+    spawn(_scaler_over_shards, str(tmp_path))
+    assert {(tmp_path / f"rank{r}").read_text() for r in range(2)} == {"True 512.0"}
+
+
 def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
     from tests.test_gpu_features import PICKY, picky_spec
 
@@ -76,7 +105,10 @@ def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
         schedule__grace_epochs=2,
         training__batch_size=64,
     )
-    out = run_sweep(cfg)
+    try:
+        out = run_sweep(cfg)
+    finally:
+        _remove_leftover_placement_groups()
     assert out.exit_code == 0, out.summary
     (trial,) = out.summary["trials"]
     assert trial["last_metrics"]["world_size"] == 2 and trial["epochs"] == 2
@@ -85,3 +117,20 @@ def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
     assert ckpts, "Train V2 keeps the trial's checkpoints"
     weights = torch.load(ckpts[-1], weights_only=True)["model"]
     assert weights["1.weight"].shape == (trial["config"]["width"], 8)  # gathered, not a shard
+
+
+def _remove_leftover_placement_groups() -> None:
+    """Free what a finished Train run may still hold, so later tests in this Ray get CPUs.
+
+    Tune ends a trial actor as soon as its last result is in; the Train controller it owns
+    dies with it, possibly before removing its workers' placement group. Ray 2.60's
+    PlacementGroupCleaner is the backstop, but its monitor thread dies with "Found multiple
+    active Ray instances" where other Ray clusters run on the same machine (as on a shared
+    CI box), and the placement group then holds its CPUs for good.
+    """
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    for pg_id, info in placement_group_table().items():
+        if info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
