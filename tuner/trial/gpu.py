@@ -1,12 +1,12 @@
 """The GPU as a trial sees it: its share of memory, and per-epoch statistics.
 
 `make_gpu(device)` gives the loop one object whatever the device: `NoGpu` on CPU (claims
-nothing, measures nothing), `Gpu` on CUDA. Before a trial builds anything, `claim` checks that
-its share of the GPU's memory is free (Ray's GPU fractions are logical only: nothing stops a
-neighbour from holding more than its part) and caps PyTorch's allocator at that share, so a
-trial that outgrows it runs out of memory itself instead of crashing its neighbours. Each
-epoch, `stats` gives utilisation (NVML, when it can be loaded) and memory figures for
-TensorBoard and the trial's results.
+nothing, measures nothing), `Gpu` on CUDA. Before a trial on a shared GPU builds anything,
+`claim` checks that its share of the GPU's memory is free (Ray's GPU fractions are logical
+only: nothing stops a neighbour from holding more than its part) and caps PyTorch's allocator
+at that share, so a trial that outgrows it runs out of memory itself instead of crashing its
+neighbours. Each epoch, `stats` gives utilisation (NVML, when it can be loaded) and memory
+figures for TensorBoard and the trial's results.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class Gpu(NoGpu):
     def claim(self, fraction: float, margin: float, context: Optional[int] = None) -> Optional[Share]:
         free, total = torch.cuda.mem_get_info(self.device)
         part = share(total, fraction, margin, CONTEXT_ESTIMATE if context is None else context)
+        if part.tenants == 1:
+            # Alone on its GPU a trial takes what there is: refusing it because a desktop's
+            # display holds a little of it would help no one.
+            return part
         deadline = time.monotonic() + self.wait_s
         while (why := shortfall(free, part.budget, total)) is not None:
             if time.monotonic() > deadline:
