@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tuner.config import TrainingSection
-from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.journal import read_metrics
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession

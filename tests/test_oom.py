@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from tests.test_loop import hp, train
-from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.spec import TrialSpec
 
 SPEC = TrialSpec(

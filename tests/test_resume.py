@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEBUG, ROOT, run_cli
-from tuner.trial.checkpoints import DirCheckpoints
+from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.journal import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -147,20 +147,42 @@ class ResourcesSection(_Section):
     """What each trial gets from Ray."""
 
     workers_per_trial: int = Field(
-        1, ge=1, description="1: train inside the Tune trial; >1: DDP with Ray Train workers."
+        1, ge=1, description="1: train inside the Tune trial; >1: DDP (or FSDP) with Ray Train workers."
     )
     cpus_per_worker: float = Field(1, gt=0, description="CPUs per worker (torch threads).")
-    gpus_per_worker: Union[Literal["auto"], float] = Field(
+    gpus_per_worker: Union[Literal["auto", "pack"], float] = Field(
         "auto",
         description="GPUs per worker; fractions (0.25) share a GPU. auto: 1 when the cluster "
-        "has GPUs, else 0.",
+        "has GPUs, else 0. pack: measure the peak memory of the space's largest configuration "
+        "on one GPU first, then share each GPU among as many trials as fit (1 worker per trial).",
+    )
+    gpu_memory_margin: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="Share of each GPU's memory no trial counts on (fragmentation, other "
+        "processes). Shared GPUs: each trial's memory is capped at its part of the rest.",
+    )
+    max_trials_per_gpu: int = Field(
+        4, ge=1, description="pack: most trials sharing one GPU, however small they are."
     )
     max_concurrent_trials: Optional[int] = Field(
         None, ge=1, description="Trials running at once (default: as many as resources allow)."
     )
     strategy: Literal["ddp", "fsdp"] = Field(
-        "ddp", description="Multi-worker strategy: ddp (default) or fsdp (shards the model)."
+        "ddp",
+        description="Multi-worker strategy: ddp (default; every worker holds the whole model) or "
+        "fsdp (FSDP2 shards parameters, gradients and optimizer state over the workers, for "
+        "models that do not fit one GPU).",
     )
+
+    @field_validator("gpus_per_worker", mode="before")
+    @classmethod
+    def _gpu_word(cls, value: Any) -> Any:
+        # Without this a typo is reported against one member of the union, not the field.
+        if isinstance(value, str) and value not in ("auto", "pack"):
+            raise ValueError(f"must be a number, auto or pack, not '{value}'")
+        return value
 
     @field_validator("gpus_per_worker")
     @classmethod
@@ -168,10 +190,30 @@ class ResourcesSection(_Section):
         if isinstance(value, str):
             return value
         if value < 0:
-            raise ValueError("must be >= 0 or auto")
+            raise ValueError("must be >= 0, auto or pack")
         if value > 1 and value != int(value):
             raise ValueError("above 1 must be a whole number (Ray shares only fractions of one)")
         return value
+
+    @model_validator(mode="after")
+    def _multi_worker(self) -> ResourcesSection:
+        gpus, workers = self.gpus_per_worker, self.workers_per_trial
+        if gpus == "pack" and workers > 1:
+            raise ConfigError(
+                "resources.gpus_per_worker",
+                "pack shares GPUs between 1-worker trials; set workers_per_trial: 1",
+            )
+        if isinstance(gpus, (int, float)) and 0 < gpus < 1 and workers > 1:
+            # NCCL refuses two ranks of one process group on the same GPU, and Ray may place
+            # two workers of a trial on one GPU when each asks for a fraction.
+            raise ConfigError(
+                "resources.gpus_per_worker",
+                f"{gpus:g}: workers of one multi-worker trial need whole GPUs (NCCL cannot put "
+                "two ranks on one GPU); use 1, or workers_per_trial: 1",
+            )
+        if self.strategy == "fsdp" and workers < 2:
+            raise ConfigError("resources.strategy", "fsdp shards over workers: set workers_per_trial >= 2")
+        return self
 
 
 class TrainingSection(_Section):
@@ -211,7 +253,31 @@ class TrainingSection(_Section):
     grad_clip: Optional[float] = Field(None, gt=0, description="Clip the gradient norm to this.")
     eval_batch_size: int = Field(1024, ge=1, description="Batch size of evaluation.")
     seed: int = Field(0, description="Seed of weights and shuffling (the same for every trial).")
-    loader_workers: int = Field(0, ge=0, description="DataLoader worker processes (user datasets only).")
+    loader_workers: int = Field(
+        0, ge=0, description="DataLoader worker processes (datasets not held in memory)."
+    )
+    prefetch: bool = Field(
+        True,
+        description="GPU: copy the next batch to the device on a side CUDA stream, and turn "
+        "stored integers into floats there, while the current batch computes. CPU: plain "
+        "iteration (no effect).",
+    )
+    channels_last: bool = Field(
+        False,
+        description="Image models and inputs in channels_last memory format (NHWC): faster "
+        "convolutions with AMP on tensor-core GPUs. Ignored for inputs that are not images.",
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model (in place, so checkpoints keep their keys); "
+        "costs compile time when a trial starts and on new batch shapes.",
+    )
+    find_batch_size: bool = Field(
+        False,
+        description="Before training, find the largest micro-batch that fits in memory (binary "
+        "search, OOM caught) up to the per-worker batch. batch_size, so the effective batch, "
+        "stays as set; only the micro-batch (accumulation) changes. Not with fsdp.",
+    )
 
     @field_validator("amp", mode="before")
     @classmethod
@@ -264,7 +330,9 @@ class SweepConfig(_Section):
     @classmethod
     def _yaml_amp_param(cls, raw: Any) -> Any:
         # The same YAML trap inside search.params.amp (bare value, or choice/grid values).
-        params = raw.get("search", {}).get("params") if isinstance(raw, dict) else None
+        # Re-run on assignment (validate_assignment) with sections already parsed: skip then.
+        search = raw.get("search") if isinstance(raw, dict) else None
+        params = search.get("params") if isinstance(search, dict) else None
         if isinstance(params, dict) and "amp" in params:
             amp = params["amp"]
             if isinstance(amp, dict) and isinstance(amp.get("values"), list):
@@ -294,6 +362,12 @@ class SweepConfig(_Section):
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             _check_param(name, param, self.task.model, self.training)
+        fit = self.hyperparameters()["find_batch_size"]
+        if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
+            # A rank that runs out of memory inside a sharded forward leaves the others
+            # waiting in an all-gather for ever; the probe cannot be made safe there.
+            where = "search.params" if "find_batch_size" in self.search.params else "training"
+            raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
 
     def hyperparameters(self) -> dict[str, ParamT]:

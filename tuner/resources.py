@@ -1,16 +1,19 @@
 """What each trial asks Ray for, and whether the cluster can ever give it.
 
 Ray leaves a trial whose request no node can satisfy PENDING forever; we compare first and
-refuse in seconds, naming the request and what the cluster has.
+refuse in seconds, naming the request and what the cluster has. `gpus_per_worker: pack`
+turns a measured peak into a GPU fraction here (arithmetic in `tuner.packing`).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from tuner import packing
 from tuner.config import ConfigError, ResourcesSection
 
 # A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.
@@ -27,10 +30,28 @@ class TrialResources:
     gpus_per_worker: float
     bundle: dict[str, float]  # what the Tune trainable itself reserves
     max_concurrent: Optional[int]
+    profile: Optional[packing.MemoryProfile] = None  # gpus_per_worker: pack: what the probe saw
+    trials_per_gpu: Optional[int] = None
 
     def describe(self) -> str:
         gpu = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
-        return f"{self.workers} worker(s) x ({self.cpus_per_worker:g} CPU{gpu})"
+        text = f"{self.workers} worker(s) x ({self.cpus_per_worker:g} CPU{gpu})"
+        if self.profile is not None:
+            text += (
+                f" [packed: {self.trials_per_gpu} trials per {self.profile.device_name}, "
+                f"largest config peaks at {packing.gib(self.profile.need)}]"
+            )
+        return text
+
+
+Probe = Callable[[], packing.MemoryProfile]
+
+
+def probe_request(section: ResourcesSection) -> TrialResources:
+    """What the probe of `gpus_per_worker: pack` runs with: one worker on a whole GPU."""
+    return TrialResources(
+        workers=1, cpus_per_worker=section.cpus_per_worker, gpus_per_worker=1.0, bundle={}, max_concurrent=1
+    )
 
 
 def plan(
@@ -38,13 +59,17 @@ def plan(
     cluster: dict[str, float],
     nodes: list[dict[str, float]],
     node_groups: Optional[list[tuple[dict[str, float], int]]] = None,
+    probe: Optional[Probe] = None,
 ) -> TrialResources:
-    """Resolve `gpus_per_worker: auto`, the Tune bundle and trial concurrency.
+    """Resolve `gpus_per_worker` (auto, pack or a number), the Tune bundle and concurrency.
 
     `cluster` is `ray.cluster_resources()`; `nodes` the resources of each alive node;
-    `node_groups` the (resources, max nodes) an autoscaler may add, None on a fixed cluster.
+    `node_groups` the (resources, max nodes) an autoscaler may add, None on a fixed cluster;
+    `probe` measures the largest configuration on one GPU (called only for `pack`).
     """
     gpus = section.gpus_per_worker
+    if gpus == "pack":
+        return _packed(section, cluster, nodes, probe)
     if gpus == "auto":
         gpus = 1.0 if cluster.get("GPU", 0) > 0 else 0.0
     gpus = float(gpus)
@@ -62,7 +87,48 @@ def plan(
     if res.max_concurrent is None and res.workers > 1:
         # Tune would start every DDP driver at once (they are nearly free) and leave their
         # Train runs waiting on each other for workers; bound them by what fits.
-        res = TrialResources(**{**res.__dict__, "max_concurrent": _fit_count(res, cluster)})
+        res = replace(res, max_concurrent=_fit_count(res, cluster))
+    return res
+
+
+def _packed(
+    section: ResourcesSection,
+    cluster: dict[str, float],
+    nodes: list[dict[str, float]],
+    probe: Optional[Probe],
+) -> TrialResources:
+    path = "resources.gpus_per_worker"
+    if cluster.get("GPU", 0) <= 0:
+        raise ConfigError(
+            path,
+            f"pack measures trials on a GPU, but the cluster has none ({_describe(cluster)}); use 0 or auto",
+        )
+    assert probe is not None, "gpus_per_worker: pack needs a probe"
+    try:
+        profile = probe()
+    except Exception as err:  # noqa: BLE001 - any failure of the probe is the user's config's
+        # Ray wraps a task's error in its traceback; the last line is the error itself.
+        last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        raise ConfigError(
+            path, f"pack: the memory probe of the largest configuration failed: {last}"
+        ) from None
+    try:
+        fit = packing.pack(profile, section.gpu_memory_margin, section.max_trials_per_gpu)
+    except packing.NoFit as err:
+        raise ConfigError(
+            path, f"pack: {err}; shrink the space, lower batch_size or micro_batch, or use fsdp"
+        ) from None
+    res = TrialResources(
+        workers=1,
+        cpus_per_worker=section.cpus_per_worker,
+        gpus_per_worker=fit.fraction,
+        bundle=_bundle(section, fit.fraction),
+        max_concurrent=section.max_concurrent_trials
+        or packing.concurrency(fit.trials_per_gpu, cluster.get("GPU", 0)),
+        profile=profile,
+        trials_per_gpu=fit.trials_per_gpu,
+    )
+    check_feasible(res, cluster, nodes)
     return res
 
 

@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, cluster, resources
+from tuner import algorithms, cluster, packing, resources
 from tuner.algorithms import Prior, PriorTrial
 from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
 from tuner.results import (
@@ -192,6 +192,8 @@ def build_spec(
         cpus_per_worker=res.cpus_per_worker,
         gpus_per_worker=res.gpus_per_worker,
         strategy=cfg.resources.strategy,
+        gpu_memory_margin=cfg.resources.gpu_memory_margin,
+        gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
         search_path=os.getcwd(),
@@ -212,6 +214,8 @@ def _precheck_local(cfg: SweepConfig, address: Optional[str], num_cpus: Optional
     if cluster.target(address) is not None:
         return
     have = resources.local_resources(num_cpus)
+    if cfg.resources.gpus_per_worker == "pack" and have["GPU"]:
+        return  # measuring the largest configuration needs Ray: it is checked after start-up
     resources.plan(cfg.resources, have, [have])
 
 
@@ -219,7 +223,9 @@ def _preflight(cfg: SweepConfig) -> resources.TrialResources:
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    res = resources.plan(cfg.resources, ray.cluster_resources(), nodes, _node_groups())
+    res = resources.plan(
+        cfg.resources, ray.cluster_resources(), nodes, _node_groups(), probe=lambda: _probe_memory(cfg)
+    )
     amp = cfg.hyperparameters()["amp"]
     path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
     resources.check_amp(values_of(amp) or [], res.gpus_per_worker, path)
@@ -249,6 +255,15 @@ def _warn_unshared(storage: str) -> None:
     warning = cluster.storage_warning(storage, ray.nodes())
     if warning:
         cluster.warn(warning)
+
+
+def _probe_memory(cfg: SweepConfig) -> packing.MemoryProfile:
+    """gpus_per_worker: pack: the peak memory of the space's largest configuration on one GPU."""
+    from tuner.trial.probe import measure_on_ray
+
+    spec = build_spec(cfg, resources.probe_request(cfg.resources), "", None)
+    hp = packing.probe_config(cfg.hyperparameters())
+    return measure_on_ray(hp, spec, packing.label(hp, cfg.search.params))
 
 
 def _launch(
@@ -304,7 +319,7 @@ def _launch(
             name=cfg.name,
             storage_path=storage,
             callbacks=callbacks,
-            # Trials keep their own checkpoints (tuner.trial.checkpoints); these settings
+            # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
             failure_config=tune.FailureConfig(

@@ -8,6 +8,7 @@ Batches come from one index plan for every mode: a `DistributedSampler` orders (
 several workers, shards) the training indices of an epoch; each step takes
 `batch_size // world_size` of them. In-memory tensors are gathered directly by index (no
 per-sample Python); any other dataset goes through a `DataLoader` with the same indices.
+Batches are yielded where they are stored; `trial.prefetch` moves and prepares them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -224,33 +226,33 @@ class Batches:
         """The epoch's steps in order: `(x, y)` of up to `per_rank_batch` samples each."""
         self.sampler.set_epoch(epoch)
         order = torch.tensor(list(self.sampler), dtype=torch.long)
-        return self._batches(order, per_rank_batch)
+        return self._batches(order.split(per_rank_batch))
 
     def eval_chunks(self, batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
-        """This worker's share of the split, unshuffled and unpadded (exact metrics)."""
-        order = torch.arange(self.rank, len(self.ds), self.world)
-        return self._batches(order, batch)
+        """This worker's share of the split, unshuffled and unpadded (exact metrics).
 
-    def _batches(self, order: torch.Tensor, batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        Every rank gets the same number of chunks (of at most `batch`), even when the shares
+        differ by one sample: a sharded (FSDP) model's forward is a collective.
+        """
+        order = torch.arange(self.rank, len(self.ds), self.world)
+        chunks = max(1, -(-math.ceil(len(self.ds) / self.world) // batch))
+        return self._batches(order.tensor_split(chunks))
+
+    def _batches(self, chunks: Sequence[torch.Tensor]) -> Iterator[tuple[torch.Tensor, ...]]:
         if self.tensors is not None:
             x, y = self.tensors
-            order = order.to(x.device)
-            for idx in order.split(batch):
-                yield self._to_device(x[idx], y[idx])
+            for idx in chunks:
+                idx = idx.to(x.device)
+                yield x[idx], y[idx]
             return
         loader = DataLoader(
             self.ds,
-            batch_sampler=[chunk.tolist() for chunk in order.split(batch)],
+            batch_sampler=[chunk.tolist() for chunk in chunks],
             num_workers=self.loader_workers,
-            pin_memory=self.pin,
+            pin_memory=self.pin,  # pinned pages: the feed's non_blocking copies are async
             persistent_workers=False,
         )
-        for xb, yb in loader:
-            yield self._to_device(xb, yb)
-
-    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # non_blocking pairs with pinned host memory: the copy overlaps with compute.
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        yield from loader
 
     def __len__(self) -> int:
         return len(self.sampler)

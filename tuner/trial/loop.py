@@ -2,8 +2,8 @@
 
 Per epoch: train (micro-batches accumulated to the trial's batch size, AMP, OOM back-off),
 evaluate under `inference_mode`, reduce metrics over ranks, checkpoint, report. Everything
-mode-specific hides behind objects (Session, Amp, EventWriter/NullWriter), so the body has
-no branches on rank, AMP or device.
+mode-specific hides behind objects (Session, Amp, Feed, Gpu, the parallel strategy,
+EventWriter/NullWriter), so the body has no branches on rank, AMP, device or strategy.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import logging
 import math
 import os
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -22,26 +21,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from tuner.trial.amp import Amp, make_amp
+from tuner.trial.batchsize import fit_micro_batch
+from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
 from tuner.trial.data import Batches, DataBundle, load_data
+from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, lr_factor
+from tuner.trial.parallel import Single, make_strategy
+from tuner.trial.prefetch import Feed, make_feed
 from tuner.trial.session import Session
 from tuner.trial.spec import TrialSpec
 from tuner.trial.tb import EventWriter, NullWriter
 
 WORST = {"max": -math.inf, "min": math.inf}
-
-
-@dataclass
-class TrainState:
-    """What, besides weights and optimizer, a resumed trial needs to go on exactly."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps taken
-    micro_batch: int = 0  # per-worker forward batch; shrinks on OOM
-    oom_backoffs: int = 0
 
 
 @dataclass
@@ -52,17 +46,21 @@ class Parts:
     session: Session
     device: torch.device
     data: DataBundle
-    model: nn.Module  # unwrapped: checkpoints and evaluation use this
+    model: nn.Module  # not DDP-wrapped (FSDP shards in place): checkpoints and evaluation use it
     net: nn.Module  # what training calls: the model, or its DDP wrapper
+    strategy: Single  # how workers share the model (parallel.py)
     optimizer: torch.optim.Optimizer
     schedule: torch.optim.lr_scheduler.LambdaLR
     amp: Amp
+    feed: Feed  # stored batches -> model inputs on the device (prefetch.py)
+    gpu: NoGpu  # memory share and per-epoch stats (gpu.py)
     train: Batches
     val: Batches
     per_rank_batch: int
     eval_batch: int
     min_micro: int
     grad_clip: Optional[float]
+    find_batch_size: bool
     state: TrainState
     log: logging.Logger
 
@@ -72,8 +70,11 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
     device = session.device(spec.gpus_per_worker > 0)
     # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
     torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
+    gpu = make_gpu(device)
     try:
-        parts = _build(hp, spec, session, device)
+        # Before anything is built: this trial's share of the GPU must be free (gpu.py).
+        gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
+        parts = build_parts(hp, spec, session, device, gpu)
         return _train(parts)
     except Exception:
         # Tune keeps its own error.txt on the driver; this copy is written by the trial
@@ -84,17 +85,23 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
         # Whether finished, stopped by the scheduler (SystemExit from report) or failed:
         # give memory back before this actor runs its next trial.
         release(device)
+        _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
 
 
-def _build(hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.device) -> Parts:
+def build_parts(
+    hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.device, gpu: Optional[NoGpu] = None
+) -> Parts:
+    """Data, model, optimizer and the rest of one trial, ready to train on `device`."""
     torch.manual_seed(int(hp.get("seed", 0)))
+    log = _trial_logger(session)
     data = load_data(spec.data, spec.data_args, hp, spec.search_path)
     model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
-    model = model.to(device)
-    net: nn.Module = model
-    if session.world_size > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    fmt = _memory_format(bool(hp.get("channels_last")), data.input_shape, log)
+    model = model.to(device, memory_format=fmt)
+    if hp.get("compile"):
+        model.compile()  # in place: state_dict keys stay those of the model
+    strategy = make_strategy(spec.strategy, session.world_size)
+    net = strategy.wrap(model, device)
     optimizer = build_optimizer(model, hp)
     per_rank = max(1, int(hp["batch_size"]) // session.world_size)
     loader_args = dict(
@@ -115,22 +122,34 @@ def _build(hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.
         data=data,
         model=model,
         net=net,
+        strategy=strategy,
         optimizer=optimizer,
         schedule=schedule,
         amp=make_amp(str(hp.get("amp", "auto")), device),
+        feed=make_feed(device, data.prepare, bool(hp.get("prefetch", True)), fmt),
+        gpu=gpu or make_gpu(device),
         train=train,
         val=val,
         per_rank_batch=per_rank,
         eval_batch=int(hp.get("eval_batch_size", 1024)),
         min_micro=int(hp.get("min_micro_batch", 1)),
         grad_clip=float(hp["grad_clip"]) if hp.get("grad_clip") else None,
+        find_batch_size=bool(hp.get("find_batch_size")),
         state=TrainState(micro_batch=micro),
-        log=_trial_logger(session),
+        log=log,
     )
 
 
+def _memory_format(
+    channels_last: bool, input_shape: tuple[int, ...], log: logging.Logger
+) -> torch.memory_format:
+    if channels_last and len(input_shape) != 3:
+        log.warning("training.channels_last ignored: inputs of shape %s are not images", input_shape)
+    return torch.channels_last if channels_last and len(input_shape) == 3 else torch.contiguous_format
+
+
 def _train(p: Parts) -> Optional[dict[str, Any]]:
-    resumed = _restore(p)
+    resumed = restore(p)
     main_dir = p.session.trial_dir if p.session.is_main else None
     writer = EventWriter(main_dir) if main_dir else NullWriter()
     journal = MetricsLog(main_dir) if main_dir else NullMetricsLog()
@@ -140,6 +159,9 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
         writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
     metrics: Optional[dict[str, Any]] = None
     try:
+        if p.find_batch_size and not resumed:  # a resumed trial keeps the micro-batch it had
+            p.state.micro_batch = fit_micro_batch(p)
+            writer.text("trial/log", f"find_batch_size: micro-batch {p.state.micro_batch}", 0)
         for epoch in range(p.state.epoch, p.spec.max_epochs):
             backoffs = p.state.oom_backoffs
             metrics = _epoch(p, epoch)
@@ -158,7 +180,7 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 p.session.report(metrics, None)
                 break
             writer.flush()
-            p.session.report(metrics, _state_dict(p) if p.session.is_main else None)
+            report_with_checkpoint(p, metrics)
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         p.log.warning("%s", err)
@@ -169,11 +191,11 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
         p.session.report(metrics, None)
     finally:
         writer.close()
-        _close_handlers(p.log)
     return metrics
 
 
 def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
+    p.gpu.start_epoch()
     t0 = time.perf_counter()
     loss_sum, seen = _train_epoch(p, epoch)
     train_s = time.perf_counter() - t0
@@ -193,6 +215,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "world_size": p.session.world_size,
         "micro_batch": p.state.micro_batch,
         "oom_backoffs": p.state.oom_backoffs,
+        **p.gpu.stats(),
     }
     if not (math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])):
         # Never let NaN reach a scheduler (HyperBand's rung sort has no NaN guard): report
@@ -207,13 +230,13 @@ def _train_epoch(p: Parts, epoch: int) -> tuple[torch.Tensor, int]:
     p.net.train()
     loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
     seen = 0
-    for x, y in p.train.train_steps(epoch, p.per_rank_batch):
-        loss_sum += _optimizer_step(p, x, y)
+    for x, y in p.feed(p.train.train_steps(epoch, p.per_rank_batch)):
+        loss_sum += optimizer_step(p, x, y)
         seen += len(y)
     return loss_sum, seen
 
 
-def _optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One step over the per-worker batch (x, y), halving the micro-batch on OOM."""
     while True:
         try:
@@ -246,12 +269,9 @@ def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     total = torch.zeros((), device=p.device, dtype=torch.float64)
     chunks = list(zip(x.split(p.state.micro_batch), y.split(p.state.micro_batch), strict=True))
     for i, (xc, yc) in enumerate(chunks):
-        last = i == len(chunks) - 1
-        # DDP: all-reduce gradients once, on the last micro-batch.
-        sync = p.net.no_sync() if (not last and p.net is not p.model) else nullcontext()
-        with sync:
+        with p.strategy.sync(p.net, last=i == len(chunks) - 1):
             with p.amp.autocast():
-                loss = F.cross_entropy(p.net(p.data.prepare(xc)), yc, reduction="sum")
+                loss = F.cross_entropy(p.net(xc), yc, reduction="sum")
             p.amp.scaler.scale(loss / n).backward()
         total += loss.detach()
     return total
@@ -259,15 +279,15 @@ def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def _evaluate(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
-    # The unwrapped model: DDP's forward would broadcast buffers, a collective that ranks
-    # with unequal shards would not all reach.
+    # Not DDP's wrapper: its forward would broadcast buffers, a collective for nothing here.
+    # FSDP's sharded model gathers parameters in forward: every rank runs as many chunks.
     p.model.eval()
     loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
     correct = torch.zeros((), device=p.device, dtype=torch.long)
     seen = 0
-    for x, y in p.val.eval_chunks(p.eval_batch):
+    for x, y in p.feed(p.val.eval_chunks(p.eval_batch)):
         with p.amp.autocast():
-            out = p.model(p.data.prepare(x))
+            out = p.model(x)
         loss_sum += F.cross_entropy(out.float(), y, reduction="sum")
         correct += (out.argmax(1) == y).sum()
         seen += len(y)
@@ -282,42 +302,15 @@ def _all_sum(p: Parts, values: list[Any]) -> list[float]:
     return t.tolist()
 
 
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def _state_dict(p: Parts) -> dict[str, Any]:
-    return {
-        "model": p.model.state_dict(),
-        "optimizer": p.optimizer.state_dict(),
-        "scaler": p.amp.scaler.state_dict(),
-        "schedule": p.schedule.state_dict(),
-        "state": asdict(p.state),
-        "rng_cpu": torch.get_rng_state(),
-        "rng_cuda": torch.cuda.get_rng_state(p.device) if p.device.type == "cuda" else None,
-    }
-
-
-def _restore(p: Parts) -> bool:
-    payload = p.session.load_checkpoint(p.device)
-    if payload is None:
-        return False
-    p.model.load_state_dict(payload["model"])
-    p.optimizer.load_state_dict(payload["optimizer"])
-    p.amp.scaler.load_state_dict(payload["scaler"])
-    p.schedule.load_state_dict(payload["schedule"])
-    p.state = TrainState(**payload["state"])
-    torch.set_rng_state(payload["rng_cpu"].cpu())
-    if payload["rng_cuda"] is not None and p.device.type == "cuda":
-        torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)
-    return True
+def _log_name(session: Session) -> str:
+    return f"tuner.trial.{session.trial_id}"
 
 
 def _trial_logger(session: Session) -> logging.Logger:
-    """trial.log in the trial's directory (rank 0); a fresh handler for every run of a trial."""
-    log = logging.getLogger(f"tuner.trial.{session.trial_id}")
+    log = logging.getLogger(_log_name(session))
     log.propagate = False
     log.setLevel(logging.INFO)
-    _close_handlers(log)  # a reused actor may have run this trial before (a retry)
+    _close_files(log)
     if session.is_main and session.trial_dir:
         handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -325,7 +318,8 @@ def _trial_logger(session: Session) -> logging.Logger:
     return log
 
 
-def _close_handlers(log: logging.Logger) -> None:
-    for handler in list(log.handlers):
+def _close_files(log: logging.Logger) -> None:
+    # Only our file handlers: test runners attach their own to non-propagating loggers.
+    for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
         handler.close()
         log.removeHandler(handler)

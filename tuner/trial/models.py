@@ -102,6 +102,10 @@ class ViT(nn.Module):
         self.blocks = nn.Sequential(*[_Block(width, heads, ratio, dropout) for _ in range(depth)])
         self.norm, self.head = nn.LayerNorm(width), nn.Linear(width, num_classes)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """What FSDP shards one by one: the transformer blocks (the rest goes with the root)."""
+        return list(self.blocks)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.patch(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1) + self.pos

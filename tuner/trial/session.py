@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.trial.checkpoints import DirCheckpoints, load_from_dir, save_to_dir
+from tuner.trial.checkpoint import DirCheckpoints, load_from_dir, save_to_dir
 
 
 class Session:
@@ -78,7 +78,7 @@ class TuneSession(Session):
     """Inside a Tune trial actor (one worker).
 
     With a local or shared sweep directory the trial keeps its own checkpoints there (see
-    `tuner.trial.checkpoints`); with URI storage (s3://...) Tune persists them.
+    `tuner.trial.checkpoint`); with URI storage (s3://...) Tune persists them.
     """
 
     def __init__(self, sweep_dir: Optional[str], keep: int):

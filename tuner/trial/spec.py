@@ -23,6 +23,10 @@ class TrialSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     strategy: str = "ddp"
+    # Share of GPU memory no trial counts on, and the CUDA context the probe measured (None:
+    # an estimate); see tuner.packing.share.
+    gpu_memory_margin: float = 0.1
+    gpu_context_bytes: Optional[int] = None
     max_failures: int = 0
     keep_checkpoints: int = 2
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.

@@ -1,0 +1,312 @@
+"""GPU benchmark of the trial loop: one command on a GPU machine, a table, BENCHMARKS.md.
+
+    python scripts/bench_gpu.py                 # all sections; appends the table to BENCHMARKS.md
+    python scripts/bench_gpu.py --sections amp,mfu --no-write
+    python scripts/bench_gpu.py --smoke         # tiny sizes on CPU in seconds; writes nothing
+
+Every row is a real trial (`run_trial`, the loop sweeps run) in its own temporary directory;
+samples/s is the median over epochs after the first (which pays for start-up and compiling),
+peak memory the largest `torch.cuda.max_memory_allocated` of an epoch.
+
+- amp: the ViT reference (ViT-S/16 on 224x224, batch 128) in fp32, bf16 and fp16.
+- pipeline: bf16 with torch.compile; bf16 fed by a DataLoader (synthetic_images made on the
+  fly by worker processes, pinned memory) with the prefetcher off and on.
+- packing: 1, 2 and 4 small trials (ViT on 32x32) at once on one GPU, each capped at its
+  share as a packed sweep's trials are; aggregate samples/s is the sum of their rates.
+- mfu: a ViT-B/16 trial in bf16; model FLOPs per sample counted by FlopCounterMode on the
+  meta device (forward + backward), divided by the device's peak dense bf16 FLOPS.
+
+Targets on H100/H200 (checked and printed): AMP >= 2x fp32, 4 packed >= 1.5x one, bf16 MFU
+>= 35%, no trial failed (no OOM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from tuner import packing  # noqa: E402
+from tuner.config import TrainingSection  # noqa: E402
+from tuner.trial.data import DataBundle, TensorData  # noqa: E402
+from tuner.trial.loop import run_trial  # noqa: E402
+from tuner.trial.session import LocalSession  # noqa: E402
+from tuner.trial.spec import TrialSpec  # noqa: E402
+
+# Peak dense bf16 tensor-core TFLOPS (datasheets give "with sparsity" figures: half of those).
+# H100 SXM / H200: 989.4 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022; H200
+# datasheet, 1,979 with sparsity); H100 NVL 835.5 and H100 PCIe 756.5 (H100 datasheet,
+# nvidia.com/en-us/data-center/h100); A100: 312 (A100 datasheet); L40S: 362 (L40S
+# datasheet); L4: 121 (L4 datasheet); A10: 125 (A10 datasheet). The longest matching key wins.
+PEAK_BF16_TFLOPS = {
+    "H200": 989.4,
+    "H100": 989.4,
+    "H100 NVL": 835.5,
+    "H100 PCIe": 756.5,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10": 125.0,
+}
+TARGETS = {"amp": 2.0, "packing": 1.5, "mfu": 0.35}
+
+
+VIT_KEYS = ("label", "patch_size", "width", "depth", "heads", "image", "samples", "batch")
+
+
+def _vit(*values: Any) -> dict[str, Any]:
+    return dict(zip(VIT_KEYS, values, strict=True))
+
+
+# Sizes: (GPU, smoke). ViT reference = ViT-S/16; MFU = ViT-B/16; small = a CIFAR-sized ViT.
+SIZES = {
+    "ref": (
+        _vit("ViT-S/16 224px", 16, 384, 12, 6, 224, 4096, 128),
+        _vit("tiny ViT 32px", 8, 32, 2, 2, 32, 256, 32),
+    ),
+    "mfu": (
+        _vit("ViT-B/16 224px", 16, 768, 12, 12, 224, 2048, 128),
+        _vit("small ViT 32px", 8, 64, 2, 4, 32, 256, 32),
+    ),
+    "small": (
+        _vit("ViT 192x6 32px", 4, 192, 6, 3, 32, 8192, 128),
+        _vit("tiny ViT 32px", 8, 32, 1, 2, 32, 256, 32),
+    ),
+}
+
+
+def images(config: dict[str, Any]) -> DataBundle:
+    """Random uint8 images held in memory (gathered on the device): the model is measured."""
+    g = torch.Generator().manual_seed(0)
+    size, n, k = int(config["image"]), int(config["samples"]), 10
+    x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, k, (n,), generator=g)
+    n_val = max(1, n // 8)
+    return DataBundle(
+        TensorData(x[n_val:], y[n_val:]), TensorData(x[:n_val], y[:n_val]), (3, size, size), k, 1 / 255
+    )
+
+
+def trial(
+    size: dict[str, Any], *, gpu: float, epochs: int, in_memory: bool = True, **hp: Any
+) -> dict[str, Any]:
+    """One trial; its steady samples/s, peak memory and failure (None if it finished)."""
+    data_args = {"image": size["image"], "samples": size["samples"]}
+    spec = TrialSpec(
+        model="vit",
+        data="bench_gpu:images" if in_memory else "synthetic_images",
+        data_args=data_args if in_memory else {"size": size["image"], "samples": size["samples"]},
+        max_epochs=epochs,
+        gpus_per_worker=gpu,
+        search_path=str(HERE),
+    )
+    params = {
+        **TrainingSection().model_dump(),
+        **{k: size[k] for k in ("patch_size", "width", "depth", "heads")},
+        "batch_size": size["batch"],
+        "eval_batch_size": 256,
+        "optimizer": "adamw",
+        **hp,
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
+        session = LocalSession(tmp)
+        run_trial(params, spec, session)
+    rates = [m["samples_per_s"] for m in session.metrics]
+    return {
+        "samples_per_s": statistics.median(rates[1:] or rates),
+        "peak_gib": max((m.get("gpu_mem_peak_gb", 0.0) for m in session.metrics), default=0.0),
+        "failure": session.metrics[-1].get("failure") if session.metrics else "no result",
+    }
+
+
+def flops_per_sample(size: dict[str, Any]) -> float:
+    """Training FLOPs (forward + backward) of one sample, counted on the meta device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tuner.trial.models import ViT
+
+    hp = {k: size[k] for k in ("patch_size", "width", "depth", "heads")}
+    with torch.device("meta"):
+        model = ViT(hp, (3, size["image"], size["image"]), 10)
+        x = torch.empty(2, 3, size["image"], size["image"])
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    return counter.get_total_flops() / 2
+
+
+def peak_tflops(device_name: str) -> Optional[float]:
+    keys = sorted((k for k in PEAK_BF16_TFLOPS if k in device_name), key=len, reverse=True)
+    return PEAK_BF16_TFLOPS[keys[0]] if keys else None
+
+
+class Bench:
+    def __init__(self, smoke: bool, epochs: int):
+        self.smoke, self.epochs = smoke, epochs
+        self.gpu = 0.0 if smoke else 1.0
+        self.rows: list[tuple[str, str, dict[str, Any]]] = []
+        self.checks: list[tuple[str, float, float]] = []
+
+    def size(self, name: str) -> dict[str, Any]:
+        return SIZES[name][1 if self.smoke else 0]
+
+    def add(self, section: str, run: str, result: dict[str, Any]) -> dict[str, Any]:
+        self.rows.append((section, run, result))
+        print(f"  {section:9s} {run:44s} {result['samples_per_s']:10.1f} samples/s", flush=True)
+        return result
+
+    def amp(self) -> None:
+        ref = self.size("ref")
+        name = ref["label"]
+        fp32 = self.add("amp", f"{name} fp32", trial(ref, gpu=self.gpu, epochs=self.epochs, amp="off"))
+        best = self.add("amp", f"{name} bf16", trial(ref, gpu=self.gpu, epochs=self.epochs, amp="bf16"))
+        if not self.smoke:  # fp16 needs CUDA
+            fp16 = self.add("amp", f"{name} fp16", trial(ref, gpu=1.0, epochs=self.epochs, amp="fp16"))
+            best = max(best, fp16, key=lambda r: r["samples_per_s"])
+        self.checks.append(
+            ("AMP / fp32 samples/s", best["samples_per_s"] / fp32["samples_per_s"], TARGETS["amp"])
+        )
+
+    def pipeline(self) -> None:
+        ref, workers = self.size("ref"), 0 if self.smoke else 8
+        run = dict(gpu=self.gpu, epochs=self.epochs, amp="bf16")
+        self.add("pipeline", f"{ref['label']} bf16 + torch.compile", trial(ref, **run, compile=True))
+        loader = dict(in_memory=False, loader_workers=workers)
+        self.add(
+            "pipeline",
+            f"bf16, DataLoader({workers}), no prefetch",
+            trial(ref, **run, **loader, prefetch=False),
+        )
+        self.add(
+            "pipeline", f"bf16, DataLoader({workers}), prefetch", trial(ref, **run, **loader, prefetch=True)
+        )
+
+    def packing(self, counts: list[int]) -> None:
+        small = self.size("small")
+        amp = "off" if self.smoke else "bf16"
+        aggregate = {}
+        # One pool for every count: its processes start once (a CUDA context each), and n of
+        # them run a trial at the same time.
+        with ProcessPoolExecutor(max(counts), mp_context=mp.get_context("spawn")) as pool:
+            for n in counts:
+                gpu = 0.0 if self.smoke else packing.fraction_for(n)
+                kw = dict(gpu=gpu, epochs=self.epochs + (0 if self.smoke else 2), amp=amp)
+                results = list(pool.map(_trial_kw, [(small, kw)] * n))
+                total = {
+                    "samples_per_s": sum(r["samples_per_s"] for r in results),
+                    "peak_gib": max(r["peak_gib"] for r in results),
+                    "failure": next((r["failure"] for r in results if r["failure"]), None),
+                }
+                where = "on the CPU" if self.smoke else "on one GPU"
+                aggregate[n] = self.add("packing", f"{n} x {small['label']} {where}, sum", total)
+        if len(counts) > 1:
+            ratio = aggregate[counts[-1]]["samples_per_s"] / aggregate[counts[0]]["samples_per_s"]
+            self.checks.append((f"{counts[-1]} packed / {counts[0]} samples/s", ratio, TARGETS["packing"]))
+
+    def mfu(self, device_name: str) -> None:
+        size = self.size("mfu")
+        result = self.add(
+            "mfu", f"{size['label']} bf16", trial(size, gpu=self.gpu, epochs=self.epochs, amp="bf16")
+        )
+        peak = peak_tflops(device_name)
+        achieved = flops_per_sample(size) * result["samples_per_s"]
+        result["note"] = f"{achieved / 1e12:.3g} TFLOPS"
+        if peak is not None:
+            result["note"] += f" = {achieved / (peak * 1e12):.1%} MFU of {peak:g}"
+            self.checks.append(("bf16 MFU", achieved / (peak * 1e12), TARGETS["mfu"]))
+
+    def table(self) -> str:
+        lines = ["| section | run | samples/s | peak GiB | note |", "| --- | --- | ---: | ---: | --- |"]
+        for section, run, r in self.rows:
+            note = r.get("note", "") + (f" FAILED: {r['failure']}" if r["failure"] else "")
+            peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] else "n/a"
+            lines.append(f"| {section} | {run} | {r['samples_per_s']:.1f} | {peak} | {note.strip()} |")
+        return "\n".join(lines)
+
+    def verdict(self) -> list[str]:
+        failed = [run for _, run, r in self.rows if r["failure"]]
+        out = [
+            f"- {name}: {value:.2f} (target >= {target:g}) {'PASS' if value >= target else 'FAIL'}"
+            for name, value, target in self.checks
+        ]
+        out.append(f"- no trial failed (no OOM): {'PASS' if not failed else 'FAIL: ' + ', '.join(failed)}")
+        return out
+
+
+def _trial_kw(args: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    size, kw = args
+    torch.set_num_threads(1)
+    return trial(size, **kw)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU; targets not checked")
+    parser.add_argument("--sections", default="amp,pipeline,packing,mfu", help="comma-separated subset")
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="epochs per trial, the first not timed (3; smoke 2)"
+    )
+    parser.add_argument("--packed", default=None, help="trials per GPU to compare (default 1,2,4; smoke 1,2)")
+    parser.add_argument(
+        "--write",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append to BENCHMARKS.md (default: yes on a GPU, no with --smoke)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print("error: no CUDA GPU here; use --smoke for the CPU check", file=sys.stderr)
+        return 2
+    device = "CPU (smoke)" if args.smoke else torch.cuda.get_device_name(0)
+    epochs = args.epochs or (2 if args.smoke else 3)
+    bench = Bench(args.smoke, epochs)
+    counts = [int(c) for c in (args.packed or ("1,2" if args.smoke else "1,2,4")).split(",")]
+    print(f"[bench_gpu] {device}: {args.sections}", flush=True)
+    for section in args.sections.split(","):
+        {
+            "amp": bench.amp,
+            "pipeline": bench.pipeline,
+            "packing": lambda: bench.packing(counts),
+            "mfu": lambda: bench.mfu(device),
+        }[section]()
+    date = datetime.date.today().isoformat()
+    cuda = torch.version.cuda or "cpu"
+    report = "\n".join(
+        [
+            f"### {device}, {date}",
+            "",
+            f"`{' '.join(['python scripts/bench_gpu.py', *(sys.argv[1:] if argv is None else argv)])}`",
+            f"(torch {torch.__version__}, CUDA {cuda}, {epochs} epochs per trial)",
+            "",
+            bench.table(),
+            "",
+            *(
+                ["Targets apply to H100/H200 GPUs; not checked in smoke mode."]
+                if args.smoke
+                else bench.verdict()
+            ),
+            "",
+        ]
+    )
+    print("\n" + report)
+    if args.write if args.write is not None else not args.smoke:
+        with open(args.out, "a") as f:
+            f.write("\n" + report)
+        print(f"[bench_gpu] appended to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Running the training loop in several local processes (gloo), as Ray Train's workers would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tuner.trial.loop import run_trial
+from tuner.trial.session import LocalSession
+from tuner.trial.spec import TrialSpec
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn: Callable[..., None], *args: Any, world: int = 2, backend: str = "gloo") -> None:
+    """Run `fn(rank, *args)` in `world` processes joined in one process group."""
+    mp.spawn(_entry, args=(world, _free_port(), backend, fn, args), nprocs=world, join=True)
+
+
+def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    if backend == "nccl":
+        torch.cuda.set_device(rank)  # one GPU per rank, as Ray Train gives them
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        fn(rank, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _trial(rank: int, root: str, hp: dict, spec: dict, resume: bool) -> None:
+    session = LocalSession(root, resume=resume)
+    run_trial(hp, TrialSpec(**spec), session)
+    Path(root, f"metrics-{rank}.json").write_text(json.dumps(session.metrics))
+
+
+def run_workers(
+    root: Path,
+    hp: dict[str, Any],
+    spec: TrialSpec,
+    world: int = 2,
+    resume: bool = False,
+    backend: str = "gloo",
+) -> list[list[dict]]:
+    """One trial in `world` processes sharing `root`; every rank's reported metrics."""
+    root.mkdir(parents=True, exist_ok=True)
+    spec_dict = {**spec.to_dict(), "workers": world}
+    spawn(_trial, str(root), hp, spec_dict, resume, world=world, backend=backend)
+    return [json.loads((root / f"metrics-{r}.json").read_text()) for r in range(world)]

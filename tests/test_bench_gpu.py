@@ -1,0 +1,86 @@
+"""scripts/bench_gpu.py: its smoke mode runs on CPU (so CI keeps it working), its FLOP count
+and peak table are right."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "bench_gpu.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> None:
+    before = (ROOT / "BENCHMARKS.md").read_text()
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "B.md")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = (
+        "fp32 |",
+        "bf16 |",
+        "torch.compile |",
+        "no prefetch |",
+        "(0), prefetch |",
+        "2 x tiny ViT",
+        "| mfu |",
+    )
+    for row in rows:
+        assert row in out.stdout, row
+    assert "FAILED" not in out.stdout
+    assert "not checked in smoke mode" in out.stdout
+    assert not (tmp_path / "B.md").exists()
+    assert (ROOT / "BENCHMARKS.md").read_text() == before
+
+
+def test_smoke_mode_writes_only_when_asked(tmp_path: Path) -> None:
+    bench = _bench()
+    target = tmp_path / "B.md"
+    args = ["--smoke", "--sections", "mfu", "--epochs", "1", "--out", str(target)]
+    assert bench.main(args) == 0 and not target.exists()
+    assert bench.main([*args, "--write"]) == 0
+    text = target.read_text()
+    assert "### CPU (smoke)" in text and "| mfu | small ViT 32px bf16 |" in text
+
+
+def test_flops_are_counted_not_guessed() -> None:
+    bench = _bench()
+    size = bench.SIZES["mfu"][0]  # ViT-B/16 at 224: 197 tokens
+    tokens, width, depth = 197, size["width"], size["depth"]
+    params = 86.0e6
+    # Training FLOPs ~ 6 x parameters x tokens, plus attention's two t x t matmuls.
+    estimate = 6 * params * tokens + 12 * depth * tokens**2 * width
+    assert bench.flops_per_sample(size) == pytest.approx(estimate, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),
+        ("NVIDIA H100 PCIe", 756.5),
+        ("NVIDIA H100 NVL", 835.5),
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA A10", 125.0),
+        ("NVIDIA L4", 121.0),
+        ("Tesla T4", None),
+    ],
+)
+def test_peak_table_takes_the_longest_matching_name(name: str, tflops: float | None) -> None:
+    assert _bench().peak_tflops(name) == tflops

@@ -1,0 +1,136 @@
+"""DDP and FSDP2 trials in two local processes on CPU (gloo): the loop Ray Train's workers run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.distributed import run_workers, spawn
+from tests.test_loop import hp
+from tuner.trial.checkpoint import CHECKPOINT_FILE, DirCheckpoints
+from tuner.trial.models import build_model
+from tuner.trial.spec import TrialSpec
+
+pytestmark = pytest.mark.slow
+
+# 605 samples: 121 validation samples split 61/60 over two ranks; with eval chunks of 20 the
+# ranks would run 4 and 3 forwards, and a sharded model's forward is a collective.
+DATA = {"samples": 605, "features": 8, "classes": 3}
+SPEC = TrialSpec(model="mlp", data="synthetic", data_args=DATA, max_epochs=2)
+PARAMS = hp(batch_size=64, micro_batch=16, eval_batch_size=20, grad_clip=1.0, width=32)
+
+
+def _spec(strategy: str, epochs: int = 2) -> TrialSpec:
+    return TrialSpec(**{**SPEC.to_dict(), "strategy": strategy, "max_epochs": epochs})
+
+
+def test_compiled_fsdp_matches_ddp_and_checkpoints_a_full_state_dict(tmp_path: Path) -> None:
+    ddp = run_workers(tmp_path / "ddp", PARAMS, _spec("ddp"))
+    fsdp = run_workers(tmp_path / "fsdp", {**PARAMS, "compile": True}, _spec("fsdp"))
+    assert [m["world_size"] for m in fsdp[0]] == [2, 2]
+    # Both average the same gradients over the same global batch: the same training.
+    for a, b in zip(ddp[0], fsdp[0], strict=True):
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-4)
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+    assert [m["val_loss"] for m in fsdp[0]] == [m["val_loss"] for m in fsdp[1]]  # reduced over ranks
+    # The checkpoint is a plain, unsharded state dict: it loads into an unwrapped model.
+    weights = DirCheckpoints(str(tmp_path / "fsdp")).load("cpu")["model"]
+    model = build_model("mlp", PARAMS, (8,), 3)
+    model.load_state_dict(weights)
+    ddp_weights = DirCheckpoints(str(tmp_path / "ddp")).load("cpu")["model"]
+    for k, v in ddp_weights.items():
+        torch.testing.assert_close(weights[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_fsdp_resume_continues_exactly(tmp_path: Path) -> None:
+    straight = run_workers(tmp_path / "straight", PARAMS, _spec("fsdp", 3))
+    run_workers(tmp_path / "parts", PARAMS, _spec("fsdp", 2))
+    resumed = run_workers(tmp_path / "parts", PARAMS, _spec("fsdp", 3), resume=True)
+    assert [m["epoch"] for m in resumed[0]] == [3]
+    assert resumed[0][-1]["val_loss"] == pytest.approx(straight[0][-1]["val_loss"], rel=1e-5)
+
+
+def _scaler_over_shards(rank: int, out: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    before = [q.to_local().clone() for q in model.parameters()]
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 2, 0]))
+    scaler.scale(loss).backward()
+    if rank == 1:  # an overflow in one rank's shard only
+        list(model.parameters())[2].grad.to_local()[0, 0] = float("inf")
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    skipped = all(torch.equal(a, q.to_local()) for a, q in zip(before, model.parameters(), strict=True))
+    Path(out, f"rank{rank}").write_text(f"{skipped} {scaler.get_scale()}")
+
+
+def test_grad_scaler_skips_the_step_on_every_rank_when_one_shard_overflows(tmp_path: Path) -> None:
+    # What fp16 with FSDP relies on: torch.amp.GradScaler over FSDP2's DTensor gradients
+    # reduces found-inf over ranks (a sharded scaler is not needed), so no rank steps alone.
+    spawn(_scaler_over_shards, str(tmp_path))
+    assert {(tmp_path / f"rank{r}").read_text() for r in range(2)} == {"True 512.0"}
+
+
+def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
+    from tests.test_gpu_features import PICKY, picky_spec
+
+    spec = TrialSpec(**{**picky_spec(tmp_path).to_dict(), "strategy": "ddp"})
+    # Rank r's model runs out of memory above 20 - 4r samples: every rank must use 16.
+    out = run_workers(tmp_path / "run", {**PARAMS, **PICKY, "micro_batch": None}, spec)
+    assert {m["micro_batch"] for ranks in out for m in ranks} == {16}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
+    from tests.conftest import debug_config
+    from tuner.sweep import run_sweep
+
+    cfg = debug_config(
+        tmp_path,
+        name="fsdp",
+        search__num_samples=1,
+        resources__workers_per_trial=2,
+        resources__strategy="fsdp",
+        schedule__max_epochs=2,
+        schedule__grace_epochs=2,
+        training__batch_size=64,
+    )
+    try:
+        out = run_sweep(cfg)
+    finally:
+        _remove_leftover_placement_groups()
+    assert out.exit_code == 0, out.summary
+    (trial,) = out.summary["trials"]
+    assert trial["last_metrics"]["world_size"] == 2 and trial["epochs"] == 2
+    run = Path(out.sweep_dir) / trial["trial_id"] / "train"
+    ckpts = sorted(run.glob(f"checkpoint_*/{CHECKPOINT_FILE}"))
+    assert ckpts, "Train V2 keeps the trial's checkpoints"
+    weights = torch.load(ckpts[-1], weights_only=True)["model"]
+    assert weights["1.weight"].shape == (trial["config"]["width"], 8)  # gathered, not a shard
+
+
+def _remove_leftover_placement_groups() -> None:
+    """Free what a finished Train run may still hold, so later tests in this Ray get CPUs.
+
+    Tune ends a trial actor as soon as its last result is in; the Train controller it owns
+    dies with it, possibly before removing its workers' placement group. Ray 2.60's
+    PlacementGroupCleaner is the backstop, but its monitor thread dies with "Found multiple
+    active Ray instances" where other Ray clusters run on the same machine (as on a shared
+    CI box), and the placement group then holds its CPUs for good.
+    """
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    for pg_id, info in placement_group_table().items():
+        if info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))

@@ -1,0 +1,132 @@
+"""How the workers of a trial share the model: one worker, DDP, or FSDP2.
+
+Each strategy is an object with the same few calls, so the loop never branches on it:
+
+- `wrap(model, device)`: what training calls (the model, a DDP wrapper, or the model sharded
+  in place by `fully_shard`); the optimizer is built afterwards, over what `wrap` left.
+- `sync(net, last)`: the context of one micro-batch; gradients are reduced on the last only.
+- `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
+  same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
+- `all_agree(ok)`: True only if every rank says so (the batch-size probe moves in lockstep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Single:
+    """One worker: the model as it is."""
+
+    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+        return model
+
+    def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        return model.state_dict(), optimizer.state_dict()
+
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
+        model.load_state_dict(weights)
+        optimizer.load_state_dict(optim)
+
+    def all_agree(self, ok: bool, device: torch.device) -> bool:
+        return ok
+
+
+class DDP(Single):
+    """Every worker holds the whole model; gradients are all-reduced in backward."""
+
+    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        # All-reduce once per step, on the last micro-batch.
+        return nullcontext() if last else net.no_sync()  # type: ignore[operator]
+
+    def all_agree(self, ok: bool, device: torch.device) -> bool:
+        flag = torch.tensor([int(ok)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+
+class FSDP(DDP):
+    """FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over workers.
+
+    Each unit (`model.fsdp_units()` where the model defines it, e.g. the ViT's blocks; else the
+    root's direct children that hold parameters) is sharded, then the root. A unit's
+    parameters are gathered for its forward and backward and freed after, so peak memory is
+    about one unit's full weights plus every unit's shard.
+    """
+
+    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from torch.distributed.fsdp import fully_shard
+
+        for unit in fsdp_units(model):
+            fully_shard(unit)
+        fully_shard(model)
+        return model  # sharded in place: training and evaluation call the same module
+
+    def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        return _gradient_sync(net, last)
+
+    def state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        # A collective: every rank gathers, rank 0 receives the full tensors (on CPU, so the
+        # GPU never holds a second full copy); other ranks get empty dicts.
+        opts = _full_options(cpu_offload=True)
+        return get_model_state_dict(model, options=opts), get_optimizer_state_dict(
+            model, optimizer, options=opts
+        )
+
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        # Every rank read the full checkpoint; each keeps its own shard of it.
+        opts = _full_options()
+        set_model_state_dict(model, weights, options=opts)
+        set_optimizer_state_dict(model, optimizer, optim, options=opts)
+
+
+def _full_options(**kw: Any) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, **kw)
+
+
+@contextmanager
+def _gradient_sync(net: nn.Module, last: bool) -> Iterator[None]:
+    # FSDP2's no_sync: skip the reduce-scatter on all but the last micro-batch.
+    net.set_requires_gradient_sync(last)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        net.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+
+def fsdp_units(model: nn.Module) -> list[nn.Module]:
+    """The submodules FSDP shards one by one (see FSDP)."""
+    units = getattr(model, "fsdp_units", None)
+    if callable(units):
+        return list(units())
+    return [m for m in model.children() if any(True for _ in m.parameters())]
+
+
+STRATEGIES: dict[str, type[Single]] = {"ddp": DDP, "fsdp": FSDP}
+
+
+def make_strategy(name: str, world_size: int) -> Single:
+    """`resources.strategy` for a trial of `world_size` workers (one worker: no wrapper)."""
+    return Single() if world_size == 1 else STRATEGIES[name]()

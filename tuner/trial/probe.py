@@ -1,0 +1,80 @@
+"""The memory probe of `gpus_per_worker: pack`: one configuration's peak on one whole GPU.
+
+A few real optimizer steps and one evaluation chunk of the configuration, built exactly as a
+trial builds it, with no OOM back-off (the probe measures the configuration as set). It runs
+as a Ray task holding a whole GPU, before the sweep's trials start; `tuner.packing` turns the
+figures into trials per GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import replace
+from itertools import islice
+from typing import Any
+
+import torch
+
+from tuner.packing import MemoryProfile
+from tuner.trial.loop import build_parts, optimizer_step
+from tuner.trial.memory import TrialOOM, is_oom, release
+from tuner.trial.session import LocalSession
+from tuner.trial.spec import TrialSpec
+
+# Enough steps for the optimizer's state and the allocator's steady state to appear.
+PROBE_STEPS = 3
+# The first OOM ends the probe (halve() refuses to go below this) and it is not searched.
+AS_SET = {"min_micro_batch": sys.maxsize, "find_batch_size": False}
+
+
+def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> MemoryProfile:
+    """Peak memory of a trial of `hp` on this process's CUDA device."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.reset_peak_memory_stats(device)
+    oom = False
+    with tempfile.TemporaryDirectory(prefix="tuner-probe-") as tmp:
+        p = build_parts({**hp, **AS_SET}, spec, LocalSession(tmp), device)
+        try:
+            for x, y in islice(p.feed(p.train.train_steps(0, p.per_rank_batch)), steps):
+                optimizer_step(p, x, y)
+            p.model.eval()
+            x, _ = next(p.feed(p.val.eval_chunks(p.eval_batch)))
+            with torch.inference_mode(), p.amp.autocast():
+                p.model(x)
+            torch.cuda.synchronize(device)
+        except Exception as err:  # noqa: BLE001 - only running out of memory is an answer
+            if not (isinstance(err, TrialOOM) or is_oom(err)):
+                raise
+            oom = True
+        free, total = torch.cuda.mem_get_info(device)
+        reserved = torch.cuda.memory_reserved(device)
+        profile = MemoryProfile(
+            device_name=torch.cuda.get_device_name(device),
+            total=total,
+            peak_allocated=torch.cuda.max_memory_allocated(device),
+            peak_reserved=torch.cuda.max_memory_reserved(device),
+            # Measured last: CUDA loads kernels and library handles lazily, on first use.
+            # Anything else on this GPU is counted too, which errs on the safe side.
+            context=max(0, total - free - reserved),
+            oom=oom,
+        )
+        del p
+    release(device)
+    return profile
+
+
+def measure_on_ray(hp: dict[str, Any], spec: TrialSpec, label: str, timeout_s: float = 900) -> MemoryProfile:
+    """`measure` in a Ray task that holds one whole GPU (nothing else runs on it meanwhile).
+
+    Raises RuntimeError naming `label` (what is measured) when the probe fails.
+    """
+    import ray
+
+    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(measure)
+    try:
+        return replace(ray.get(task.remote(hp, spec), timeout=timeout_s), label=label)
+    except Exception as err:  # noqa: BLE001 - re-raised with what was being measured
+        # Ray wraps a task's error in its traceback; the last line is the error itself.
+        last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        raise RuntimeError(f"the memory probe of {label} failed: {last}") from None
