@@ -52,10 +52,13 @@ class DataBundle:
     scale: Optional[float] = None  # inputs stored as integers are multiplied by this on device
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw stored input -> float model input, on whatever device `x` is."""
+        """Raw stored input -> float model input, on whatever device `x` is (a float input
+        is taken as prepared already: see Batches, which converts in-memory data once)."""
+        if x.is_floating_point():
+            return x
         if self.scale is not None:
             return x.float().mul_(self.scale)
-        return x if x.is_floating_point() else x.float()
+        return x.float()
 
 
 # ----------------------------------------------------------------------------- built-ins
@@ -194,6 +197,11 @@ def _as_tensors(ds: Dataset) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     return None
 
 
+# In-memory data up to this size as float is converted once; larger stays compact (uint8) and
+# is converted batch by batch on the device.
+PREPARE_ONCE_BYTES = 256 * 2**20
+
+
 class Batches:
     """Per-worker batches of one split: whole steps for training, chunks for evaluation.
 
@@ -210,6 +218,7 @@ class Batches:
         seed: int,
         loader_workers: int = 0,
         device_resident: bool = True,
+        prepare: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ):
         self.ds, self.device, self.rank, self.world = ds, device, rank, world_size
         self.loader_workers = loader_workers
@@ -218,7 +227,12 @@ class Batches:
         )
         tensors = _as_tensors(ds)
         if tensors is not None and device_resident:
-            tensors = (tensors[0].to(device), tensors[1].to(device))
+            x = tensors[0].to(device)
+            if prepare is not None and x.numel() * 4 <= PREPARE_ONCE_BYTES:
+                # Convert the whole split once instead of every batch every epoch (the feed's
+                # prepare then sees float input and passes it through).
+                x = prepare(x)
+            tensors = (x, tensors[1].to(device))
         self.tensors = tensors
         self.pin = device.type == "cuda"
 

@@ -28,7 +28,7 @@ from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, halve, is_oom, release
 from tuner.trial.models import build_model
-from tuner.trial.optim import build_optimizer, lr_factor
+from tuner.trial.optim import build_optimizer, build_schedule
 from tuner.trial.parallel import Single, make_strategy
 from tuner.trial.prefetch import Feed, make_feed
 from tuner.trial.session import Session
@@ -50,7 +50,7 @@ class Parts:
     net: nn.Module  # what training calls: the model, or its DDP wrapper
     strategy: Single  # how workers share the model (parallel.py)
     optimizer: torch.optim.Optimizer
-    schedule: torch.optim.lr_scheduler.LambdaLR
+    schedule: Any  # LambdaLR, or optim.ConstantSchedule
     amp: Amp
     feed: Feed  # stored batches -> model inputs on the device (prefetch.py)
     gpu: NoGpu  # memory share and per-epoch stats (gpu.py)
@@ -110,10 +110,11 @@ def build_parts(
         world_size=session.world_size,
         seed=int(hp.get("seed", 0)),
         loader_workers=int(hp.get("loader_workers", 0)),
+        prepare=data.prepare,
     )
     train, val = Batches(data.train, **loader_args), Batches(data.val, **loader_args)
     steps = math.ceil(len(train) / per_rank)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, steps, spec.max_epochs))
+    schedule = build_schedule(optimizer, hp, steps, spec.max_epochs)
     micro = min(int(hp.get("micro_batch") or per_rank), per_rank)
     return Parts(
         spec=spec,
@@ -176,11 +177,9 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 writer.text(
                     "trial/log", f"{metrics['failure']}: {metrics.get('failure_detail', '')}", epoch + 1
                 )
-                writer.flush()
                 p.session.report(metrics, None)
                 break
-            writer.flush()
-            report_with_checkpoint(p, metrics)
+            report_with_checkpoint(p, metrics)  # (the writer flushes itself every few seconds)
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         p.log.warning("%s", err)
@@ -228,11 +227,16 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
 
 def _train_epoch(p: Parts, epoch: int) -> tuple[torch.Tensor, int]:
     p.net.train()
-    loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
+    losses: list[torch.Tensor] = []
     seen = 0
     for x, y in p.feed(p.train.train_steps(epoch, p.per_rank_batch)):
-        loss_sum += optimizer_step(p, x, y)
+        losses.append(optimizer_step(p, x, y))
         seen += len(y)
+    # One reduction per epoch, not an accumulation per step: on small models the per-op cost
+    # of a step's bookkeeping is a visible share of the step itself.
+    loss_sum = (
+        torch.stack(losses).sum(dtype=torch.float64) if losses else torch.zeros((), dtype=torch.float64)
+    )
     return loss_sum, seen
 
 
@@ -266,15 +270,16 @@ def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Forward/backward in micro-batches; gradients equal those of the whole batch."""
     p.optimizer.zero_grad(set_to_none=True)
     n = len(y)
-    total = torch.zeros((), device=p.device, dtype=torch.float64)
-    chunks = list(zip(x.split(p.state.micro_batch), y.split(p.state.micro_batch), strict=True))
+    micro = p.state.micro_batch
+    chunks = [(x, y)] if micro >= n else list(zip(x.split(micro), y.split(micro), strict=True))
+    sums = []
     for i, (xc, yc) in enumerate(chunks):
         with p.strategy.sync(p.net, last=i == len(chunks) - 1):
             with p.amp.autocast():
                 loss = F.cross_entropy(p.net(xc), yc, reduction="sum")
             p.amp.scaler.scale(loss / n).backward()
-        total += loss.detach()
-    return total
+        sums.append(loss.detach())
+    return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
 @torch.inference_mode()

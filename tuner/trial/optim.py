@@ -49,3 +49,24 @@ def lr_factor(hp: dict[str, Any], steps_per_epoch: int, max_epochs: int) -> Call
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+class ConstantSchedule:
+    """The learning rate as the optimizer has it: what a LambdaLR of factor 1 does, minus its
+    per-step work (on small models each step's overhead is a visible share of the step)."""
+
+    def step(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def build_schedule(
+    optimizer: torch.optim.Optimizer, hp: dict[str, Any], steps_per_epoch: int, max_epochs: int
+) -> Any:
+    """A per-step LambdaLR for warm-up or cosine decay, else the constant schedule."""
+    if hp.get("lr_schedule", "constant") == "constant" and not float(hp.get("warmup_epochs", 0)):
+        return ConstantSchedule()
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, steps_per_epoch, max_epochs))
