@@ -13,15 +13,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tuner.trial.loop import run_trial
-from tuner.trial.session import TrainSession, TuneSession, trial_dir_for
-from tuner.trial.spec import TrialSpec
+from tuner.trial.spec import TrialSpec, trial_dir_for
+
+# The loop (and torch) are imported inside the trainables: they run in the trial processes,
+# and the driver, which only names these functions, then starts without importing torch.
 
 TRAIN_RUN_NAME = "train"
 
 
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
+    from tuner.trial.loop import run_trial
+    from tuner.trial.session import TuneSession
+
     run_trial(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints))
 
 
@@ -62,6 +66,9 @@ def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 
 def _ddp_worker(cfg: dict[str, Any]) -> None:
+    from tuner.trial.loop import run_trial
+    from tuner.trial.session import TrainSession
+
     run_trial(cfg["hp"], cfg["spec"], TrainSession(cfg["trial_dir"], cfg["trial_id"]))
 
 

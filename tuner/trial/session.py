@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 
 from tuner.trial.checkpoint import DirCheckpoints, load_from_dir, save_to_dir
+from tuner.trial.spec import trial_dir_for
 
 
 class Session:
@@ -174,13 +175,3 @@ class _temp_checkpoint:
 
     def __exit__(self, *exc: Any) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def trial_dir_for(staging_dir: str, sweep_dir: Optional[str]) -> str:
-    """Where a trial writes its files: straight into the sweep directory when storage is a
-    local or shared path; else Ray's local staging directory, which Ray syncs to storage."""
-    if sweep_dir is None:
-        return staging_dir
-    path = os.path.join(sweep_dir, os.path.basename(staging_dir.rstrip("/")))
-    os.makedirs(path, exist_ok=True)
-    return path

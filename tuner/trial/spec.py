@@ -5,6 +5,7 @@ Plain data, importing neither torch nor Ray, so it pickles cheaply into every tr
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -38,3 +39,13 @@ class TrialSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def trial_dir_for(staging_dir: str, sweep_dir: Optional[str]) -> str:
+    """Where a trial writes its files: straight into the sweep directory when storage is a
+    local or shared path; else Ray's local staging directory, which Ray syncs to storage."""
+    if sweep_dir is None:
+        return staging_dir
+    path = os.path.join(sweep_dir, os.path.basename(staging_dir.rstrip("/")))
+    os.makedirs(path, exist_ok=True)
+    return path
