@@ -415,7 +415,8 @@ def test_sweep_without_address_starts_its_own_ray_even_with_a_cluster_around(
 
 def _trial_actors(live: Live) -> list[dict[str, Any]]:
     actors = live.api("/api/v0/actors?limit=10000&detail=1")["data"]["result"]["result"]
-    return [a for a in actors if a["class_name"] == "ImplicitFunc"]  # function trainables
+    # function trainables: "ImplicitFunc" or, as Ray names it at times, "wrap_function.<locals>.ImplicitFunc"
+    return [a for a in actors if a["class_name"].endswith("ImplicitFunc")]
 
 
 def _driver_jobs(live: Live) -> int:

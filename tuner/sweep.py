@@ -281,6 +281,7 @@ def _launch(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from tuner.callbacks import HParamsCallback, Progress, TrialRecordCallback
+    from tuner.searchers import open_until_done
     from tuner.trial.runner import trainable_for
 
     spec = build_spec(cfg, res, storage, sweep_dir)
@@ -298,6 +299,7 @@ def _launch(
     if not verbose:
         callbacks.append(Progress(cfg.metric, str(cfg.mode), expected_trials(cfg), done=done))
     names = TrialNames(resumed_dirs)
+    reuse = res.workers == 1
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
     )
@@ -305,13 +307,15 @@ def _launch(
         trainable,
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
-            search_alg=plan.search_alg,
+            # 1-worker trials reuse actors: the search stays open until its trials have ended,
+            # so Tune keeps a warm actor for HyperBand's promoted trials (tuner.searchers).
+            search_alg=open_until_done(plan.search_alg) if reuse and plan.search_alg else plan.search_alg,
             scheduler=plan.scheduler,
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
             # actor only drives a TorchTrainer, and its reset waits on the Train run's
             # teardown (Tune gives up after 2 s, then stalled here): no reuse for those.
-            reuse_actors=res.workers == 1,
+            reuse_actors=reuse,
             trial_name_creator=names,
             trial_dirname_creator=names,
         ),
