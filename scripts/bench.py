@@ -33,10 +33,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-PEERS = ROOT.parent / "shared" / "peers"
+# The hand-written peers live beside the repository (../shared/peers) unless TUNER_PEERS says.
+PEERS = Path(os.environ.get("TUNER_PEERS", ROOT.parent / "shared" / "peers"))
 PY = sys.executable
 TARGET_ACC = 0.975
 
@@ -115,10 +116,15 @@ def throughput(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
         "tuner bohb": ours("bohb"),
         "tuner random": ours("random"),
         "tuner optuna": ours("optuna"),
-        "peer optuna in-process": peer("optuna_digits.py"),
-        "peer raytune random (reuse)": peer("raytune_digits.py", "random"),
-        "peer raytune bohb (reuse)": peer("raytune_digits.py", "bohb"),
     }
+    if have_peers():
+        contenders.update(
+            {
+                "peer optuna in-process": peer("optuna_digits.py"),
+                "peer raytune random (reuse)": peer("raytune_digits.py", "random"),
+                "peer raytune bohb (reuse)": peer("raytune_digits.py", "bohb"),
+            }
+        )
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in contenders}
     names = list(contenders)
     for rep in range(cfg.repeats):
@@ -133,6 +139,10 @@ def throughput(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
     return results
 
 
+def have_peers() -> bool:
+    return all((PEERS / f).is_file() for f in ("optuna_digits.py", "raytune_digits.py"))
+
+
 def throughput_table(results: dict[str, list[dict[str, Any]]]) -> str:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
@@ -140,7 +150,10 @@ def throughput_table(results: dict[str, list[dict[str, Any]]]) -> str:
     def rate(name: str) -> float:
         return statistics.median(r["epochs"] / r["wall"] for r in results[name])
 
-    best_peer = max(med(n, "best") for n in results if n.startswith("peer"))
+    def ratio(name: str, peer: Optional[str]) -> str:
+        return f"{rate(name) / rate(peer):.2f}x" if peer in results else ""
+
+    peers = [n for n in results if n.startswith("peer")]
     rows = [
         "| contender | wall s | epochs | epochs/s | best val_acc | epochs/s vs Optuna "
         "| vs Ray Tune (same search) |",
@@ -150,12 +163,14 @@ def throughput_table(results: dict[str, list[dict[str, Any]]]) -> str:
         same = {"tuner random": "peer raytune random (reuse)", "tuner bohb": "peer raytune bohb (reuse)"}.get(
             name
         )
-        vs_rt = f"{rate(name) / rate(same):.2f}x" if same else ""
         rows.append(
             f"| {name} | {med(name, 'wall'):.1f} | {med(name, 'epochs'):.0f} | {rate(name):.1f} | "
-            f"{med(name, 'best'):.4f} | {rate(name) / rate('peer optuna in-process'):.2f}x | {vs_rt} |"
+            f"{med(name, 'best'):.4f} | {ratio(name, 'peer optuna in-process')} | {ratio(name, same)} |"
         )
-    rows.append(f"\nBest peer val_acc (median): {best_peer:.4f}.")
+    if peers:
+        rows.append(f"\nBest peer val_acc (median): {max(med(n, 'best') for n in peers):.4f}.")
+    else:
+        rows.append(f"\nNo peers: {PEERS} does not hold them (set TUNER_PEERS), so no ratios.")
     return "\n".join(rows)
 
 
@@ -460,6 +475,8 @@ def main() -> None:
         )
         cfg.repeats = 1
     vars(cfg).update(sizes)
+    if not cfg.smoke and "throughput" in cfg.only.split(",") and not have_peers():
+        p.error(f"the peers are not in {PEERS}: set TUNER_PEERS to their directory")
     work = Path(tempfile.mkdtemp(prefix="tuner-bench-"))
     sections = cfg.only.split(",")
     res: dict[str, Any] = {}

@@ -42,6 +42,9 @@ def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Non
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         fn(rank, *args)
+        # No rank tears gloo down while another is still in a collective: that race aborted
+        # a rank now and then ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

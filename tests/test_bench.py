@@ -10,6 +10,9 @@ import pytest
 
 from tests.conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench import have_peers  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 
@@ -33,12 +36,13 @@ def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
         "Search efficiency",
     ):
         assert f"### {heading}" in text, heading
-    for contender in (
-        "tuner bohb",
-        "tuner random",
-        "tuner optuna",
-        "peer optuna in-process",
-        "peer raytune random (reuse)",
-        "peer raytune bohb (reuse)",
-    ):
+    for contender in ("tuner bohb", "tuner random", "tuner optuna"):
         assert f"| {contender} |" in text, contender
+    peers = ("peer optuna in-process", "peer raytune random (reuse)", "peer raytune bohb (reuse)")
+    if have_peers():  # ../shared/peers (or TUNER_PEERS) beside this checkout: they run too
+        for contender in peers:
+            assert f"| {contender} |" in text, contender
+        assert "Best peer val_acc" in text
+    else:  # a checkout without them says so instead of inventing ratios
+        assert not any(f"| {c} |" in text for c in peers)
+        assert "No peers:" in text
