@@ -4,7 +4,7 @@ usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCH
 
 Sections (issue: "Performance: beat the hand-written peers"):
   throughput  30-trial sweeps of digits_mlp (<= 27 epochs): wall time, epochs/s, best val_acc,
-              ours (bohb, random, optuna) vs ../shared/peers (Optuna in-process; Ray Tune with
+              ours (bohb, random, optuna) vs ../shared/peers or $TUNER_PEERS (Optuna in-process; Ray Tune with
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
   overhead    100 one-epoch trials of a tiny task: a trial's start (Tune starts it) to its
               first report, and a slot's idle time between one trial and the next
