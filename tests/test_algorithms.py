@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import DEBUG
 from tuner import algorithms
 from tuner.config import load_sweep
-from tuner.space import ALGORITHM_KINDS, Fixed, contains
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform, contains
 
 ALGOS = list(algorithms.ALGORITHMS)
 
@@ -148,3 +148,14 @@ def test_resumed_plan_runs_exactly_what_is_left(name: str) -> None:
     if name == "optuna":
         study = p.search_alg.inner._ot_study
         assert len(study.trials) >= 2  # the two finished trials were told
+
+
+def test_random_search_takes_a_grid_parameter_in_turn() -> None:
+    params = {
+        "width": Grid(type="grid", values=[32, 64, 128]),
+        "lr": LogUniform(type="loguniform", low=1e-3, high=1e-1),
+    }
+    configs = algorithms.random_configs(params, 7, seed=0)
+    assert [c["width"] for c in configs] == [32, 64, 128, 32, 64, 128, 32]
+    assert all(isinstance(c["lr"], float) and 1e-3 <= c["lr"] <= 1e-1 for c in configs)
+    assert configs == algorithms.random_configs(params, 7, seed=0)

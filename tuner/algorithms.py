@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.space import ALGORITHM_KINDS, Fixed, ParamT, grid_values, to_configspace, to_tune
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, grid_values, to_configspace, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -105,16 +105,24 @@ def grid_configs(params: dict[str, ParamT], points: int) -> list[dict[str, Any]]
 
 
 def random_configs(params: dict[str, ParamT], n: int, seed: int) -> list[dict[str, Any]]:
-    """n configurations drawn with Tune's own samplers from one seeded generator."""
+    """n configurations drawn with Tune's own samplers from one seeded generator.
+
+    A grid parameter takes its values in turn (sample i gets value i mod len), so n samples
+    cover every value once n reaches their number, and the sweep still runs n trials.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    domains = {k: to_tune(p) for k, p in params.items()}
+    domains = {k: None if isinstance(p, Grid) else to_tune(p) for k, p in params.items()}
     out = []
-    for _ in range(n):
+    for i in range(n):
         config = {}
         for name, domain in domains.items():
-            value = domain.sample(random_state=rng) if hasattr(domain, "sample") else domain
+            p = params[name]
+            if isinstance(p, Grid):
+                value = p.values[i % len(p.values)]
+            else:
+                value = domain.sample(random_state=rng) if hasattr(domain, "sample") else domain
             config[name] = value.item() if hasattr(value, "item") else value
         out.append(config)
     return out

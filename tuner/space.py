@@ -87,7 +87,7 @@ class Choice(_Values):
 
 
 class Grid(_Values):
-    """Every listed value is tried (grid and random search only)."""
+    """Every listed value is tried (grid search: every combination; random: in turn)."""
 
     type: Literal["grid"]
 
