@@ -192,7 +192,10 @@ def test_gpu_settings_can_be_searched(tmp_path: Path) -> None:
             "search.params.channels_last": True,
         },
     )
-    assert cfg.hyperparameters()["prefetch"].value is True  # the defaults reach every trial
+    hp = cfg.hyperparameters()
+    assert hp["compile"].values == [True, False]  # searched
+    assert hp["channels_last"].value is True  # fixed by the file
+    assert hp["prefetch"].value is True  # the defaults reach every trial
 
 
 def test_pack_without_a_gpu_is_refused_fast(tmp_path: Path) -> None:
