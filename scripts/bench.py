@@ -238,6 +238,8 @@ def ddp(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def parity(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from tuner.local_cluster import free_ports
+
     out: dict[str, list[float]] = {"ours": [], "hand": []}
     for rep in range(cfg.repeats):
         for which in ["ours", "hand"] if rep % 2 == 0 else ["hand", "ours"]:
@@ -250,7 +252,7 @@ def parity(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
                     "--nproc_per_node",
                     "2",
                     "--master_port",
-                    str(_free_port()),
+                    str(free_ports(1)[0]),
                     str(ROOT / "scripts" / "torchrun_loop.py"),
                     which,
                     str(path),
@@ -261,14 +263,6 @@ def parity(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
             out[which].append(statistics.median(rates[1:] or rates))  # epoch 1 warms up
             print(f"  [parity] {which}: {out[which][-1]:.0f} samples/s")
     return out
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- makespan

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,20 +12,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tuner.local_cluster import free_ports
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn(fn: Callable[..., None], *args: Any, world: int = 2, backend: str = "gloo") -> None:
     """Run `fn(rank, *args)` in `world` processes joined in one process group."""
-    mp.spawn(_entry, args=(world, _free_port(), backend, fn, args), nprocs=world, join=True)
+    mp.spawn(_entry, args=(world, free_ports(1)[0], backend, fn, args), nprocs=world, join=True)
 
 
 def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple) -> None:

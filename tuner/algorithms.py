@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, grid_values, to_configspace, to_tune
+from tuner.results import finite
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, grid_size, grid_values, to_configspace, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -164,7 +165,7 @@ def _grid(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
         scheduler=_asha(schedule, metric, mode) if stop_early else None,
         num_samples=len(todo),
         points=todo,
-        description=f"grid over {len(grid_configs(params, search.grid_points))} combinations"
+        description=f"grid over {grid_size(params, search.grid_points)} combinations"
         + (" + ASHA" if stop_early else ""),
     )
 
@@ -200,7 +201,7 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
     for t in prior.finished + [PriorTrial(c, []) for c in prior.resumed]:
         for row in t.history:
-            if _finite(row.get(metric)):
+            if finite(row.get(metric)):
                 point = {k: t.config[k] for k in searched}
                 searcher.bohber.new_result(_BOHBJobWrapper(sign * row[metric], row[TIME_ATTR], point))
     return SearchPlan(
@@ -230,7 +231,7 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
         space=searched, metric=metric, mode=mode, sampler=optuna.samplers.TPESampler(seed=search.seed)
     )
     for t in prior.finished:  # told, as Tune told it: the last value each trial reported
-        values = [r[metric] for r in t.history if _finite(r.get(metric))]
+        values = [r[metric] for r in t.history if finite(r.get(metric))]
         failed = t.error or not values or any("failure" in r for r in t.history)
         searcher.add_evaluated_point(
             {k: t.config[k] for k in searched},
@@ -251,12 +252,6 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
 def _budget(search: SearchSection, prior: Prior) -> int:
     new = search.num_samples if prior.new is None else prior.new
     return len(prior.resumed) + max(0, new)
-
-
-def _finite(v: Any) -> bool:
-    import math
-
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 ALGORITHMS: dict[str, Builder] = {

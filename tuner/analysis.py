@@ -7,7 +7,6 @@ summary.json, so a running or interrupted sweep reads as well as a finished one.
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from tuner.results import (
     TrialRecord,
     best,
     check_sweep_dir,
+    finite,
     records,
     resources_of,
 )
@@ -41,7 +41,6 @@ class SweepData:
     sweep_dir: str
     cfg: SweepConfig
     records: list[TrialRecord]
-    histories: dict[str, list[dict[str, Any]]]
     state: str  # completed | interrupted | running or interrupted
     gpus_per_worker: Optional[float]  # None: 'auto' resolved on a cluster we cannot see
 
@@ -87,7 +86,6 @@ def load(sweep_dir: str) -> SweepData:
         sweep_dir=sweep_dir,
         cfg=cfg,
         records=trials,
-        histories={r.trial_id: r.history for r in trials},
         state=_state(sweep_dir, trials, expected_trials(cfg)),
         gpus_per_worker=_gpus_per_worker(cfg, trials),
     )
@@ -133,11 +131,11 @@ def ranked(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
     return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
 
 
-def failure_detail(r: TrialRecord, history: list[dict[str, Any]]) -> str:
+def failure_detail(r: TrialRecord) -> str:
     """Why a failed trial failed, in one line."""
     if r.failure and r.failure.startswith("error:"):
         return r.failure[len("error:") :].strip()
-    last = history[-1] if history else r.last_metrics
+    last = r.history[-1] if r.history else r.last_metrics
     return str(last.get("failure_detail") or "")
 
 
@@ -206,7 +204,7 @@ def _distribution(p: ParamT) -> Any:
 
 def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(every result, the running best) as (seconds since the sweep's first epoch began, metric)."""
-    rows = [r for h in data.histories.values() for r in h if finite(r.get("wall_time"))]
+    rows = [r for t in data.records for r in t.history if finite(r.get("wall_time"))]
     if not rows:
         return [], []
     t0 = min(float(r["wall_time"]) - float(r.get("epoch_time_s") or 0.0) for r in rows)
@@ -220,11 +218,6 @@ def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[
         if not running or (v > running[-1][1] if data.mode == "max" else v < running[-1][1]):
             running.append((t, v))
     return points, running
-
-
-def finite(v: Any) -> bool:
-    """A real, finite number (not a bool, NaN or inf)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def reproduce_command(data: SweepData) -> Optional[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Any, Optional, TextIO
+from typing import Any
 
 from tuner.results import check_sweep_dir
 
@@ -48,9 +48,8 @@ def start(sweep_dir: str, bind_all: bool = False, port: int = 0) -> str:
     return str(board.launch())
 
 
-def serve(sweep_dir: str, bind_all: bool = False, port: int = 0, out: Optional[TextIO] = None) -> int:
+def serve(sweep_dir: str, bind_all: bool = False, port: int = 0) -> int:
     """Serve until interrupted (Ctrl-C or SIGTERM); prints the URL first. Returns the exit code."""
-    out = out or sys.stdout
     path = check_sweep_dir(sweep_dir)
     url = start(path, bind_all, port)
     if bind_all:
@@ -59,8 +58,8 @@ def serve(sweep_dir: str, bind_all: bool = False, port: int = 0, out: Optional[T
             "anyone who can reach this port can read the sweep",
             file=sys.stderr,
         )
-    print(f"TensorBoard for {path}: {url}", file=out)
-    print("Ctrl-C to stop (it picks up new trials while the sweep runs)", file=out, flush=True)
+    print(f"TensorBoard for {path}: {url}")
+    print("Ctrl-C to stop (it picks up new trials while the sweep runs)", flush=True)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:

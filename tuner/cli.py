@@ -106,9 +106,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tuner.sweep import AlreadyFinished, load_resumable, resume_sweep
+    from tuner.sweep import AlreadyFinished, resume_sweep
 
-    load_resumable(args.sweep_dir)  # a ConfigError (exit 2) before Ray starts
     try:
         with _resume_hint_on_interrupt(args.sweep_dir):
             outcome = resume_sweep(

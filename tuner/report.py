@@ -16,6 +16,7 @@ from typing import Any, Optional
 from tuner import analysis, document, plots
 from tuner.analysis import SweepData, outcome, ranked
 from tuner.document import Block, Code, Heading, Image, Table, Text
+from tuner.results import finite, short
 
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
 LEADERBOARD_ROWS = 10
@@ -94,7 +95,7 @@ def _best(data: SweepData) -> list[Block]:
     if not top:
         return [Heading("Best trial"), Text("No trial has produced a usable result yet.")]
     b = top[0]
-    config = ", ".join(f"{k}={_short(v)}" for k, v in b.config.items())
+    config = ", ".join(f"{k}={short(v)}" for k, v in b.config.items())
     return [
         Heading("Best trial"),
         Text(
@@ -121,7 +122,7 @@ def _leaderboard(data: SweepData) -> list[Block]:
             str(r.epochs),
             _duration(r.time_s),
             outcome(r),
-            *(_short(r.config.get(n)) for n in names),
+            *(short(r.config.get(n)) for n in names),
         ]
         for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
     ]
@@ -135,7 +136,7 @@ def _leaderboard(data: SweepData) -> list[Block]:
 
 def _curves(data: SweepData, path: str) -> str:
     top_ids = [r.trial_id for r in ranked(data.records, data.mode)[:CURVES_TOP]]
-    series = {tid: _series(h, data.metric) for tid, h in data.histories.items()}
+    series = {t.trial_id: _series(t.history, data.metric) for t in data.records}
     configs = {r.trial_id: {k: r.config.get(k) for k in data.searched()} for r in data.records}
     top = [(f"{tid} " + _config_label(configs[tid]), series[tid]) for tid in top_ids if series[tid]]
     others = [s for tid, s in series.items() if tid not in top_ids and s]
@@ -146,7 +147,7 @@ def _series(history: list[dict[str, Any]], metric: str) -> list[tuple[int, float
     return [
         (int(row["epoch"]), float(row[metric]))
         for row in history
-        if "failure" not in row and analysis.finite(row.get(metric)) and "epoch" in row
+        if "failure" not in row and finite(row.get(metric)) and "epoch" in row
     ]
 
 
@@ -197,7 +198,7 @@ def _failures(data: SweepData, path: str) -> list[Block]:
                 r.trial_id,
                 outcome(r),
                 str(r.epochs),
-                analysis.failure_detail(r, data.histories[r.trial_id]),
+                analysis.failure_detail(r),
                 _config_label(r.config),
             ]
             for r in failed
@@ -237,11 +238,7 @@ def _gpu_text(data: SweepData) -> str:
 
 
 def _config_label(config: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_short(v)}" for k, v in config.items())
-
-
-def _short(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    return " ".join(f"{k}={short(v)}" for k, v in config.items())
 
 
 def _num(v: Optional[float]) -> str:

@@ -134,14 +134,15 @@ def full_config(trial_dir: str) -> dict[str, Any]:
 
 
 def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
-    ok = [r for r in rows if _finite(r.get(metric)) and "failure" not in r]
+    ok = [r for r in rows if finite(r.get(metric)) and "failure" not in r]
     if not ok:
         return None
     pick = max if mode == "max" else min
     return pick(ok, key=lambda r: r[metric])
 
 
-def _finite(v: Any) -> bool:
+def finite(v: Any) -> bool:
+    """A real, finite number (not a bool, NaN or inf)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -246,7 +247,7 @@ def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5)
         return "(no trial produced a finite metric)"
     rows = [("trial", metric, "epoch", "status", "config")]
     for r in ranked:
-        cfg = " ".join(f"{k}={_short(v)}" for k, v in r.config.items())
+        cfg = " ".join(f"{k}={short(v)}" for k, v in r.config.items())
         status = "stopped early" if r.stopped_early else _STATUS_WORDS.get(r.status, r.status.lower())
         rows.append((r.trial_id, f"{r.best_value:.4f}", f"{r.best_epoch}/{r.epochs}", status, cfg))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -259,10 +260,9 @@ def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5)
 _STATUS_WORDS = {"TERMINATED": "completed", "RUNNING": "unfinished"}
 
 
-def _short(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+def short(v: Any) -> str:
+    """A value as a leaderboard shows it (floats to 4 significant digits)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def resources_of(trial_dir: str) -> dict[str, Any]:

@@ -257,13 +257,25 @@ def _warn_unshared(storage: str) -> None:
         cluster.warn(warning)
 
 
-def _probe_memory(cfg: SweepConfig) -> packing.MemoryProfile:
-    """gpus_per_worker: pack: the peak memory of the space's largest configuration on one GPU."""
-    from tuner.trial.probe import measure_on_ray
+def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryProfile:
+    """gpus_per_worker: pack: the peak memory of the space's largest configuration, measured
+    in a Ray task that holds one whole GPU (nothing else runs on it meanwhile). A failure
+    propagates; resources.plan reports it against the field."""
+    import dataclasses
+
+    import ray
 
     spec = build_spec(cfg, resources.probe_request(cfg.resources), "", None)
     hp = packing.probe_config(cfg.hyperparameters())
-    return measure_on_ray(hp, spec, packing.label(hp, cfg.search.params))
+    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(_measure)
+    profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
+    return dataclasses.replace(profile, label=packing.label(hp, cfg.search.params))
+
+
+def _measure(hp: dict[str, Any], spec: TrialSpec) -> packing.MemoryProfile:
+    from tuner.trial.probe import measure  # torch: imported in the task, not in the driver
+
+    return measure(hp, spec)
 
 
 def _launch(

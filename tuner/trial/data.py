@@ -240,7 +240,7 @@ class Batches:
         """The epoch's steps in order: `(x, y)` of up to `per_rank_batch` samples each."""
         self.sampler.set_epoch(epoch)
         order = torch.tensor(list(self.sampler), dtype=torch.long)
-        return self._batches(order.split(per_rank_batch))
+        return self._batches(self._on_data_device(order).split(per_rank_batch))
 
     def eval_chunks(self, batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
         """This worker's share of the split, unshuffled and unpadded (exact metrics).
@@ -250,13 +250,16 @@ class Batches:
         """
         order = torch.arange(self.rank, len(self.ds), self.world)
         chunks = max(1, -(-math.ceil(len(self.ds) / self.world) // batch))
-        return self._batches(order.tensor_split(chunks))
+        return self._batches(self._on_data_device(order).tensor_split(chunks))
+
+    def _on_data_device(self, order: torch.Tensor) -> torch.Tensor:
+        """Indices where in-memory data lives: one copy per epoch, not one per step."""
+        return order.to(self.tensors[0].device) if self.tensors is not None else order
 
     def _batches(self, chunks: Sequence[torch.Tensor]) -> Iterator[tuple[torch.Tensor, ...]]:
         if self.tensors is not None:
             x, y = self.tensors
             for idx in chunks:
-                idx = idx.to(x.device)
                 yield x[idx], y[idx]
             return
         loader = DataLoader(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from dataclasses import replace
 from itertools import islice
 from typing import Any
 
@@ -62,19 +61,3 @@ def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> Me
         del p
     release(device)
     return profile
-
-
-def measure_on_ray(hp: dict[str, Any], spec: TrialSpec, label: str, timeout_s: float = 900) -> MemoryProfile:
-    """`measure` in a Ray task that holds one whole GPU (nothing else runs on it meanwhile).
-
-    Raises RuntimeError naming `label` (what is measured) when the probe fails.
-    """
-    import ray
-
-    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(measure)
-    try:
-        return replace(ray.get(task.remote(hp, spec), timeout=timeout_s), label=label)
-    except Exception as err:  # noqa: BLE001 - re-raised with what was being measured
-        # Ray wraps a task's error in its traceback; the last line is the error itself.
-        last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
-        raise RuntimeError(f"the memory probe of {label} failed: {last}") from None

@@ -8,8 +8,9 @@ imported only by the session that needs them.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
@@ -162,16 +163,9 @@ class TrainSession(Session):
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-class _temp_checkpoint:
+@contextmanager
+def _temp_checkpoint(state: dict[str, Any]) -> Iterator[str]:
     """A temporary directory holding `state`; Ray copies it into storage during report."""
-
-    def __init__(self, state: dict[str, Any]):
-        self.state = state
-
-    def __enter__(self) -> str:
-        self.dir = tempfile.mkdtemp(prefix="tuner-ckpt-")
-        save_to_dir(self.state, self.dir)
-        return self.dir
-
-    def __exit__(self, *exc: Any) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="tuner-ckpt-") as d:
+        save_to_dir(state, d)
+        yield d
