@@ -206,12 +206,10 @@ def grid_size(params: dict[str, ParamT], points: int) -> int:
     return math.prod(len(grid_values(p, points)) for p in params.values())
 
 
-def to_tune(p: ParamT, *, grid: bool = False, points: int = 3) -> Any:
-    """Convert to a Ray Tune domain (imported lazily). `grid=True` makes every param a grid."""
+def to_tune(p: ParamT) -> Any:
+    """Convert to a Ray Tune domain (imported lazily)."""
     from ray import tune
 
-    if grid and not isinstance(p, Fixed):
-        return tune.grid_search(grid_values(p, points))
     if isinstance(p, Fixed):
         return p.value
     if isinstance(p, Uniform):

@@ -7,8 +7,8 @@ is asked its authentication mode (it answers anyone): a cluster without authenti
 other machines can reach is refused unless --allow-insecure-cluster is given. The job gets
 - the working directory (default: this one), with the sweep file's path inside it;
 - RAY_JOB_STOP_SIGNAL=SIGINT and a grace period (TUNER_STOP_GRACE_S, default 60 s): the job
-  supervisor then interrupts the sweep on `ray job stop`, and Tune saves a resumable state,
-  instead of killing it with SIGTERM, which Tune does not catch;
+  supervisor then interrupts the sweep on `ray job stop`, and Tune saves a resumable state
+  (the driver also turns a SIGTERM into SIGINT, for jobs submitted without this script);
 - TUNER_SUBMIT_DIR/TUNER_SUBMIT_HOST, so that a relative `output` means that directory, not
   the job's temporary copy of it.
 """
