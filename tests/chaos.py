@@ -75,3 +75,31 @@ def broken_width(config: dict[str, Any], input_shape: tuple[int, ...], num_class
     if int(config["width"]) == int(config["broken_width"]):
         raise ValueError(f"cannot build a layer of width {config['width']}")
     return mlp(config, input_shape, num_classes)
+
+
+class _EvalOutOfMemory(_Chaos):
+    """Raises torch.OutOfMemoryError for evaluation chunks above `eval_oom_above` samples."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training and len(x) > int(self.config["eval_oom_above"]):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: evaluation chunk {len(x)})")
+        return super().forward(x)
+
+
+def eval_oom_above(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _EvalOutOfMemory(config, input_shape, num_classes)
+
+
+def before_adam_step(monkeypatch: Any, call: int, action: Any) -> None:
+    """Run `action()` before the `call`-th `torch.optim.Adam.step` of this test (the first is
+    the one that makes the optimizer's state when a trial is built)."""
+    step = torch.optim.Adam.step
+    calls = {"n": 0}
+
+    def wrapped(self: torch.optim.Optimizer, *args: Any, **kw: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == call:
+            action()
+        return step(self, *args, **kw)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", wrapped)

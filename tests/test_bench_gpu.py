@@ -4,6 +4,7 @@ and peak table are right."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,16 +34,20 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = (
-        "fp32 |",
+        "fp32 (IEEE) |",
+        "fp32 (TF32) |",
         "bf16 |",
         "torch.compile |",
         "no prefetch |",
         "(0), prefetch |",
-        "2 x tiny ViT",
+        "2 x tiny ViT 32px on the CPU, together |",
         "| mfu |",
     )
     for row in rows:
         assert row in out.stdout, row
+    assert "AMP / fp32 (TF32) samples/s" in out.stdout
+    windows = [float(w) for w in re.findall(r"window ([\d.]+) s all \d ran", out.stdout)]
+    assert len(windows) == 2 and all(w > 0 for w in windows)  # 1 and 2 trials, running together
     assert "FAILED" not in out.stdout
     assert "not checked in smoke mode" in out.stdout
     assert not (tmp_path / "B.md").exists()
@@ -57,6 +62,16 @@ def test_smoke_mode_writes_only_when_asked(tmp_path: Path) -> None:
     assert bench.main([*args, "--write"]) == 0
     text = target.read_text()
     assert "### CPU (smoke)" in text and "| mfu | small ViT 32px bf16 |" in text
+
+
+def test_packed_rate_counts_only_the_window_every_run_shares() -> None:
+    # (end of epoch, samples, seconds): run a from t=0 in epochs of 2 s, run b from t=2.
+    a = [(2.0, 100, 2.0), (4.0, 100, 2.0), (6.0, 100, 2.0)]
+    b = [(3.0, 100, 1.0), (5.0, 200, 2.0)]
+    # Window: from the later first epoch's end (3) to the earlier last end (5). In it a trains
+    # half of each of its last two epochs (50 + 50), b the whole of its second (200).
+    assert _bench().shared_rate([a, b]) == (pytest.approx(300 / 2), 2.0)
+    assert _bench().shared_rate([a, b[:1]]) == (0.0, 0.0)  # b never got past its warm-up epoch
 
 
 def test_flops_are_counted_not_guessed() -> None:
@@ -79,6 +94,9 @@ def test_flops_are_counted_not_guessed() -> None:
         ("NVIDIA A100-SXM4-80GB", 312.0),
         ("NVIDIA A10", 125.0),
         ("NVIDIA L4", 121.0),
+        ("NVIDIA L40", 181.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA H200 NVL", 835.5),
         ("Tesla T4", None),
     ],
 )

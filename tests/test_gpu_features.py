@@ -15,13 +15,15 @@ import pytest
 import torch
 
 from tests.test_loop import DIGITS, SYNTH, hp, train
+from tuner.config import TrainingSection
 from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import largest_fitting
 from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.data import Batches, TensorData
-from tuner.trial.gpu import NoGpu, Nvml, make_gpu, mean_utilisation
+from tuner.trial.gpu import Gpu, NoGpu, Nvml, make_gpu, mean_utilisation
 from tuner.trial.models import build_model
 from tuner.trial.prefetch import CudaPrefetcher, Feed, make_feed
+from tuner.trial.session import cuda_index
 from tuner.trial.spec import TrialSpec
 
 CPU = torch.device("cpu")
@@ -102,6 +104,37 @@ def test_every_rank_evaluates_the_same_number_of_chunks() -> None:
     assert all(len(y) <= 20 for c in chunks for _, y in c)
     seen = sorted(int(v) for c in chunks for x, _ in c for v in x.flatten())
     assert seen == list(range(121))  # each sample once: exact metrics
+
+
+class _Pids(torch.utils.data.Dataset):
+    """Each sample says which process loaded it."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import os
+
+        return torch.tensor([float(os.getpid())]), torch.tensor(i)
+
+
+def test_a_split_keeps_one_loader_and_its_worker_processes_for_the_whole_trial() -> None:
+    batches = Batches(_Pids(), device=CPU, rank=0, world_size=1, seed=0, loader_workers=2)
+    seen = []
+    for epoch in range(3):
+        steps = list(batches.train_steps(epoch, 8))
+        order = [int(i) for _, y in steps for i in y]
+        assert sorted(order) == list(range(40))  # every sample once, in the epoch's own order
+        seen.append(({int(x) for x, _ in steps for x in x.flatten()}, order))
+        chunks = list(batches.eval_chunks(16))
+        assert [int(i) for _, y in chunks for i in y] == list(range(40))
+    pids = [p for p, _ in seen]
+    assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]  # the same two workers throughout
+    assert seen[0][1] != seen[1][1]  # reshuffled each epoch
+    loader = batches._loader
+    assert loader is not None and loader.persistent_workers
+    batches.close()
+    assert batches._loader is None
 
 
 # ----------------------------------------------------------------------------- channels_last, compile
@@ -211,6 +244,42 @@ def test_largest_fitting_binary_search(limit: int) -> None:
     assert largest_fitting(lambda n: False, 4, 64) is None
 
 
+# ----------------------------------------------------------------------------- CUDA settings
+
+
+def test_tf32_follows_the_setting_and_cudnn_benchmarks_its_convolutions() -> None:
+    # Process-wide flags that need no GPU to be set: set, read back, restored.
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, cudnn_benchmark())
+    gpu = Gpu(torch.device("cuda", 0))
+    try:
+        gpu.configure(tf32=False)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert cudnn_benchmark()
+        gpu.configure(tf32=True)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[:2]
+        torch.backends.cudnn.benchmark = before[2]
+    assert TrainingSection().tf32  # on unless a sweep says otherwise
+
+
+def cudnn_benchmark() -> bool:
+    return bool(torch.backends.cudnn.benchmark)
+
+
+@pytest.mark.parametrize(
+    ("ids", "visible", "index"),
+    [
+        ([3], "3", 0),  # Ray set CUDA_VISIBLE_DEVICES to the actor's GPU
+        ([3], "1,3", 1),  # two GPUs visible to the actor, its own second
+        ([3], None, 3),  # RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: every GPU visible
+        (["GPU-a1"], "GPU-f0,GPU-a1", 1),  # UUIDs
+    ],
+)
+def test_a_ray_actor_finds_its_own_gpu(ids: list[Any], visible: Any, index: int) -> None:
+    assert cuda_index(ids, visible) == index
+
+
 # ----------------------------------------------------------------------------- GPU stats and share
 
 
@@ -227,11 +296,15 @@ def _sample(ts: int, value: int) -> Any:
 
 
 class FakeNvml:
-    """The few pynvml calls Nvml makes."""
+    """The few pynvml calls Nvml makes, answering as NVML does: the samples newer than
+    `since`, or NVML_ERROR_NOT_FOUND when there is none."""
 
     NVML_GPU_UTILIZATION_SAMPLES = 1
 
     class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotFound(NVMLError):  # noqa: N801 - pynvml's name
         pass
 
     def __init__(self, samples: list[Any], current: int = 55, broken: bool = False):
@@ -240,7 +313,10 @@ class FakeNvml:
     def nvmlDeviceGetSamples(self, handle: Any, kind: int, since: int) -> tuple[int, list[Any]]:
         if self.broken:
             raise self.NVMLError("not supported")
-        return 1, self.samples
+        newer = [s for s in self.samples if s.timeStamp > since]
+        if not newer:
+            raise self.NVMLError_NotFound("not found")
+        return 1, newer
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         return SimpleNamespace(gpu=self.current)
@@ -249,10 +325,16 @@ class FakeNvml:
 def test_nvml_utilisation_is_the_mean_of_the_epochs_samples() -> None:
     assert mean_utilisation([_sample(5, 100), _sample(20, 40), _sample(30, 60)], since=10) == 50
     assert mean_utilisation([], since=0) is None
-    nvml = Nvml(
-        FakeNvml([_sample(1_000_000_500, 90), _sample(999_999_000, 10)]), handle=None, clock=lambda: 1000.0
-    )
+    # Timestamps on NVML's own clock, far from wall-clock microseconds: the mark is the
+    # newest sample's timestamp, so only samples taken after it count.
+    lib = FakeNvml([_sample(5_000, 10), _sample(7_000, 20)])
+    nvml = Nvml(lib, handle=None)
     nvml.mark()
-    assert nvml.utilisation() == 90  # only samples after the mark
-    assert Nvml(FakeNvml([]), handle=None).utilisation() == 55  # no samples: the current value
+    assert nvml.since == 7_000
+    lib.samples += [_sample(8_000, 90), _sample(9_000, 70)]
+    assert nvml.utilisation() == 80  # the epoch's two samples
+    nvml.mark()
+    # An epoch shorter than NVML's sampling period: NOT_FOUND, the current value stands in.
+    assert nvml.utilisation() == 55
+    assert Nvml(FakeNvml([]), handle=None).utilisation() == 55  # no samples at all
     assert Nvml(FakeNvml([], broken=True), handle=None).utilisation() is None

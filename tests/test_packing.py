@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import DEBUG, debug_config, run_cli
 from tuner import packing, resources
@@ -198,6 +199,7 @@ def test_gpu_settings_can_be_searched(tmp_path: Path) -> None:
     assert hp["prefetch"].value is True  # the defaults reach every trial
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_pack_without_a_gpu_is_refused_fast(tmp_path: Path) -> None:
     out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=pack")
     assert out.returncode == 2, out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,33 @@ def test_grad_scaler_skips_the_step_on_every_rank_when_one_shard_overflows(tmp_p
     # reduces found-inf over ranks (a sharded scaler is not needed), so no rank steps alone.
     spawn(_scaler_over_shards, str(tmp_path))
     assert {(tmp_path / f"rank{r}").read_text() for r in range(2)} == {"True 512.0"}
+
+
+def _sharded(rank: int, out: str, param_dtype: str) -> None:
+    from tuner.trial.parallel import FSDP
+
+    dtype = getattr(torch, param_dtype) if param_dtype else None
+    torch.manual_seed(0)
+    model = build_model("vit", {"patch_size": 4, "width": 32, "depth": 2, "heads": 2}, (3, 16, 16), 10)
+    whole = sum(q.numel() * q.element_size() for q in model.parameters())
+    FSDP().wrap(model, torch.device("cpu"), param_dtype=dtype)
+    mine = sum(q.to_local().numel() * q.to_local().element_size() for q in model.parameters())
+    gathered = []
+    # After FSDP's own pre-forward hook, which gathers the unit's parameters.
+    model.blocks[0].register_forward_pre_hook(lambda m, _: gathered.append(str(m.norm1.weight.dtype)))
+    model(torch.randn(2, 3, 16, 16))
+    Path(out, f"rank{rank}.json").write_text(json.dumps([whole, mine, gathered]))
+
+
+@pytest.mark.parametrize("param_dtype", ["", "bfloat16"])
+def test_fsdp_keeps_a_shard_per_rank_and_gathers_in_the_amp_dtype(tmp_path: Path, param_dtype: str) -> None:
+    spawn(_sharded, str(tmp_path), param_dtype)
+    (whole, a, gathered_a), (_, b, gathered_b) = (
+        json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)
+    )
+    assert a + b == whole and max(a, b) < 0.55 * whole  # each rank holds about half
+    want = "torch.bfloat16" if param_dtype else "torch.float32"
+    assert gathered_a == gathered_b == [want]  # gathered for compute in the AMP dtype
 
 
 def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:

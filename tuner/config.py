@@ -278,6 +278,12 @@ class TrainingSection(_Section):
         "search, OOM caught) up to the per-worker batch. batch_size, so the effective batch, "
         "stays as set; only the micro-batch (accumulation) changes. Not with fsdp.",
     )
+    tf32: bool = Field(
+        True,
+        description="CUDA: fp32 matmuls and convolutions on TF32 tensor cores (Ampere and later; "
+        "10-bit mantissa inputs, fp32 accumulation), several times faster than IEEE fp32. "
+        "Matters where amp is off; false for IEEE fp32. CPU: no effect.",
+    )
 
     @field_validator("amp", mode="before")
     @classmethod

@@ -16,12 +16,19 @@ import torch
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def native_bf16(device: torch.device) -> bool:
+    """bf16 in hardware: compute capability 8.0 (Ampere) and later. Not
+    `torch.cuda.is_bf16_supported()`, which by default also counts the emulation on older GPUs
+    (V100, T4), where bf16 runs far slower than fp16."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def resolve_amp(mode: str, device: torch.device) -> str:
-    """`auto` -> bf16 on GPUs that support it, fp16 on older GPUs, off on CPU."""
+    """`auto` -> bf16 on GPUs with native bf16, fp16 on older GPUs, off on CPU."""
     if mode == "auto":
         if device.type != "cuda":
             return "off"
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if native_bf16(device) else "fp16"
     if mode == "fp16" and device.type != "cuda":
         raise ValueError("training.amp: fp16 needs a CUDA GPU; use bf16 or off on CPU")
     return mode

@@ -202,6 +202,19 @@ def _as_tensors(ds: Dataset) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
 PREPARE_ONCE_BYTES = 256 * 2**20
 
 
+class _Plan:
+    """The batch sampler of a split's DataLoader: the index chunks of the current pass."""
+
+    def __init__(self) -> None:
+        self.chunks: Sequence[torch.Tensor] = ()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (chunk.tolist() for chunk in self.chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+
 class Batches:
     """Per-worker batches of one split: whole steps for training, chunks for evaluation.
 
@@ -235,6 +248,8 @@ class Batches:
             tensors = (x, tensors[1].to(device))
         self.tensors = tensors
         self.pin = device.type == "cuda"
+        self._plan = _Plan()
+        self._loader: Optional[DataLoader] = None
 
     def train_steps(self, epoch: int, per_rank_batch: int) -> Iterator[tuple[torch.Tensor, ...]]:
         """The epoch's steps in order: `(x, y)` of up to `per_rank_batch` samples each."""
@@ -262,14 +277,23 @@ class Batches:
             for idx in chunks:
                 yield x[idx], y[idx]
             return
-        loader = DataLoader(
-            self.ds,
-            batch_sampler=[chunk.tolist() for chunk in chunks],
-            num_workers=self.loader_workers,
-            pin_memory=self.pin,  # pinned pages: the feed's non_blocking copies are async
-            persistent_workers=False,
-        )
-        yield from loader
+        self._plan.chunks = chunks
+        if self._loader is None:
+            # One loader per split for the whole trial: its worker processes start once and
+            # are kept between epochs and between training and evaluation, instead of being
+            # started inside every timed epoch; each pass reads the plan as it is then.
+            self._loader = DataLoader(
+                self.ds,
+                batch_sampler=self._plan,
+                num_workers=self.loader_workers,
+                pin_memory=self.pin,  # pinned pages: the feed's non_blocking copies are async
+                persistent_workers=self.loader_workers > 0,
+            )
+        yield from self._loader
+
+    def close(self) -> None:
+        """Stop the loader's worker processes (dropping the last reference to it does)."""
+        self._loader = None
 
     def __len__(self) -> int:
         return len(self.sampler)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
 
 from tuner.packing import CONTEXT_ESTIMATE, GiB, Share, share, shortfall
+from tuner.trial.memory import expandable_segments, release
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,13 @@ class NoGpu:
     def claim(self, fraction: float, margin: float, context: Optional[int] = None) -> Optional[Share]:
         return None
 
+    def configure(self, tf32: bool) -> None:
+        """Process-wide CUDA settings for this trial's kernels."""
+
     def start_epoch(self) -> None: ...
+
+    def sync(self) -> None:
+        """Wait for the device's queued work, so a clock read after it counts that work."""
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -50,20 +57,45 @@ class Gpu(NoGpu):
         self.device, self.nvml, self.wait_s = device, nvml, wait_s
 
     def claim(self, fraction: float, margin: float, context: Optional[int] = None) -> Optional[Share]:
-        free, total = torch.cuda.mem_get_info(self.device)
+        # Cached blocks of this process (an earlier trial of a reused actor) are this trial's
+        # to use: hand them back first, then count what is still reserved as available too.
+        release(self.device)
+        free, total = self._available()
         part = share(total, fraction, margin, CONTEXT_ESTIMATE if context is None else context)
         if part.tenants == 1:
             # Alone on its GPU a trial takes what there is: refusing it because a desktop's
-            # display holds a little of it would help no one.
+            # display holds a little of it would help no one. An earlier trial's cap in this
+            # process (a packed sweep before) is lifted.
+            torch.cuda.set_per_process_memory_fraction(1.0, self.device)
             return part
+        # Under a cap, fragmentation turns into OOMs well below the cap: segments that grow
+        # in place instead of new fixed-size ones.
+        expandable_segments()
         deadline = time.monotonic() + self.wait_s
         while (why := shortfall(free, part.budget, total)) is not None:
             if time.monotonic() > deadline:
                 raise GpuMemoryUnavailable(f"this trial ({fraction:g} GPU, {part.tenants} per GPU) {why}")
             time.sleep(1.0)
-            free, total = torch.cuda.mem_get_info(self.device)
+            free, total = self._available()
         torch.cuda.set_per_process_memory_fraction(part.cap, self.device)
         return part
+
+    def configure(self, tf32: bool) -> None:
+        # TF32 tensor cores for fp32 matmuls and convolutions: IEEE fp32 matmuls run several
+        # times slower on Ampere and later, for precision training does not need.
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        # Time each convolution's algorithms once per shape and keep the fastest (cuDNN's
+        # heuristic pick is often not it); shapes are fixed within a trial.
+        torch.backends.cudnn.benchmark = True
+
+    def _available(self) -> tuple[int, int]:
+        """Free device memory plus what this process's allocator holds, and the total."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        return free + torch.cuda.memory_reserved(self.device), total
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
 
     def start_epoch(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -84,22 +116,37 @@ class Gpu(NoGpu):
 
 
 class Nvml:
-    """GPU utilisation over an epoch from NVML's own sample buffer (no polling thread)."""
+    """GPU utilisation over an epoch from NVML's own sample buffer (no polling thread).
 
-    def __init__(self, lib: Any, handle: Any, clock: Callable[[], float] = time.time):
-        self.lib, self.handle, self.clock = lib, handle, clock
+    `mark` remembers the newest sample's own timestamp (NVML promises only a "CPU timestamp",
+    not wall-clock microseconds); `utilisation` averages the samples after it. NVML samples
+    every 1/6 s or so: an epoch shorter than that has none, and NVML says NOT_FOUND; the
+    current utilisation stands in then.
+    """
+
+    def __init__(self, lib: Any, handle: Any):
+        self.lib, self.handle = lib, handle
         self.since = 0
 
+    def _samples(self, since: int) -> Sequence[Any]:
+        try:
+            _, samples = self.lib.nvmlDeviceGetSamples(
+                self.handle, self.lib.NVML_GPU_UTILIZATION_SAMPLES, since
+            )
+        except self.lib.NVMLError_NotFound:
+            return []  # no sample newer than `since`
+        return samples
+
     def mark(self) -> None:
-        self.since = int(self.clock() * 1e6)  # NVML timestamps: CPU time in microseconds
+        try:
+            self.since = max((s.timeStamp for s in self._samples(0)), default=self.since)
+        except self.lib.NVMLError as err:
+            log.debug("NVML samples unavailable: %s", err)
 
     def utilisation(self) -> Optional[float]:
         """Mean utilisation (%) since `mark`, or the current value where samples are missing."""
         try:
-            _, samples = self.lib.nvmlDeviceGetSamples(
-                self.handle, self.lib.NVML_GPU_UTILIZATION_SAMPLES, self.since
-            )
-            mean = mean_utilisation(samples, self.since)
+            mean = mean_utilisation(self._samples(self.since), self.since)
             if mean is not None:
                 return mean
             return float(self.lib.nvmlDeviceGetUtilizationRates(self.handle).gpu)

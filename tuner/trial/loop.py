@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -26,7 +27,7 @@ from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
 from tuner.trial.data import Batches, DataBundle, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
-from tuner.trial.memory import TrialOOM, halve, is_oom, release
+from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
 from tuner.trial.parallel import Single, make_strategy
@@ -64,6 +65,11 @@ class Parts:
     state: TrainState
     log: logging.Logger
 
+    def close(self) -> None:
+        """End what outlives a reference: the DataLoaders' worker processes."""
+        self.train.close()
+        self.val.close()
+
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
     """Train one configuration to `spec.max_epochs` (or until stopped); returns last metrics."""
@@ -74,18 +80,33 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
     try:
         # Before anything is built: this trial's share of the GPU must be free (gpu.py).
         gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        parts = build_parts(hp, spec, session, device, gpu)
-        return _train(parts)
-    except Exception:
-        # Tune keeps its own error.txt on the driver; this copy is written by the trial
-        # itself, so it is in the trial's directory even if the driver is gone.
-        write_traceback(session.trial_dir, session.rank)
+        gpu.configure(tf32=bool(hp.get("tf32", True)))
+        return _build_and_train(hp, spec, session, device, gpu)
+    except BaseException as err:
+        if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
+            # Tune keeps its own error.txt on the driver; this copy is written by the trial
+            # itself, so it is in the trial's directory even if the driver is gone.
+            write_traceback(session.trial_dir, session.rank)
+        # The traceback's frames hold the trial's model, optimizer and batches: clear their
+        # locals, or the memory they hold goes on living with the error (in Tune's hands).
+        traceback.clear_frames(err.__traceback__)
         raise
     finally:
-        # Whether finished, stopped by the scheduler (SystemExit from report) or failed:
-        # give memory back before this actor runs its next trial.
+        # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
+        # by now, so this returns their memory before the actor runs its next trial.
         release(device)
         _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
+
+
+def _build_and_train(
+    hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.device, gpu: NoGpu
+) -> Optional[dict[str, Any]]:
+    # The trial's live objects exist only in this frame: when it returns they are gone.
+    parts = build_parts(hp, spec, session, device, gpu)
+    try:
+        return _train(parts)
+    finally:
+        parts.close()
 
 
 def build_parts(
@@ -95,13 +116,13 @@ def build_parts(
     torch.manual_seed(int(hp.get("seed", 0)))
     log = _trial_logger(session)
     data = load_data(spec.data, spec.data_args, hp, spec.search_path)
+    # Built and formatted on the CPU; the strategy moves it (FSDP: only each rank's shard).
     model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
     fmt = _memory_format(bool(hp.get("channels_last")), data.input_shape, log)
-    model = model.to(device, memory_format=fmt)
-    if hp.get("compile"):
-        model.compile()  # in place: state_dict keys stay those of the model
+    model = model.to(memory_format=fmt)
+    amp = make_amp(str(hp.get("amp", "auto")), device)
     strategy = make_strategy(spec.strategy, session.world_size)
-    net = strategy.wrap(model, device)
+    net = strategy.wrap(model, device, compile=bool(hp.get("compile")), param_dtype=amp.dtype)
     optimizer = build_optimizer(model, hp)
     per_rank = max(1, int(hp["batch_size"]) // session.world_size)
     loader_args = dict(
@@ -126,13 +147,15 @@ def build_parts(
         strategy=strategy,
         optimizer=optimizer,
         schedule=schedule,
-        amp=make_amp(str(hp.get("amp", "auto")), device),
+        amp=amp,
         feed=make_feed(device, data.prepare, bool(hp.get("prefetch", True)), fmt),
         gpu=gpu or make_gpu(device),
         train=train,
         val=val,
         per_rank_batch=per_rank,
-        eval_batch=int(hp.get("eval_batch_size", 1024)),
+        # No larger than this worker's share of the split: that is one chunk already, and an
+        # out-of-memory in evaluation halves from the size that ran.
+        eval_batch=max(1, min(int(hp.get("eval_batch_size", 1024)), len(val))),
         min_micro=int(hp.get("min_micro_batch", 1)),
         grad_clip=float(hp["grad_clip"]) if hp.get("grad_clip") else None,
         find_batch_size=bool(hp.get("find_batch_size")),
@@ -197,6 +220,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
     p.gpu.start_epoch()
     t0 = time.perf_counter()
     loss_sum, seen = _train_epoch(p, epoch)
+    p.gpu.sync()  # the clock counts the queued work too, not just its launch
     train_s = time.perf_counter() - t0
     val_loss_sum, correct, val_seen = _evaluate(p)
     totals = _all_sum(p, [loss_sum, seen, val_loss_sum, correct, val_seen])
@@ -256,10 +280,19 @@ def optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p.state.micro_batch = halve(before, p.min_micro)
         p.state.oom_backoffs += 1
         p.log.warning("OOM at micro-batch %d: retrying the step at %d", before, p.state.micro_batch)
-    if p.grad_clip is not None:
-        p.amp.scaler.unscale_(p.optimizer)  # clip true gradients, not scaled ones
-        nn.utils.clip_grad_norm_(p.model.parameters(), p.grad_clip)
-    p.amp.scaler.step(p.optimizer)
+    try:
+        if p.grad_clip is not None:
+            p.amp.scaler.unscale_(p.optimizer)  # clip true gradients, not scaled ones
+            nn.utils.clip_grad_norm_(p.model.parameters(), p.grad_clip)
+        p.amp.scaler.step(p.optimizer)
+    except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+        if not is_oom(err) or p.session.world_size > 1:
+            raise
+        # Not retried: a for-each or fused step may have updated some parameters and
+        # moments already. The optimizer's state exists from the start (optim.init_state),
+        # so what ran out here is the step's temporaries or clipping's.
+        why = first_line(err)
+        raise TrialOOM(f"out of memory in the optimizer step or gradient clipping: {why}") from None
     p.amp.scaler.update()
     p.schedule.step()
     p.state.step += 1
@@ -282,8 +315,23 @@ def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
-@torch.inference_mode()
 def _evaluate(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Loss sum, correct count and samples of the validation split; on out-of-memory the
+    evaluation chunk halves and evaluation starts over (it changes nothing, so it can)."""
+    while True:
+        try:
+            return _evaluate_in_chunks(p)
+        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+            if not is_oom(err) or p.session.world_size > 1:
+                raise
+        release(p.device)  # outside the except block: the failed chunk's tensors are gone
+        before = p.eval_batch
+        p.eval_batch = halve(before, 1)
+        p.log.warning("OOM in evaluation at %d samples: evaluating in chunks of %d", before, p.eval_batch)
+
+
+@torch.inference_mode()
+def _evaluate_in_chunks(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
     # Not DDP's wrapper: its forward would broadcast buffers, a collective for nothing here.
     # FSDP's sharded model gathers parameters in forward: every rank runs as many chunks.
     p.model.eval()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import torch
 
@@ -32,6 +33,12 @@ def is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (a CUDA OOM says what it tried to allocate there)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def halve(micro: int, minimum: int) -> int:
     """The next micro-batch after an OOM; raises TrialOOM below `minimum`."""
     smaller = micro // 2
@@ -40,6 +47,22 @@ def halve(micro: int, minimum: int) -> int:
     return smaller
 
 
-def peak_bytes(device: torch.device) -> int:
-    """Peak allocated memory since the last reset (0 on CPU, where it is not tracked)."""
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+EXPANDABLE = "expandable_segments:True"
+
+
+def expandable_segments() -> bool:
+    """Let this process's CUDA allocator grow segments in place (PyTorch's
+    `expandable_segments`), unless the user configured the allocator; True when set here.
+
+    For trials under a memory cap: with fixed-size segments, memory freed in one segment cannot
+    serve a larger request, and a capped trial runs out of memory well below its cap. Set at
+    run time (it applies to segments created from now on), so it also works in a reused actor
+    whose CUDA allocator is already running.
+    """
+    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"):
+        return False
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:  # torch < 2.9
+        setter = torch.cuda.memory._set_allocator_settings
+    setter(EXPANDABLE)
+    return True

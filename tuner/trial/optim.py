@@ -3,35 +3,81 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-OptimizerFn = Callable[[Iterable[torch.nn.Parameter], dict[str, Any]], torch.optim.Optimizer]
+# name -> (class, its options from the trial's hyperparameters, whether it has a fused CUDA
+# kernel). weight_decay unset means the optimizer's own default (AdamW's 0.01, the others' 0).
+OptionsFn = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _decay(hp: dict[str, Any], default: float = 0.0) -> float:
-    # weight_decay unset means the optimizer's own default (AdamW's is 0.01, the others' 0).
     wd = hp.get("weight_decay")
     return default if wd is None else float(wd)
 
 
-OPTIMIZERS: dict[str, OptimizerFn] = {
-    "sgd": lambda p, hp: torch.optim.SGD(
-        p, lr=hp["lr"], momentum=float(hp.get("momentum", 0.9)), weight_decay=_decay(hp)
-    ),
-    "adam": lambda p, hp: torch.optim.Adam(p, lr=hp["lr"], weight_decay=_decay(hp)),
-    "adamw": lambda p, hp: torch.optim.AdamW(p, lr=hp["lr"], weight_decay=_decay(hp, 0.01)),
-    "rmsprop": lambda p, hp: torch.optim.RMSprop(
-        p, lr=hp["lr"], momentum=float(hp.get("momentum", 0.9)), weight_decay=_decay(hp)
-    ),
+def _momentum(hp: dict[str, Any]) -> dict[str, Any]:
+    return {"momentum": float(hp.get("momentum", 0.9)), "weight_decay": _decay(hp)}
+
+
+OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], OptionsFn, bool]] = {
+    "sgd": (torch.optim.SGD, _momentum, True),
+    "adam": (torch.optim.Adam, lambda hp: {"weight_decay": _decay(hp)}, True),
+    "adamw": (torch.optim.AdamW, lambda hp: {"weight_decay": _decay(hp, 0.01)}, True),
+    "rmsprop": (torch.optim.RMSprop, _momentum, False),
 }
 
 
 def build_optimizer(model: torch.nn.Module, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    """The optimizer `hp['optimizer']` over the model's parameters."""
-    return OPTIMIZERS[str(hp["optimizer"])](model.parameters(), {**hp, "lr": float(hp["lr"])})
+    """The optimizer `hp['optimizer']` over the model's parameters, its state already made.
+
+    On CUDA the fused kernel where there is one: one launch for all parameters, and under fp16
+    the GradScaler hands it the inf check on the device (a for-each optimizer makes the host
+    wait for `found_inf` every step).
+    """
+    cls, options, has_fused = OPTIMIZERS[str(hp["optimizer"])]
+    params = [q for q in model.parameters() if q.requires_grad]
+    kwargs = {"lr": float(hp["lr"]), **options(hp)}
+    if has_fused and params and all(q.is_cuda and q.is_floating_point() for q in params):
+        kwargs["fused"] = True
+    optimizer = cls(params, **kwargs)
+    init_state(optimizer)
+    return optimizer
+
+
+def init_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create the optimizer's state now rather than in its first `step`.
+
+    Adam's two moments alone take twice the weights' memory. Made here, they are in place
+    before the memory probe and `find_batch_size` measure a step, and an out-of-memory can no
+    longer strike halfway through the first real step (a fused/for-each step that failed
+    there would have updated some moments and not others). One step with zero gradients at
+    learning rate 0 creates the state and leaves the weights as they are; the state is then
+    zeroed, which is what a fresh optimizer starts from (Adam's moments and step count; SGD's
+    momentum buffer: a zero buffer times momentum plus the first gradient is that gradient).
+    """
+    params = [q for group in optimizer.param_groups for q in group["params"] if q.requires_grad]
+    if not params:
+        return
+    lrs = [group["lr"] for group in optimizer.param_groups]
+    for q in params:
+        q.grad = torch.zeros_like(q)
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    try:
+        optimizer.step()
+    finally:
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        for q in params:
+            q.grad = None
+    with torch.no_grad():
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
 
 
 def lr_factor(hp: dict[str, Any], steps_per_epoch: int, max_epochs: int) -> Callable[[int], float]:

@@ -2,9 +2,11 @@
 
 Each strategy is an object with the same few calls, so the loop never branches on it:
 
-- `wrap(model, device)`: what training calls (the model, a DDP wrapper, or the model sharded
-  in place by `fully_shard`); the optimizer is built afterwards, over what `wrap` left.
-- `sync(net, last)`: the context of one micro-batch; gradients are reduced on the last only.
+- `wrap(model, device, compile=, param_dtype=)`: moves the model (built on the CPU) to the
+  device and returns what training calls (the model, a DDP wrapper, or the model sharded in
+  place by `fully_shard`), compiled where asked in the order each wrapper needs; the optimizer
+  is built afterwards, over what `wrap` left.
+- `sync(net, last)`: the context of one micro-batch; DDP reduces gradients on the last only.
 - `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
   same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
 - `all_agree(ok)`: True only if every rank says so (the batch-size probe moves in lockstep).
@@ -12,9 +14,8 @@ Each strategy is an object with the same few calls, so the loop never branches o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,17 @@ from torch import nn
 class Single:
     """One worker: the model as it is."""
 
-    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+    def wrap(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        param_dtype: Optional[torch.dtype] = None,
+    ) -> nn.Module:
+        model.to(device)
+        if compile:
+            model.compile()  # in place: state_dict keys stay those of the model
         return model
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
@@ -44,9 +55,23 @@ class Single:
 class DDP(Single):
     """Every worker holds the whole model; gradients are all-reduced in backward."""
 
-    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+    def wrap(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        param_dtype: Optional[torch.dtype] = None,
+    ) -> nn.Module:
+        model.to(device)
         ids = [device.index] if device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if compile:
+            # The wrapper, not the model: Dynamo then sees DDP and splits the graph at its
+            # gradient buckets, so all-reduces overlap backward (a compiled model inside DDP
+            # hides them from it). Evaluation calls the plain model, uncompiled.
+            net.compile()
+        return net
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         # All-reduce once per step, on the last micro-batch.
@@ -65,18 +90,38 @@ class FSDP(DDP):
     root's direct children that hold parameters) is sharded, then the root. A unit's
     parameters are gathered for its forward and backward and freed after, so peak memory is
     about one unit's full weights plus every unit's shard.
+
+    The model is sharded while still on the CPU: `fully_shard` moves each rank's shard to the
+    device, so no GPU ever holds the whole model. Under AMP the units gather their parameters
+    in the AMP dtype and reduce gradients in fp32 (`MixedPrecisionPolicy`): half the all-gather
+    traffic, and no fp32 copy of a gathered unit kept beside autocast's low-precision one.
+    Gradients are reduce-scattered after every micro-batch: skipping it (DDP's `no_sync`)
+    would keep every unit's full unsharded gradient until the last micro-batch, which is the
+    memory FSDP is chosen to save.
     """
 
-    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from torch.distributed.fsdp import fully_shard
+    def wrap(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        param_dtype: Optional[torch.dtype] = None,
+    ) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
         for unit in fsdp_units(model):
-            fully_shard(unit)
-        fully_shard(model)
+            if compile:
+                unit.compile()  # per unit, before sharding (FSDP2's hooks stay outside the graph)
+            fully_shard(unit, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         return model  # sharded in place: training and evaluation call the same module
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
-        return _gradient_sync(net, last)
+        return nullcontext()
 
     def state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
         from torch.distributed.checkpoint.state_dict import (
@@ -104,16 +149,6 @@ def _full_options(**kw: Any) -> Any:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(full_state_dict=True, **kw)
-
-
-@contextmanager
-def _gradient_sync(net: nn.Module, last: bool) -> Iterator[None]:
-    # FSDP2's no_sync: skip the reduce-scatter on all but the last micro-batch.
-    net.set_requires_gradient_sync(last)  # type: ignore[operator]
-    try:
-        yield
-    finally:
-        net.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
 def fsdp_units(model: nn.Module) -> list[nn.Module]:

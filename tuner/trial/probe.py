@@ -33,8 +33,10 @@ def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> Me
     torch.cuda.reset_peak_memory_stats(device)
     oom = False
     with tempfile.TemporaryDirectory(prefix="tuner-probe-") as tmp:
-        p = build_parts({**hp, **AS_SET}, spec, LocalSession(tmp), device)
+        p = None
         try:
+            # Building takes memory too: the weights, and the optimizer's state (made then).
+            p = build_parts({**hp, **AS_SET}, spec, LocalSession(tmp), device)
             for x, y in islice(p.feed(p.train.train_steps(0, p.per_rank_batch)), steps):
                 optimizer_step(p, x, y)
             p.model.eval()
@@ -58,6 +60,8 @@ def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> Me
             context=max(0, total - free - reserved),
             oom=oom,
         )
+        if p is not None:
+            p.close()
         del p
     release(device)
     return profile

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -33,9 +33,7 @@ class Session:
         return self.rank == 0
 
     def device(self, use_gpu: bool) -> torch.device:
-        if use_gpu and torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        return cuda(torch.cuda.current_device()) if use_gpu and torch.cuda.is_available() else CPU
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         """The newest checkpoint's state to resume from, or None to start fresh."""
@@ -63,9 +61,7 @@ class LocalSession(Session):
         os.makedirs(root, exist_ok=True)
 
     def device(self, use_gpu: bool) -> torch.device:
-        if use_gpu and torch.cuda.is_available():
-            return torch.device("cuda", self.local_rank)
-        return torch.device("cpu")
+        return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else CPU
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         return self.checkpoints.load(map_location) if self._resume else None
@@ -92,10 +88,11 @@ class TuneSession(Session):
         self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
 
     def device(self, use_gpu: bool) -> torch.device:
-        # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU: it is device 0 here.
-        if use_gpu and torch.cuda.is_available():
-            return torch.device("cuda", 0)
-        return torch.device("cpu")
+        if not (use_gpu and torch.cuda.is_available()):
+            return CPU
+        import ray
+
+        return cuda(cuda_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")))
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         if self.own is not None:
@@ -138,11 +135,11 @@ class TrainSession(Session):
         self.trial_dir, self.trial_id = trial_dir, trial_id
 
     def device(self, use_gpu: bool) -> torch.device:
-        if use_gpu and torch.cuda.is_available():
-            import ray.train.torch
+        if not (use_gpu and torch.cuda.is_available()):
+            return CPU
+        import ray.train.torch
 
-            return ray.train.torch.get_device()
-        return torch.device("cpu")
+        return cuda(ray.train.torch.get_device().index)
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         import ray.train
@@ -161,6 +158,32 @@ class TrainSession(Session):
             return
         with _temp_checkpoint(state) as d:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+CPU = torch.device("cpu")
+
+
+def cuda(index: int) -> torch.device:
+    """CUDA device `index`, made this process's current device: kernels, NCCL and
+    `torch.cuda.*` calls without a device then all go to the trial's GPU."""
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def cuda_index(ray_gpu_ids: Sequence[Any], visible: Optional[str]) -> int:
+    """The CUDA index of a Ray actor's (first) GPU.
+
+    Ray sets CUDA_VISIBLE_DEVICES to the actor's GPUs, so its GPU id is found in that list (at
+    0); with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES it leaves the variable alone and every
+    GPU is visible, so the id is the index.
+    """
+    if not ray_gpu_ids:
+        return torch.cuda.current_device()
+    gpu = str(ray_gpu_ids[0])
+    if visible is None:
+        return int(gpu)
+    listed = [v.strip() for v in visible.split(",")]
+    return listed.index(gpu) if gpu in listed else 0
 
 
 @contextmanager
