@@ -26,7 +26,7 @@ from tuner.trial.journal import read_metrics
 Curve = Callable[[dict[str, Any], int, random.Random], float]
 
 
-def _plan(n: int, max_epochs: int, grace: int, factor: float, prior: Prior | None = None, **over: Any):
+def _plan(n: int, max_epochs: int, grace: int, factor: float, prior: Prior | None = None):
     cfg = debug_config(
         Path("/nonexistent"),
         search__algorithm="bohb",
@@ -34,7 +34,6 @@ def _plan(n: int, max_epochs: int, grace: int, factor: float, prior: Prior | Non
         schedule__max_epochs=max_epochs,
         schedule__grace_epochs=grace,
         schedule__reduction_factor=factor,
-        **over,
     )
     plan = algorithms.build(
         cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
