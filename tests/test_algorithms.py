@@ -53,7 +53,7 @@ def test_builds_with_scheduler_on_epochs(name: str) -> None:
     expected_scheduler = {
         "grid": None,
         "random": "AsyncHyperBandScheduler",
-        "bohb": "HyperBandForBOHB",
+        "bohb": "AsyncHyperBandScheduler",
         "optuna": "AsyncHyperBandScheduler",
     }[name]
     assert (type(plan.scheduler).__name__ if plan.scheduler else None) == expected_scheduler

@@ -8,13 +8,15 @@ which restarts at 1 whenever a trial resumes from a checkpoint.
 Every builder also resumes: given `Prior` (the trials of an interrupted run), grid and random
 search run the configurations not yet started (their lists are fixed by the seed), and BOHB
 and Optuna get a fresh searcher that has been told every earlier result, with the
-interrupted trials handed out first. (Ray's `Tuner.restore` instead relies on an experiment
-snapshot written every ~10 s, and cannot restore BOHB at all: ray-project/ray#39900.)
+interrupted trials handed out first; ASHA's rungs start with the earlier trials in them.
+(Ray's `Tuner.restore` instead relies on an experiment snapshot written every ~10 s, and
+cannot restore BOHB at all: ray-project/ray#39900.)
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
@@ -67,10 +69,29 @@ def key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
-def _asha(schedule: ScheduleSection, metric: str, mode: str) -> Any:
+def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
+    """The epochs at which ASHA compares a trial with those that reached them before it.
+
+    Ray's milestones (AsyncHyperBandScheduler, one bracket) are grace_epochs * factor**k for
+    k < int(log(max/grace) / log(factor) + 1), in floating point as here; one at max_epochs
+    compares nothing (a trial stops there first). A trial reports whole epochs, so it meets a
+    milestone at the first epoch at or past it.
+    """
+    count = int(math.log(max_epochs / grace_epochs) / math.log(reduction_factor) + 1)
+    milestones = (grace_epochs * reduction_factor**k for k in range(count))
+    return sorted({math.ceil(m) for m in milestones if m < max_epochs})
+
+
+def budgets(schedule: ScheduleSection) -> list[int]:
+    """The budgets (epochs) at which BOHB's model learns: ASHA's rungs, then max_epochs."""
+    s = schedule
+    return rungs(s.grace_epochs, s.max_epochs, s.reduction_factor) + [s.max_epochs]
+
+
+def _asha(schedule: ScheduleSection, metric: str, mode: str, prior: Optional[Prior] = None) -> Any:
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler(
+    scheduler = ASHAScheduler(
         time_attr=TIME_ATTR,
         metric=metric,
         mode=mode,
@@ -78,6 +99,26 @@ def _asha(schedule: ScheduleSection, metric: str, mode: str) -> Any:
         grace_period=schedule.grace_epochs,
         reduction_factor=schedule.reduction_factor,
     )
+    if prior is not None:
+        _seed_rungs(scheduler, prior.finished, metric, mode)
+    return scheduler
+
+
+def _seed_rungs(scheduler: Any, finished: list[PriorTrial], metric: str, mode: str) -> None:
+    """Record an earlier run's trials at the rungs they reached, as ASHA did when it ran them.
+
+    Without them a resumed sweep's rungs start empty, and its first trials go on at every
+    rung unopposed. (Ray's AsyncHyperBandScheduler keeps rungs in `_brackets[i]._rungs`:
+    (milestone, {trial_id: value * metric_op}) from the top down; tested in test_bohb.)
+    """
+    op = 1.0 if mode == "max" else -1.0
+    for bracket in scheduler._brackets:
+        for milestone, recorded in bracket._rungs:
+            for i, t in enumerate(finished):
+                # The value it reported on meeting the milestone, as Ray records it (-inf too).
+                values = [r.get(metric) for r in t.history if (r.get(TIME_ATTR) or 0) >= milestone]
+                if values and isinstance(values[0], (int, float)):
+                    recorded[f"prior-{i}"] = op * values[0]
 
 
 def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
@@ -162,7 +203,7 @@ def _grid(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     return SearchPlan(
         param_space=_space(params),
         search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode) if stop_early else None,
+        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
         num_samples=len(todo),
         points=todo,
         description=f"grid over {grid_size(params, search.grid_points)} combinations"
@@ -177,7 +218,7 @@ def _random(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
     return SearchPlan(
         param_space=_space(params),
         search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode) if stop_early else None,
+        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
         num_samples=len(todo),
         points=todo,
         description="random search" + (" + ASHA" if stop_early else ""),
@@ -188,34 +229,27 @@ def _random(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
 
 
 def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
-    from ray.tune.schedulers.hb_bohb import HyperBandForBOHB
-    from ray.tune.search.bohb import TuneBOHB
-    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
-
-    from tuner.searchers import ResumeFirst
+    # Asynchronous BOHB: hpbandster's model proposes, ASHA stops. Ray's HyperBandForBOHB sizes
+    # its synchronous brackets from max_t and the reduction factor alone (98 configurations
+    # in the first bracket for 150 epochs, factor 3), starts at 1 epoch whatever grace_epochs
+    # says, and its top rung is max_t rounded down to a power of the factor (81): a sweep of
+    # fewer trials never filled a bracket, and none trained to max_epochs. ASHA's rungs start
+    # at grace_epochs, the first trial to reach a rung always goes on (so, at any
+    # num_samples, at least one trains to max_epochs, as does the best at every rung), and
+    # no trial waits, paused, for a rung to fill.
+    from tuner.searchers import AsyncBOHB, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
-    searcher = TuneBOHB(
-        space=to_configspace(searched, seed=search.seed), metric=metric, mode=mode, seed=search.seed
-    )
-    sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
-    for t in prior.finished + [PriorTrial(c, []) for c in prior.resumed]:
-        for row in t.history:
-            if finite(row.get(metric)):
-                point = {k: t.config[k] for k in searched}
-                searcher.bohber.new_result(_BOHBJobWrapper(sign * row[metric], row[TIME_ATTR], point))
+    space = to_configspace(searched, seed=search.seed)
+    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=search.seed)
+    for t in prior.finished:
+        searcher.replay({k: t.config[k] for k in searched}, t.history, t.error)
     return SearchPlan(
         param_space=_fixed(params),  # the searcher owns the searched space
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
-        scheduler=HyperBandForBOHB(
-            time_attr=TIME_ATTR,
-            metric=metric,
-            mode=mode,
-            max_t=schedule.max_epochs,
-            reduction_factor=schedule.reduction_factor,
-        ),
+        scheduler=_asha(schedule, metric, mode, prior),
         num_samples=_budget(search, prior),
-        description="BOHB (TuneBOHB + HyperBandForBOHB)",
+        description="BOHB (hpbandster's model + ASHA, asynchronous)",
     )
 
 
@@ -243,7 +277,7 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
     return SearchPlan(
         param_space=_fixed(params),
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
-        scheduler=_asha(schedule, metric, mode) if stop_early else None,
+        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
         num_samples=_budget(search, prior),
         description="Optuna TPE" + (" + ASHA" if stop_early else ""),
     )

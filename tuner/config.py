@@ -126,14 +126,19 @@ class ScheduleSection(_Section):
     """Epoch budget and early stopping."""
 
     max_epochs: int = Field(10, ge=1, description="Epochs a trial trains at most.")
-    grace_epochs: int = Field(1, ge=1, description="Epochs every trial gets before it can be stopped early.")
+    grace_epochs: int = Field(
+        1,
+        ge=1,
+        description="Epochs every trial gets before it can be stopped early: ASHA's first rung, and "
+        "for bohb also the smallest budget its model learns from.",
+    )
     reduction_factor: float = Field(
-        3, gt=1, description="ASHA/HyperBand: 1/reduction_factor of trials go on at each rung."
+        3, gt=1, description="ASHA: 1/reduction_factor of trials go on at each rung."
     )
     early_stopping: Optional[bool] = Field(
         None,
         description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
-        "for grid; bohb always uses HyperBandForBOHB.",
+        "for grid; bohb always uses it (asynchronous BOHB).",
     )
 
     @model_validator(mode="after")
@@ -359,7 +364,7 @@ class SweepConfig(_Section):
         if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
             raise ConfigError(
                 "schedule.early_stopping",
-                "bohb always stops early (HyperBandForBOHB); use random or optuna to turn it off",
+                "bohb always stops early (ASHA); use random or optuna to turn it off",
             )
         natural = OBJECTIVES[self.metric]
         if self.mode is None:

@@ -293,7 +293,6 @@ def _launch(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from tuner.callbacks import HParamsCallback, Progress, TrialRecordCallback
-    from tuner.searchers import open_until_done
     from tuner.trial.runner import trainable_for
 
     spec = build_spec(cfg, res, storage, sweep_dir)
@@ -319,9 +318,7 @@ def _launch(
         trainable,
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
-            # 1-worker trials reuse actors: the search stays open until its trials have ended,
-            # so Tune keeps a warm actor for HyperBand's promoted trials (tuner.searchers).
-            search_alg=open_until_done(plan.search_alg) if reuse and plan.search_alg else plan.search_alg,
+            search_alg=plan.search_alg,
             scheduler=plan.scheduler,
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's

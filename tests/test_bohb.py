@@ -1,0 +1,273 @@
+"""bohb at any num_samples: ASHA's rungs from grace_epochs, trials trained to max_epochs, a model
+told every rung result.
+
+The check for every N from 8 to 100 drives the real scheduler and searcher that a sweep gets
+(`algorithms.build`) the way Tune's controller does, with a synthetic learning curve in place
+of training: thousands of trials in seconds. Two real sweeps check the same on Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.conftest import debug_config
+from tuner import algorithms
+from tuner.algorithms import Prior, PriorTrial
+from tuner.trial.journal import read_metrics
+
+Curve = Callable[[dict[str, Any], int, random.Random], float]
+
+
+def _plan(n: int, max_epochs: int, grace: int, factor: float, prior: Prior | None = None):
+    cfg = debug_config(
+        Path("/nonexistent"),
+        search__algorithm="bohb",
+        search__num_samples=n,
+        schedule__max_epochs=max_epochs,
+        schedule__grace_epochs=grace,
+        schedule__reduction_factor=factor,
+    )
+    plan = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+    )
+    return cfg, plan
+
+
+def learning_curve(config: dict[str, Any], epoch: int, rng: random.Random) -> float:
+    """Accuracy after `epoch` epochs: best near lr 0.01, faster with a larger lr (curves cross),
+    noise that shrinks as the epochs grow."""
+    ceiling = 0.95 - 0.12 * abs(math.log10(config["lr"]) + 2) - (0.02 if config["optimizer"] == "sgd" else 0)
+    speed = 2 + 30 * (1 - (math.log10(config["lr"]) + 3) / 2)  # epochs to ~63%: 2 (lr 0.1) .. 32 (1e-3)
+    return ceiling * (1 - math.exp(-epoch / speed)) + rng.gauss(0, 0.03 / math.sqrt(epoch))
+
+
+def simulate(
+    plan: Any, n: int, max_epochs: int, curve: Curve = learning_curve, slots: int = 2, seed: int = 0
+):
+    """Run n trials, `slots` at a time, through the plan's scheduler and searcher as Tune's
+    controller does (ray.tune.execution.tune_controller): a result goes to the scheduler
+    first, to the searcher only if the trial goes on, and a stopped trial's last result to
+    the searcher's on_trial_complete. Trials side by side take turns epoch by epoch.
+
+    Returns {trial_id: (config, [metric at epoch 1, 2, ...])}.
+    """
+    sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
+    trials: dict[str, tuple[dict[str, Any], list[float]]] = {}
+    running: list[SimpleNamespace] = []
+    while len(trials) < n or running:
+        while len(running) < slots and len(trials) < n:
+            tid = f"t{len(trials)}"
+            config = {**plan.param_space, **searcher.suggest(tid)}
+            trials[tid] = (config, [])
+            running.append(SimpleNamespace(trial_id=tid, config=config))
+            sched.on_trial_add(None, running[-1])
+        trial = min(running, key=lambda t: len(trials[t.trial_id][1]))
+        config, values = trials[trial.trial_id]
+        values.append(curve(config, len(values) + 1, rng))
+        result = {"epoch": len(values), "val_acc": values[-1]}
+        decision = sched.on_trial_result(None, trial, result)
+        if decision == "STOP" or len(values) >= max_epochs:
+            sched.on_trial_complete(None, trial, result)
+            searcher.on_trial_complete(trial.trial_id, result)
+            running.remove(trial)
+        else:
+            searcher.on_trial_result(trial.trial_id, result)
+    return trials
+
+
+# ----------------------------------------------------------------------------- the rungs
+
+
+def test_rungs_are_those_of_rays_scheduler() -> None:
+    from ray.tune.schedulers import ASHAScheduler
+
+    assert algorithms.rungs(5, 150, 3) == [5, 15, 45, 135]  # the issue's sweep
+    assert algorithms.rungs(1, 27, 3) == [1, 3, 9]  # 27 itself compares nothing: trials stop there
+    assert algorithms.rungs(2, 20, 2.5) == [2, 5, 13]  # a trial meets 12.5 at epoch 13
+    assert algorithms.rungs(4, 4, 3) == []  # grace = max: every trial trains to the end
+    for grace in (1, 2, 3, 5, 7):
+        for max_epochs in range(grace, 300, 7):
+            for factor in (1.5, 2, 2.5, 3, 4):
+                sched = ASHAScheduler(
+                    time_attr="epoch", max_t=max_epochs, grace_period=grace, reduction_factor=factor
+                )
+                ray_rungs = sorted(math.ceil(m) for m, _ in sched._brackets[0]._rungs if m < max_epochs)
+                assert algorithms.rungs(grace, max_epochs, factor) == ray_rungs, (grace, max_epochs, factor)
+
+
+def test_bohb_plan_is_asha_from_grace_to_max_epochs() -> None:
+    cfg, plan = _plan(40, 150, 5, 3)
+    assert type(plan.scheduler).__name__ == "AsyncHyperBandScheduler"
+    assert plan.scheduler._max_t == 150 and plan.scheduler._time_attr == "epoch"
+    assert min(m for m, _ in plan.scheduler._brackets[0]._rungs) == 5  # grace_epochs, not 1
+    assert plan.search_alg.inner.budgets == [5, 15, 45, 135, 150]
+    assert plan.num_samples == 40
+
+
+# ----------------------------------------------------------------------------- every N
+
+
+def _check(trials: dict, max_epochs: int, grace: int, factor: float, n: int) -> None:
+    epochs = {t: len(v) for t, (_, v) in trials.items()}
+    assert len(trials) == n
+    assert min(epochs.values()) >= grace, f"N={n}: a trial stopped before grace_epochs"
+    assert max(epochs.values()) == max_epochs, f"N={n}: no trial trained to max_epochs"
+    # The best at each rung goes on to the next milestone (or to max_epochs from the last).
+    milestones = algorithms.rungs(grace, max_epochs, factor) + [max_epochs]
+    for rung, following in zip(milestones, milestones[1:], strict=False):
+        at_rung = {t: v[rung - 1] for t, (_, v) in trials.items() if len(v) >= rung}
+        best = max(at_rung, key=at_rung.get)
+        assert epochs[best] >= following, f"N={n}: the best at epoch {rung} stopped at {epochs[best]}"
+    assert min(epochs.values()) == milestones[0], f"N={n}: nobody stopped at the first rung"
+    if n >= 30:  # ASHA lets most early arrivals through; with more trials the rungs bite
+        assert sum(epochs.values()) < 0.5 * n * max_epochs, f"N={n}: {sum(epochs.values())} epochs"
+
+
+class _Listed:
+    """Hands out a fixed list of configurations and learns nothing (a searcher's interface)."""
+
+    def __init__(self, configs: list[dict[str, Any]]):
+        self.configs = iter(configs)
+
+    def suggest(self, trial_id: str) -> dict[str, Any]:
+        return next(self.configs)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        pass
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+
+@pytest.mark.parametrize("max_epochs, grace, factor", [(150, 5, 3), (27, 1, 3), (10, 1, 2), (50, 3, 2.5)])
+def test_every_num_samples_from_8_to_100_trains_the_best_to_max_epochs(
+    max_epochs: int, grace: int, factor: float
+) -> None:
+    """The scheduler a sweep gets, for each N: nobody stops before grace_epochs, the best at
+    every rung goes on, at least one trial trains to max_epochs (HyperBandForBOHB: none did
+    for N=40, 150 epochs). Configurations drawn at random keep the 372 runs fast; the model
+    in the loop is the next test."""
+    for n in range(8, 101):
+        cfg, plan = _plan(n, max_epochs, grace, factor)
+        plan.search_alg = _Listed(algorithms.random_configs(cfg.hyperparameters(), n, seed=n))
+        _check(simulate(plan, n, max_epochs, seed=n), max_epochs, grace, factor, n)
+
+
+@pytest.mark.parametrize("n", [8, 40, 100])
+def test_the_model_proposes_and_learns_at_every_rung(n: int) -> None:
+    """The whole plan (model included) for the issue's sweep: the same guarantees, and the
+    model is told every trial at every budget it reached, winners and stopped ones alike."""
+    max_epochs, grace, factor = 150, 5, 3
+    _, plan = _plan(n, max_epochs, grace, factor)
+    trials = simulate(plan, n, max_epochs)
+    _check(trials, max_epochs, grace, factor, n)
+    bohber = plan.search_alg.inner.bohber
+    for budget in (5, 15, 45, 135, 150):
+        reached = sum(len(v) >= budget for _, v in trials.values())
+        # hpbandster stops recording a budget once a larger one has a model of its own.
+        if not any(b > budget for b in bohber.kde_models):
+            assert len(bohber.losses.get(budget, [])) == reached, budget
+    assert set(bohber.losses) <= {5, 15, 45, 135, 150}  # rung budgets only, never epoch 7
+    if n >= 40:
+        assert bohber.kde_models  # the model took over from random sampling
+
+
+def test_same_seed_same_sweep_with_the_model_in_charge() -> None:
+    """hpbandster draws from numpy's global generator, as Ray's schedulers do: whatever they
+    drew, the same seed and results give the same proposals, model-based ones included."""
+    import numpy as np
+
+    runs = []
+    for outside in (1, 2):
+        np.random.seed(outside)
+        _, plan = _plan(40, 27, 1, 3)
+        runs.append([config for config, _ in simulate(plan, 40, 27).values()])
+        assert plan.search_alg.inner.bohber.kde_models
+    assert runs[0] == runs[1]
+
+
+def test_a_failed_trial_counts_as_the_worst_at_its_next_budget() -> None:
+    _, plan = _plan(8, 27, 3, 3)
+    s = plan.search_alg
+    for i, result in enumerate(
+        [
+            {"epoch": 2, "val_acc": -math.inf, "failure": "diverged"},  # before grace: counted at 3
+            {"epoch": 9, "val_acc": 0.8},  # a rung: counted as is
+        ]
+    ):
+        s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", result)
+    s.suggest("crash")
+    s.on_trial_result("crash", {"epoch": 3, "val_acc": 0.5})
+    s.on_trial_complete("crash", error=True)  # an exception after epoch 3: counted at 9
+    bohber = s.inner.bohber
+    assert bohber.losses == {3: [math.inf, -0.5], 9: [-0.8, math.inf]}
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def _history(values: list[float]) -> list[dict[str, Any]]:
+    return [{"epoch": e, "val_acc": v} for e, v in enumerate(values, 1)]
+
+
+def test_a_resumed_plan_starts_from_the_earlier_rungs_and_results() -> None:
+    """Rebuilt from an earlier run, ASHA's rungs hold its trials (a new trial worse than they
+    were is stopped at once) and the model was told their rung results only."""
+    _, fresh = _plan(8, 9, 1, 3)
+    old = [fresh.search_alg.suggest(f"o{i}") for i in range(4)]
+    prior = Prior(
+        finished=[PriorTrial(c, _history([0.8 + 0.01 * i] * 3)) for i, c in enumerate(old[:3])],
+        resumed=[old[3]],
+        new=4,
+    )
+    _, resumed = _plan(8, 9, 1, 3, prior)
+    weak = SimpleNamespace(trial_id="new")
+    for plan, expected in ((fresh, "CONTINUE"), (resumed, "STOP")):
+        plan.scheduler.on_trial_add(None, weak)
+        assert plan.scheduler.on_trial_result(None, weak, {"epoch": 1, "val_acc": 0.5}) == expected
+    bohber = resumed.search_alg.inner.bohber
+    assert {b: len(v) for b, v in bohber.losses.items()} == {1: 3, 3: 3}  # not epoch 2
+
+
+# ----------------------------------------------------------------------------- real sweeps
+
+
+def _tune_results(trial_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (trial_dir / "result.json").open()]
+
+
+@pytest.mark.parametrize("n", [8, 100])
+def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path, n: int) -> None:
+    """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most."""
+    from tuner.sweep import run_sweep
+
+    cfg = debug_config(
+        tmp_path,
+        search__algorithm="bohb",
+        search__num_samples=n,
+        schedule__max_epochs=9,
+        schedule__grace_epochs=2,
+        schedule__reduction_factor=3,
+    )
+    out = run_sweep(cfg)
+    assert out.exit_code == 0 and out.summary["status"] == "completed", out.summary
+    trials = out.summary["trials"]
+    assert len(trials) == n
+    epochs = {t["trial_id"]: t["epochs"] for t in trials}
+    assert min(epochs.values()) >= 2 and max(epochs.values()) == 9, epochs
+    assert out.summary["counts"].get("completed", 0) >= 1, out.summary["counts"]
+    histories = {t: read_metrics(str(Path(out.sweep_dir) / t)) for t in epochs}
+    at_last_rung = {t: h[5]["val_acc"] for t, h in histories.items() if len(h) >= 6}
+    assert epochs[max(at_last_rung, key=at_last_rung.get)] == 9  # the best there trained on
+    for t in epochs:  # asynchronous: no trial paused at a rung, so none was restored
+        rows = _tune_results(Path(out.sweep_dir) / t)
+        assert [r["iterations_since_restore"] for r in rows] == [r["epoch"] for r in rows]
