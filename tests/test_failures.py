@@ -93,7 +93,7 @@ def test_diverged_trial_is_marked_never_best_never_promoted(tmp_path: Path) -> N
     assert bad["failure"] == "diverged" and bad["epochs"] == 1 and bad["best_value"] is None
     assert out.summary["best"]["trial_id"] == by_lr[0.05]["trial_id"]
     assert out.summary["counts"].get("diverged") == 1 and out.exit_code == 0
-    # What the scheduler saw was -inf, never NaN (HyperBand's rung sort has no NaN guard).
+    # What the scheduler saw was -inf, never NaN (ASHA's rung cut-offs do not guard against NaN).
     reported = [json.loads(line) for line in (Path(out.sweep_dir) / bad["trial_id"] / "result.json").open()]
     assert reported[-1]["val_acc"] == -math.inf and not any(math.isnan(r["val_acc"]) for r in reported)
 

@@ -241,7 +241,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         **p.gpu.stats(),
     }
     if not (math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])):
-        # Never let NaN reach a scheduler (HyperBand's rung sort has no NaN guard): report
+        # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): report
         # the worst value, so a diverged trial is never promoted or chosen as best.
         metrics[p.spec.metric] = WORST[p.spec.mode]
         metrics["failure"] = "diverged"
