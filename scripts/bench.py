@@ -238,7 +238,7 @@ def ddp(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def parity(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from tuner.local_cluster import free_ports
+    from tuner.cluster.local import free_ports
 
     out: dict[str, list[float]] = {"ours": [], "hand": []}
     for rep in range(cfg.repeats):

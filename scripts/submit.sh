@@ -12,4 +12,4 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ -x "$root/.venv/bin/python" ] || "$root/scripts/setup.sh" >&2
-exec "$root/.venv/bin/python" -m tuner.submit "$@"
+exec "$root/.venv/bin/python" -m tuner.cluster.submit "$@"

@@ -20,7 +20,7 @@ def ray_session():
     """A private local Ray with 2 CPUs, shared by every test that runs sweeps in-process."""
     import ray
 
-    from tuner.sweep import _quiet_ray, connect
+    from tuner.driver.sweep import _quiet_ray, connect
 
     _quiet_ray(verbose=False)
     connect(None, num_cpus=2)

@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 from tests.conftest import DEBUG, ROOT
-from tuner import cluster, submit
+from tuner.cluster import join as cluster
+from tuner.cluster import submit
 from tuner.config import ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -240,7 +241,7 @@ def live(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _cluster_processes(live: Live) -> list[psutil.Process]:
-    from tuner.local_cluster import processes
+    from tuner.cluster.local import processes
 
     return processes(live.state)
 

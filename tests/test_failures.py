@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import debug_config
 from tuner.config import ConfigError
-from tuner.resources import TrialResources, check_scalable
-from tuner.sweep import run_sweep
+from tuner.driver.resources import TrialResources, check_scalable
+from tuner.driver.sweep import run_sweep
 from tuner.trial.journal import read_metrics
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -15,9 +15,9 @@ import yaml
 from tests import sweeps
 from tests.browser import browser_page, png_size
 from tests.conftest import DEBUG, ROOT, run_cli
-from tuner import plots
-from tuner.analysis import load, yaml_value
-from tuner.report import write_report
+from tuner.view import plots
+from tuner.view.analysis import load, yaml_value
+from tuner.view.report import write_report
 
 PNGS = ("best_so_far.png", "curves.png", "parallel.png", "importance.png", "outcomes.png")
 

@@ -10,8 +10,8 @@ from tensorboard.plugins.hparams import api_pb2
 
 from tests.conftest import DEBUG, debug_config, run_cli
 from tests.tbread import hparams, scalars
-from tuner import algorithms
-from tuner.sweep import expected_trials, run_sweep
+from tuner.driver.sweep import expected_trials, run_sweep
+from tuner.search import algorithms
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

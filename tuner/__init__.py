@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from tuner.config import ConfigError, SweepConfig, load_sweep
 
 if TYPE_CHECKING:
-    from tuner.sweep import SweepOutcome
+    from tuner.driver.sweep import SweepOutcome
 
 __all__ = ["ConfigError", "SweepConfig", "load_sweep", "run_sweep"]
 __version__ = "0.1.0"
 
 
 def run_sweep(cfg: SweepConfig, **kwargs: Any) -> SweepOutcome:
-    """Run `cfg` on Ray (see tuner.sweep.run_sweep for the keyword arguments)."""
-    from tuner.sweep import run_sweep as _run
+    """Run `cfg` on Ray (see tuner.driver.sweep.run_sweep for the keyword arguments)."""
+    from tuner.driver.sweep import run_sweep as _run
 
     return _run(cfg, **kwargs)

@@ -79,7 +79,7 @@ def _load(args: argparse.Namespace) -> SweepConfig:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.sweep import expected_trials
+    from tuner.driver.sweep import expected_trials
 
     params = ", ".join(f"{k} ({getattr(p, 'type', 'fixed')})" for k, p in cfg.search.params.items())
     print(
@@ -91,7 +91,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.sweep import locate, run_sweep
+    from tuner.driver.sweep import locate, run_sweep
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
     with _resume_hint_on_interrupt(where):
@@ -106,7 +106,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tuner.sweep import AlreadyFinished, resume_sweep
+    from tuner.driver.sweep import AlreadyFinished, resume_sweep
 
     try:
         with _resume_hint_on_interrupt(args.sweep_dir):
@@ -160,7 +160,7 @@ def _print_outcome(outcome: Any) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner.report import write_report
+    from tuner.view.report import write_report
 
     written = write_report(args.sweep_dir, args.out)
     if args.format == "md":
@@ -171,7 +171,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_board(args: argparse.Namespace) -> int:
-    from tuner.board import serve
+    from tuner.view.board import serve
 
     return serve(args.sweep_dir, bind_all=args.bind_all, port=args.port)
 

@@ -2,7 +2,7 @@
 
 Only rank 0 of a trial writes scalars (`EventWriter`); other ranks get a `NullWriter`, so the
 loop never branches on rank. The HParams records are written by the driver (see
-`tuner.callbacks`): the experiment (hyperparameter domains, metric tags) once at the sweep
+`tuner.driver.callbacks`): the experiment (hyperparameter domains, metric tags) once at the sweep
 root, a session start when a trial starts and its end status when it ends, so running,
 stopped and failed trials all appear in the HParams table.
 """

@@ -1,7 +1,7 @@
 """A Ray cluster on this machine, secure by default: what scripts/cluster.sh runs.
 
-    python -m tuner.local_cluster start [--workers N] [--num-cpus N] [--object-store-mb MB]
-    python -m tuner.local_cluster status | env | stop
+    python -m tuner.cluster.local start [--workers N] [--num-cpus N] [--object-store-mb MB]
+    python -m tuner.cluster.local status | env | stop
 
 Every listening socket is on 127.0.0.1, at random free ports, and token authentication is
 on: the token is made (mode 0600) where Ray looks for it if there is none, and never
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from tuner import cluster
+from tuner.cluster import join as cluster
 
 STATE_FILE = "cluster.json"
 LOOPBACK = "127.0.0.1"
@@ -158,7 +158,7 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tuner.local_cluster", "_ray-start", *args],
+            [sys.executable, "-m", "tuner.cluster.local", "_ray-start", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

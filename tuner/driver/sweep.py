@@ -12,9 +12,10 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, cluster, packing, resources
-from tuner.algorithms import Prior, PriorTrial
+from tuner import packing
+from tuner.cluster import join as cluster
 from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
+from tuner.driver import resources
 from tuner.results import (
     CONFIG_FILE,
     TrialRecord,
@@ -26,6 +27,8 @@ from tuner.results import (
     summarize,
     write_summary,
 )
+from tuner.search import algorithms
+from tuner.search.algorithms import Prior, PriorTrial
 from tuner.space import Choice, Fixed, Grid, ParamT, grid_size, values_of
 from tuner.trial.spec import TrialSpec
 
@@ -292,7 +295,7 @@ def _launch(
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from tuner.callbacks import HParamsCallback, Progress, TrialRecordCallback
+    from tuner.driver.callbacks import HParamsCallback, Progress, TrialRecordCallback
     from tuner.trial.runner import trainable_for
 
     spec = build_spec(cfg, res, storage, sweep_dir)

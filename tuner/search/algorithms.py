@@ -237,7 +237,7 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     # at grace_epochs, the first trial to reach a rung always goes on (so, at any
     # num_samples, at least one trains to max_epochs, as does the best at every rung), and
     # no trial waits, paused, for a rung to fill.
-    from tuner.searchers import AsyncBOHB, ResumeFirst
+    from tuner.search.searchers import AsyncBOHB, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
     space = to_configspace(searched, seed=search.seed)
@@ -257,7 +257,7 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    from tuner.searchers import ResumeFirst
+    from tuner.search.searchers import ResumeFirst
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}

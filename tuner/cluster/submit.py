@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tuner import cluster
+from tuner.cluster import join as cluster
 from tuner.config import ConfigError
 
 INSECURE = "--allow-insecure-cluster"
@@ -54,7 +54,7 @@ def default_address() -> str:
         value = os.environ.get(name, "")
         if value.startswith(("http://", "https://")):
             return value
-    from tuner.local_cluster import default_state_dir, load_state
+    from tuner.cluster.local import default_state_dir, load_state
 
     state = load_state(default_state_dir())
     if state:
@@ -114,7 +114,7 @@ def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
     """The checks `tuner sweep` makes before Ray starts, here, before anything is submitted."""
     from tuner.cli import build_parser, overrides_from
     from tuner.config import load_sweep
-    from tuner.sweep import refuse_existing
+    from tuner.driver.sweep import refuse_existing
 
     if "--address" in tuner_args or any(a.startswith("--address=") for a in tuner_args):
         raise ConfigError("--address", "give the cluster's address before `--` (ray job submit --address)")

@@ -2,7 +2,7 @@
 
 The numbers come from tuner.results (each trial's record and metrics journal), not from
 summary.json, so a running or interrupted sweep reads as well as a finished one.
-`tuner.report` turns them into a document.
+`tuner.view.report` turns them into a document.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def read_config(sweep_dir: str) -> SweepConfig:
 
 def load(sweep_dir: str) -> SweepData:
     """Read a sweep directory (finished, running or interrupted)."""
-    from tuner.sweep import expected_trials
+    from tuner.driver.sweep import expected_trials
 
     sweep_dir = check_sweep_dir(sweep_dir)
     cfg = read_config(sweep_dir)

@@ -1,6 +1,6 @@
 """`tuner report`: a sweep directory as report.html (self-contained), report.md and PNGs.
 
-Works on a finished, running or interrupted sweep (see `tuner.analysis`). Sections: the best
+Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
 time, learning curves of the top trials, parallel coordinates, hyperparameter importance
 (fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds).
@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import analysis, document, plots
-from tuner.analysis import SweepData, outcome, ranked
-from tuner.document import Block, Code, Heading, Image, Table, Text
 from tuner.results import finite, short
+from tuner.view import analysis, document, plots
+from tuner.view.analysis import SweepData, outcome, ranked
+from tuner.view.document import Block, Code, Heading, Image, Table, Text
 
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
 LEADERBOARD_ROWS = 10
