@@ -20,10 +20,10 @@ def ray_session():
     """A private local Ray with 2 CPUs, shared by every test that runs sweeps in-process."""
     import ray
 
-    from tuner.driver.sweep import _quiet_ray, connect
+    from tuner.cluster.connect import Runtime, connect, quiet_ray
 
-    _quiet_ray(verbose=False)
-    connect(None, num_cpus=2)
+    quiet_ray(verbose=False)
+    connect(Runtime(num_cpus=2))
     yield ray
     ray.shutdown()
 

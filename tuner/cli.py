@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
+from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 
 EXIT_USAGE = 2
@@ -59,6 +60,16 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
 
 
+def runtime_from(args: argparse.Namespace) -> Runtime:
+    """The one Runtime of this command, from its flags."""
+    return Runtime(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        verbose=args.verbose,
+        allow_insecure_cluster=args.allow_insecure_cluster,
+    )
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     """Dotted field -> value, from the flags given (later --set wins)."""
     out = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
@@ -79,11 +90,9 @@ def _load(args: argparse.Namespace) -> SweepConfig:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.driver.sweep import expected_trials
-
     params = ", ".join(f"{k} ({getattr(p, 'type', 'fixed')})" for k, p in cfg.search.params.items())
     print(
-        f"ok: {cfg.name}: {cfg.search.algorithm}, {expected_trials(cfg)} trials, "
+        f"ok: {cfg.name}: {cfg.search.algorithm}, {cfg.expected_trials()} trials, "
         f"{cfg.schedule.max_epochs} epochs max, metric {cfg.metric} ({cfg.mode}); params: {params or '-'}"
     )
     return 0
@@ -95,13 +104,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
     with _resume_hint_on_interrupt(where):
-        outcome = run_sweep(
-            cfg,
-            address=args.address,
-            num_cpus=args.num_cpus,
-            verbose=args.verbose,
-            allow_insecure_cluster=args.allow_insecure_cluster,
-        )
+        outcome = run_sweep(cfg, runtime_from(args))
     return _print_outcome(outcome)
 
 
@@ -110,13 +113,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     try:
         with _resume_hint_on_interrupt(args.sweep_dir):
-            outcome = resume_sweep(
-                args.sweep_dir,
-                address=args.address,
-                num_cpus=args.num_cpus,
-                verbose=args.verbose,
-                allow_insecure_cluster=args.allow_insecure_cluster,
-            )
+            outcome = resume_sweep(args.sweep_dir, runtime_from(args))
     except AlreadyFinished as done:
         print(done)
         return 0

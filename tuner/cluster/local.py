@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from tuner.cluster import _ray_internals
 from tuner.cluster import join as cluster
+from tuner.cluster.join import LOOPBACK
 
 STATE_FILE = "cluster.json"
-LOOPBACK = "127.0.0.1"
 WORKER_PORTS = 200  # ports each node's raylet hands its worker processes
 READY_TIMEOUT_S = 180.0
 # Ports a node listens on besides the worker range, in `ray start` flag names.
@@ -52,7 +53,7 @@ def ensure_token() -> str:
     """Where the nodes read the token from; makes one (0600) if there is none. Never prints it."""
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "the RAY_AUTH_TOKEN environment variable"
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token"))
+    path = cluster.token_path()
     if path.is_file() and path.read_text().strip():
         if path.stat().st_mode & 0o077:
             cluster.warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
@@ -70,11 +71,7 @@ def read_token() -> str:
     token = os.environ.get("RAY_AUTH_TOKEN")
     if token:
         return token
-    return (
-        Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token"))
-        .read_text()
-        .strip()
-    )
+    return cluster.token_path().read_text().strip()
 
 
 def free_ports(count: int) -> list[int]:
@@ -136,7 +133,7 @@ def node_env(head: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
     env.update(
         RAY_AUTH_MODE="token",
-        # Keeps 127.0.0.1 the node address in every process of the cluster: see _ray_start.
+        # Keeps 127.0.0.1 the node address in every process of the cluster (_ray_internals).
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
         RAY_USAGE_STATS_ENABLED="0",
         # Jobs are stopped with SIGINT, which Tune turns into a final snapshot, and get a
@@ -375,25 +372,6 @@ def _signal(p: Any, kill: bool) -> None:
         pass
 
 
-def _ray_start(argv: list[str]) -> None:
-    """`ray start ARGV`, keeping 127.0.0.1 as this node's address.
-
-    On Linux Ray turns a loopback --node-ip-address (and a loopback --address) into the
-    machine's own address (ray/_private/services.py: resolve_ip_for_localhost), so the GCS,
-    raylet and agents would listen on every interface. It keeps loopback where
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which the node's processes inherit; but with it,
-    `ray start --address` refuses to add a node, hence the two patches of this process only.
-    """
-    import ray._private.ray_constants as ray_constants
-    import ray._private.services as services
-    from ray.scripts.scripts import main
-
-    ray_constants.ENABLE_RAY_CLUSTER = True
-    services.resolve_ip_for_localhost = lambda host: host
-    sys.argv = ["ray", "start", *argv]
-    main()
-
-
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -436,7 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_ray-start"]:
-        _ray_start(argv[1:])
+        # `ray start ARGV` keeping 127.0.0.1 as this node's address: on Linux Ray turns a
+        # loopback --node-ip-address into the machine's own, so the GCS, raylet and agents
+        # would listen on every interface (see _ray_internals.ray_start_on_loopback).
+        _ray_internals.ray_start_on_loopback(argv[1:])
         return 0
     args = build_parser().parse_args(argv)
     if args.command == "start":

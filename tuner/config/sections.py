@@ -18,7 +18,8 @@ from typing import Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
+from tuner.errors import ConfigError
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
 BUILTIN_MODELS = ("mlp", "cnn", "vit")
 BUILTIN_DATA = ("digits", "synthetic", "synthetic_images")
@@ -40,17 +41,6 @@ MODEL_PARAMS: dict[str, dict[str, tuple[type, float, float]]] = {
         "dropout": (float, 0, 0.99),
     },
 }
-
-
-class ConfigError(Exception):
-    """A user mistake in a sweep file or flag; `str()` is one line naming the field path.
-
-    Not a ValueError on purpose: pydantic would wrap it and lose the path.
-    """
-
-    def __init__(self, path: str, message: str):
-        self.path, self.message = path, message
-        super().__init__(f"{path}: {message}" if path else message)
 
 
 class _Section(BaseModel):
@@ -380,6 +370,12 @@ class SweepConfig(_Section):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
+
+    def expected_trials(self) -> int:
+        """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
+        if self.search.algorithm == "grid":
+            return grid_size(self.hyperparameters(), self.search.grid_points)
+        return self.search.num_samples
 
     def hyperparameters(self) -> dict[str, ParamT]:
         """The trial-facing parameters: training defaults, overlaid by search.params."""

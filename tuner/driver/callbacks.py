@@ -12,9 +12,12 @@ from typing import Any, Optional, TextIO
 from ray.tune import Callback
 
 from tuner.results import json_safe, read_record, write_record
+from tuner.space import Choice, Fixed, Grid, ParamT, values_of
 from tuner.trial import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
+# Metrics a trial reports whose last value the HParams table shows.
+METRIC_TAGS = ["val_acc", "val_loss", "train_loss", "samples_per_s", "epoch"]
 
 
 class TrialRecordCallback(Callback):
@@ -54,6 +57,17 @@ class TrialRecordCallback(Callback):
         if record is not None:
             record.update(status=status, ended=time.time())
             write_record(trial.path, record)
+
+
+def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
+    """Domains for TensorBoard's HParams: a list of values, or a (low, high) interval."""
+    domains: dict[str, Any] = {}
+    for name, p in params.items():
+        if isinstance(p, (Fixed, Choice, Grid)):
+            domains[name] = values_of(p)
+        else:
+            domains[name] = (p.low, p.high)  # type: ignore[union-attr]
+    return domains
 
 
 class HParamsCallback(Callback):

@@ -1,21 +1,22 @@
-"""The Ray driver: connect (or start) Ray, build the Tuner, run or resume, write the summary.
+"""The Ray driver: one run function behind `run_sweep` and `resume_sweep`.
 
-Ray is imported only inside these functions: the CLI validates a file and refuses bad input
-before paying for Ray's start-up.
+A run: refuse what cannot run (before a local Ray starts), connect, resolve each trial's
+resources, build the Tuner, run it to the end (or to Ctrl-C / SIGTERM), read the sweep
+directory back and write summary.json. Ray is imported only inside these functions: the CLI
+validates a file and refuses bad input before paying for Ray's start-up.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tuner import packing
-from tuner.cluster import join as cluster
+from tuner.cluster import join
+from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
 from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
 from tuner.driver import resources
+from tuner.errors import ExitCode
 from tuner.results import (
     CONFIG_FILE,
     TrialRecord,
@@ -29,12 +30,6 @@ from tuner.results import (
 )
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.space import Choice, Fixed, Grid, ParamT, grid_size, values_of
-from tuner.trial.spec import TrialSpec
-
-# Metrics a trial reports whose last value the HParams table shows.
-METRIC_TAGS = ["val_acc", "val_loss", "train_loss", "samples_per_s", "epoch"]
-EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 @dataclass
@@ -47,6 +42,10 @@ class SweepOutcome:
     exit_code: int
 
 
+class AlreadyFinished(Exception):
+    """`resume` on a sweep that has nothing left to run."""
+
+
 def locate(output: str, name: str) -> tuple[str, Optional[str]]:
     """(storage path or URI for Ray, local sweep directory or None for URIs).
 
@@ -54,7 +53,7 @@ def locate(output: str, name: str) -> tuple[str, Optional[str]]:
     """
     if "://" in output:
         return output, None
-    storage = os.path.abspath(os.path.expanduser(cluster.output_base(output)))
+    storage = os.path.abspath(os.path.expanduser(join.output_base(output)))
     return storage, os.path.join(storage, name)
 
 
@@ -68,85 +67,80 @@ def refuse_existing(sweep_dir: Optional[str]) -> None:
         )
 
 
-def connect(
-    address: Optional[str],
-    num_cpus: Optional[int] = None,
-    verbose: bool = False,
-    allow_insecure_cluster: bool = False,
-    dashboard: bool = True,
-) -> str:
-    """Join the cluster at `address` (or the job's cluster), else start a private local Ray.
+def load_resumable(sweep_dir: str) -> SweepConfig:
+    """The resolved config of a sweep directory; a ConfigError if it is not one."""
+    return load_sweep(os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE))
 
-    A cluster is checked first (cluster.check): reachable, our token accepted, and not open
-    to other machines without authentication unless `allow_insecure_cluster`.
-    Without an address we always start our own (`address="local"`): never a leftover cluster
-    whose address a killed `ray start` left behind in Ray's temp directory, or RAY_ADDRESS.
+
+@dataclass
+class Start:
+    """Where a run starts from: a new sweep, or the earlier trials of a resumed one."""
+
+    storage: str  # Ray's storage path (or URI): the sweep directory's parent
+    sweep_dir: Optional[str]  # None for URI storage
+    prior: Optional[Prior] = None  # None: a new sweep
+    resumed_dirs: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    done: int = 0  # trials finished before
+    announce: Optional[str] = None  # a line printed once Ray is up
+
+
+def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
+    storage, sweep_dir = locate(cfg.output, cfg.name)
+    refuse_existing(sweep_dir)
+    return run(cfg, runtime or Runtime(), Start(storage, sweep_dir))
+
+
+def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
+    their checkpoints in their own directories, and the searcher (rebuilt from every earlier
+    result) proposes the rest, so the sweep ends with exactly its planned number of trials.
+
+    Raises AlreadyFinished (changing nothing) when every planned trial has finished.
     """
-    import ray
-
-    if ray.is_initialized():
-        return "existing"
-    common: dict[str, Any] = dict(
-        logging_level=logging.INFO if verbose else logging.ERROR,
-        log_to_driver=verbose,
-    )
-    joining = cluster.target(address)
-    if joining is not None:
-        cluster.check(joining, allow_insecure_cluster)
-        if num_cpus:
-            cluster.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
-        if address:
-            ray.init(address=str(joining), **common)
-            return str(joining)
-        ray.init(**common)  # the job's cluster, from RAY_ADDRESS
-        return "job"
-    # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
-    # without it a finished DDP trial's resources were never handed back and the next
-    # trial's workers waited forever (seen with Ray 2.60 on this machine). Sweeps of 1-worker
-    # trials use no Ray Train and skip it: it and its module processes cost seconds of CPU.
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=dashboard,
-        dashboard_host="127.0.0.1",
-        **common,
-    )
-    return "local"
-
-
-def _needs_train(cfg: SweepConfig) -> bool:
-    """Trials run Ray Train (and so need the dashboard's State API) with several workers."""
-    return cfg.resources.workers_per_trial > 1
-
-
-def _quiet_ray(verbose: bool) -> None:
-    if not verbose:
-        # Tune's new console output prints a configuration box at any verbosity; the legacy
-        # reporter at verbose=0 prints nothing, and our Progress callback reports instead.
-        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    # Our callbacks write the CSV/JSON results and TensorBoard files; Ray's TensorBoardX
-    # logger would add a second set of event files to every trial.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    for name in ("ray.tune", "ray.train", "ray.air"):
-        logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
-    stops = logging.getLogger("ray.tune.tune")
-    stops.setLevel(logging.WARNING)
-    if not any(isinstance(f, _StopMessages) for f in stops.filters):
-        stops.addFilter(_StopMessages())
-
-
-class _StopMessages(logging.Filter):
-    """Of Tune's driver warnings, keep the one a first Ctrl-C gives, in our words, and drop
-    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not record.getMessage().startswith("Stop signal received"):
-            return False
-        record.msg = (
-            "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
+    sweep_dir = os.path.abspath(sweep_dir)
+    cfg = load_resumable(sweep_dir)
+    trials = _records(cfg, sweep_dir)
+    finished = [t for t in trials if t.finished]
+    unfinished = [t for t in trials if not t.finished]
+    if not unfinished and len(finished) >= cfg.expected_trials():
+        status = (read_summary(sweep_dir) or {}).get("status", "completed")
+        raise AlreadyFinished(
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
         )
-        record.args = ()
-        return True
+    prior = Prior(
+        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        resumed=[full_config(t.path) for t in unfinished],
+        new=cfg.expected_trials() - len(finished) - len(unfinished),
+    )
+    start = Start(
+        storage=os.path.dirname(sweep_dir),
+        sweep_dir=sweep_dir,
+        prior=prior,
+        resumed_dirs=[(full_config(t.path), os.path.basename(t.path)) for t in unfinished],
+        done=len(finished),
+        announce=f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
+        f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
+    )
+    return run(cfg, runtime or Runtime(), start)
+
+
+def run(cfg: SweepConfig, runtime: Runtime, start: Start) -> SweepOutcome:
+    """The one way a sweep runs, new or resumed."""
+    resources.precheck_local(cfg, runtime)
+    quiet_ray(runtime.verbose)
+    # Trials with several workers run Ray Train, which needs the dashboard's State API.
+    connect(runtime, dashboard=cfg.resources.workers_per_trial > 1)
+    warn_unshared(start.storage)
+    if start.announce:
+        print(start.announce, flush=True)
+    res = resources.resolve(cfg)  # before anything is written: a refused sweep leaves no directory
+    if start.prior is None and start.sweep_dir:
+        os.makedirs(start.sweep_dir, exist_ok=True)
+        with open(os.path.join(start.sweep_dir, CONFIG_FILE), "w") as f:
+            f.write(to_yaml(cfg))
+    _launch(cfg, res, start, runtime.verbose)
+    return finish(cfg, start.sweep_dir or start.storage)
 
 
 class TrialNames:
@@ -170,137 +164,30 @@ class TrialNames:
         return self.given[trial.trial_id]
 
 
-def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
-    """Domains for TensorBoard's HParams: a list of values, or a (low, high) interval."""
-    domains: dict[str, Any] = {}
-    for name, p in params.items():
-        if isinstance(p, (Fixed, Choice, Grid)):
-            domains[name] = values_of(p)
-        else:
-            domains[name] = (p.low, p.high)  # type: ignore[union-attr]
-    return domains
-
-
-def build_spec(
-    cfg: SweepConfig, res: resources.TrialResources, storage: str, sweep_dir: Optional[str]
-) -> TrialSpec:
-    return TrialSpec(
-        model=cfg.task.model,
-        data=cfg.task.data,
-        data_args=dict(cfg.task.data_args),
-        max_epochs=cfg.schedule.max_epochs,
-        metric=cfg.metric,
-        mode=str(cfg.mode),
-        workers=res.workers,
-        cpus_per_worker=res.cpus_per_worker,
-        gpus_per_worker=res.gpus_per_worker,
-        strategy=cfg.resources.strategy,
-        gpu_memory_margin=cfg.resources.gpu_memory_margin,
-        gpu_context_bytes=res.profile.context if res.profile else None,
-        max_failures=cfg.failure.max_failures,
-        keep_checkpoints=cfg.failure.keep_checkpoints,
-        search_path=os.getcwd(),
-        storage=storage,
-        sweep_dir=sweep_dir,
-    )
-
-
-def expected_trials(cfg: SweepConfig) -> int:
-    """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
-    if cfg.search.algorithm == "grid":
-        return grid_size(cfg.hyperparameters(), cfg.search.grid_points)
-    return cfg.search.num_samples
-
-
-def _precheck_local(cfg: SweepConfig, address: Optional[str], num_cpus: Optional[int]) -> None:
-    """When we are about to start our own local Ray, refuse an impossible request first."""
-    if cluster.target(address) is not None:
-        return
-    have = resources.local_resources(num_cpus)
-    if cfg.resources.gpus_per_worker == "pack" and have["GPU"]:
-        return  # measuring the largest configuration needs Ray: it is checked after start-up
-    resources.plan(cfg.resources, have, [have])
-
-
-def _preflight(cfg: SweepConfig) -> resources.TrialResources:
-    import ray
-
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    res = resources.plan(
-        cfg.resources, ray.cluster_resources(), nodes, _node_groups(), probe=lambda: _probe_memory(cfg)
-    )
-    amp = cfg.hyperparameters()["amp"]
-    path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
-    resources.check_amp(values_of(amp) or [], res.gpus_per_worker, path)
-    return res
-
-
-def _node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
-    """The node types an autoscaler may add, or None on a fixed-size cluster.
-
-    Read from the autoscaler's cluster config in the GCS (a private Ray API; any failure means
-    "fixed", which at worst refuses a request the autoscaler could have served).
-    """
-    try:
-        from ray._private.state import state
-
-        config = state.get_cluster_config()
-    except Exception:  # noqa: BLE001 - an absent or changed private API: treat as fixed
-        return None
-    if config is None or not config.node_group_configs:
-        return None
-    return [(dict(g.resources), int(g.max_count)) for g in config.node_group_configs if g.max_count != 0]
-
-
-def _warn_unshared(storage: str) -> None:
-    import ray
-
-    warning = cluster.storage_warning(storage, ray.nodes())
-    if warning:
-        cluster.warn(warning)
-
-
-def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryProfile:
-    """gpus_per_worker: pack: the peak memory of the space's largest configuration, measured
-    in a Ray task that holds one whole GPU (nothing else runs on it meanwhile). A failure
-    propagates; resources.plan reports it against the field."""
-    import dataclasses
-
-    import ray
-
-    spec = build_spec(cfg, resources.probe_request(cfg.resources), "", None)
-    hp = packing.probe_config(cfg.hyperparameters())
-    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(_measure)
-    profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
-    return dataclasses.replace(profile, label=packing.label(hp, cfg.search.params))
-
-
-def _measure(hp: dict[str, Any], spec: TrialSpec) -> packing.MemoryProfile:
-    from tuner.trial.probe import measure  # torch: imported in the task, not in the driver
-
-    return measure(hp, spec)
-
-
-def _launch(
-    cfg: SweepConfig,
-    res: resources.TrialResources,
-    storage: str,
-    sweep_dir: Optional[str],
-    verbose: bool,
-    prior: Optional[Prior] = None,
-    resumed_dirs: Optional[list[tuple[dict[str, Any], str]]] = None,
-    done: int = 0,
-) -> None:
+def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbose: bool) -> None:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM)."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from tuner.driver.callbacks import HParamsCallback, Progress, TrialRecordCallback
+    from tuner.driver.callbacks import (
+        METRIC_TAGS,
+        HParamsCallback,
+        Progress,
+        TrialRecordCallback,
+        hparam_domains,
+    )
     from tuner.trial.runner import trainable_for
 
-    spec = build_spec(cfg, res, storage, sweep_dir)
+    storage, sweep_dir = start.storage, start.sweep_dir
+    spec = resources.trial_spec(cfg, res, storage, sweep_dir)
     plan = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), res.max_concurrent, prior
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.metric,
+        str(cfg.mode),
+        res.max_concurrent,
+        start.prior,
     )
     per_trial = {
         "workers": res.workers,
@@ -311,8 +198,8 @@ def _launch(
     if sweep_dir:
         callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
     if not verbose:
-        callbacks.append(Progress(cfg.metric, str(cfg.mode), expected_trials(cfg), done=done))
-    names = TrialNames(resumed_dirs)
+        callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
+    names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
@@ -346,48 +233,12 @@ def _launch(
     )
     where = sweep_dir or storage
     print(
-        f"[tuner] {cfg.name}: {plan.description}, {expected_trials(cfg)} trials of up to "
+        f"[tuner] {cfg.name}: {plan.description}, {cfg.expected_trials()} trials of up to "
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
-    with _sigterm_as_sigint():
+    with sigterm_as_sigint():
         tuner.fit()
-
-
-class _sigterm_as_sigint:
-    """SIGTERM (e.g. `ray job stop`) stops the sweep like Ctrl-C: Tune catches SIGINT only,
-    finishing gracefully on the first and at once on the second."""
-
-    def __enter__(self) -> None:
-        self.previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
-
-
-def run_sweep(
-    cfg: SweepConfig,
-    *,
-    address: Optional[str] = None,
-    num_cpus: Optional[int] = None,
-    verbose: bool = False,
-    allow_insecure_cluster: bool = False,
-) -> SweepOutcome:
-    """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
-    storage, sweep_dir = locate(cfg.output, cfg.name)
-    refuse_existing(sweep_dir)
-    _precheck_local(cfg, address, num_cpus)
-    _quiet_ray(verbose)
-    connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
-    _warn_unshared(storage)
-    res = _preflight(cfg)  # before anything is written: a refused sweep leaves no directory
-    if sweep_dir:
-        os.makedirs(sweep_dir, exist_ok=True)
-        with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
-            f.write(to_yaml(cfg))
-    _launch(cfg, res, storage, sweep_dir, verbose)
-    return finish(cfg, sweep_dir or storage)
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
@@ -403,66 +254,13 @@ def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
         metric=cfg.metric,
         mode=str(cfg.mode),
         algorithm=cfg.search.algorithm,
-        expected_trials=expected_trials(cfg),
+        expected_trials=cfg.expected_trials(),
     )
     if "://" not in sweep_dir:
         write_summary(sweep_dir, summary)
-    code = EXIT_OK
+    code = ExitCode.OK
     if summary["status"] == "interrupted":
-        code = EXIT_INTERRUPTED
+        code = ExitCode.INTERRUPTED
     elif any(r.status == "ERROR" for r in trials) or summary["best"] is None:
-        code = EXIT_ERRORS
-    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.metric, str(cfg.mode)), code)
-
-
-class AlreadyFinished(Exception):
-    """`resume` on a sweep that has nothing left to run."""
-
-
-def load_resumable(sweep_dir: str) -> SweepConfig:
-    """The resolved config of a sweep directory; a ConfigError if it is not one."""
-    return load_sweep(os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE))
-
-
-def resume_sweep(
-    sweep_dir: str,
-    *,
-    address: Optional[str] = None,
-    num_cpus: Optional[int] = None,
-    verbose: bool = False,
-    allow_insecure_cluster: bool = False,
-) -> SweepOutcome:
-    """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
-    their checkpoints in their own directories, and the searcher (rebuilt from every earlier
-    result) proposes the rest, so the sweep ends with exactly its planned number of trials.
-
-    Raises AlreadyFinished (changing nothing) when every planned trial has finished.
-    """
-    sweep_dir = os.path.abspath(sweep_dir)
-    cfg = load_resumable(sweep_dir)
-    trials = _records(cfg, sweep_dir)
-    finished = [t for t in trials if t.finished]
-    unfinished = [t for t in trials if not t.finished]
-    if not unfinished and len(finished) >= expected_trials(cfg):
-        status = (read_summary(sweep_dir) or {}).get("status", "completed")
-        raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
-        )
-    _precheck_local(cfg, address, num_cpus)
-    prior = Prior(
-        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
-        resumed=[full_config(t.path) for t in unfinished],
-        new=expected_trials(cfg) - len(finished) - len(unfinished),
-    )
-    _quiet_ray(verbose)
-    connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
-    _warn_unshared(os.path.dirname(sweep_dir))
-    print(
-        f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to continue "
-        f"from checkpoints, {max(prior.new or 0, 0)} to start",
-        flush=True,
-    )
-    resumed_dirs = [(full_config(t.path), os.path.basename(t.path)) for t in unfinished]
-    res = _preflight(cfg)
-    _launch(cfg, res, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished))
-    return finish(cfg, sweep_dir)
+        code = ExitCode.ERRORS
+    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.metric, str(cfg.mode)), int(code))

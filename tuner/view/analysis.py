@@ -74,8 +74,6 @@ def read_config(sweep_dir: str) -> SweepConfig:
 
 def load(sweep_dir: str) -> SweepData:
     """Read a sweep directory (finished, running or interrupted)."""
-    from tuner.driver.sweep import expected_trials
-
     sweep_dir = check_sweep_dir(sweep_dir)
     cfg = read_config(sweep_dir)
     # In the order the trials started, the order summary.json keeps: ties break alike.
@@ -86,7 +84,7 @@ def load(sweep_dir: str) -> SweepData:
         sweep_dir=sweep_dir,
         cfg=cfg,
         records=trials,
-        state=_state(sweep_dir, trials, expected_trials(cfg)),
+        state=_state(sweep_dir, trials, cfg.expected_trials()),
         gpus_per_worker=_gpus_per_worker(cfg, trials),
     )
 

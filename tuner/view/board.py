@@ -12,9 +12,8 @@ import sys
 import threading
 from typing import Any
 
+from tuner.cluster.join import LOOPBACK
 from tuner.results import check_sweep_dir
-
-LOOPBACK = "127.0.0.1"
 
 
 def tensorboard_flags(sweep_dir: str, bind_all: bool = False, port: int = 0) -> list[str]:
