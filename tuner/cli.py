@@ -1,8 +1,8 @@
-"""`python -m tuner`: sweep, validate, resume, report, board, schema.
+"""`python -m tuner`: sweep, resume, validate, report, board, schema, cluster, submit.
 
-User mistakes (a bad file, an impossible request, an existing sweep directory) print one line
-naming the field and exit 2, before Ray or torch start. Exit codes: 0 success, 1 the sweep
-had failed trials or no usable result, 2 bad input, 130 interrupted.
+The one command-line program. User mistakes (a bad file, an impossible request, an existing
+sweep directory) print one line naming the field and exit 2, before Ray or torch start.
+Exit codes: tuner.errors.ExitCode.
 """
 
 from __future__ import annotations
@@ -13,75 +13,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-import yaml
-
-from tuner.cluster.connect import Runtime
+from tuner.cluster import local, submit
+from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
+from tuner.config.flags import add_overrides, overrides_from
+from tuner.errors import EXIT_HELP, ExitCode
 
-EXIT_USAGE = 2
-
-# CLI flag -> the field it overrides (flags beat the file).
-OVERRIDES = {
-    "algorithm": "search.algorithm",
-    "num_samples": "search.num_samples",
-    "seed": "search.seed",
-    "max_epochs": "schedule.max_epochs",
-    "output": "output",
-    "name": "name",
-}
-
-
-def _add_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="sweep file (YAML), e.g. search_spaces/digits_mlp.yaml")
-    p.add_argument("--algorithm", choices=["grid", "random", "bohb", "optuna"], help="search.algorithm")
-    p.add_argument("--num-samples", type=int, metavar="N", help="search.num_samples")
-    p.add_argument("--seed", type=int, help="search.seed")
-    p.add_argument("--max-epochs", type=int, metavar="N", help="schedule.max_epochs")
-    p.add_argument("--output", metavar="DIR", help="output: results go to DIR/<name>")
-    p.add_argument("--name", help="name of the sweep (its directory under output)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any field, e.g. --set training.batch_size=128 (VALUE is YAML)",
-    )
-
-
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    """Where and how a sweep runs (not part of the sweep file)."""
-    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
-    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
-    p.add_argument(
-        "--allow-insecure-cluster",
-        action="store_true",
-        help="join a cluster without authentication that other machines can reach (unsafe)",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
-
-
-def runtime_from(args: argparse.Namespace) -> Runtime:
-    """The one Runtime of this command, from its flags."""
-    return Runtime(
-        address=args.address,
-        num_cpus=args.num_cpus,
-        verbose=args.verbose,
-        allow_insecure_cluster=args.allow_insecure_cluster,
-    )
-
-
-def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
-    """Dotted field -> value, from the flags given (later --set wins)."""
-    out = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError("--set", f"expected KEY=VALUE, got '{item}'")
-        try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise ConfigError(key, f"value '{raw}' is not valid YAML") from None
-    return out
+__all__ = ["build_parser", "main", "overrides_from"]
 
 
 def _load(args: argparse.Namespace) -> SweepConfig:
@@ -95,7 +33,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"ok: {cfg.name}: {cfg.search.algorithm}, {cfg.expected_trials()} trials, "
         f"{cfg.schedule.max_epochs} epochs max, metric {cfg.metric} ({cfg.mode}); params: {params or '-'}"
     )
-    return 0
+    return ExitCode.OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -116,7 +54,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             outcome = resume_sweep(args.sweep_dir, runtime_from(args))
     except AlreadyFinished as done:
         print(done)
-        return 0
+        return ExitCode.OK
     return _print_outcome(outcome)
 
 
@@ -131,7 +69,7 @@ class _resume_hint_on_interrupt:
     def __exit__(self, kind: Any, err: Any, tb: Any) -> bool:
         if kind is KeyboardInterrupt:
             print(f"\ninterrupted; continue with: python -m tuner resume {self.sweep_dir}", file=sys.stderr)
-            raise SystemExit(130)
+            raise SystemExit(ExitCode.INTERRUPTED)
         return False
 
 
@@ -164,7 +102,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write(written.markdown)
     where = f"{written.html} (+ {len(written.images)} PNGs, report.md)"
     print(f"report: {where}", file=sys.stderr if args.format == "md" else sys.stdout)
-    return 0
+    return ExitCode.OK
 
 
 def cmd_board(args: argparse.Namespace) -> int:
@@ -183,29 +121,29 @@ def cmd_schema(args: argparse.Namespace) -> int:
             f.write(text)
     else:
         sys.stdout.write(text)
-    return 0
+    return ExitCode.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tuner",
         description="Hyperparameter sweeps of PyTorch models on Ray, from one YAML file.",
-        epilog="Exit codes: 0 ok, 1 failed trials or no result, 2 bad input, 130 interrupted.",
+        epilog=EXIT_HELP,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("sweep", help="run a sweep (starts a private local Ray unless --address)")
-    _add_overrides(p)
-    _add_runtime(p)
+    add_overrides(p)
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
     p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
-    _add_runtime(p)
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")
-    _add_overrides(p)
+    add_overrides(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("report", help="write report.html, report.md and PNGs for a sweep directory")
@@ -228,15 +166,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=["json", "markdown"], default="json", help="markdown: the README reference"
     )
     p.set_defaults(func=cmd_schema)
+
+    local.add_parser(sub)
+    submit.add_parser(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # `submit` passes its words on as given
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        return int(func(args))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE

@@ -129,3 +129,7 @@ def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeo
             return [n["NodeManagerAddress"] for n in json.loads(reply.json) if n.get("Alive")]
         except (grpc.RpcError, ValueError, KeyError, TypeError):
             return []
+
+
+if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
+    ray_start_on_loopback(sys.argv[1:])

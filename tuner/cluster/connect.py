@@ -6,6 +6,7 @@ once from its flags. Ray is imported only inside these functions.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -29,6 +30,28 @@ class Runtime:
     def joins_cluster(self) -> bool:
         """True when the sweep joins a cluster (--address, or the job's); False: a local Ray."""
         return join.target(self.address) is not None
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    """The flags a Runtime is built from (where and how a sweep runs)."""
+    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
+    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
+    p.add_argument(
+        "--allow-insecure-cluster",
+        action="store_true",
+        help="join a cluster without authentication that other machines can reach (unsafe)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+
+
+def runtime_from(args: argparse.Namespace) -> Runtime:
+    """The one Runtime of a command, from its flags."""
+    return Runtime(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        verbose=args.verbose,
+        allow_insecure_cluster=args.allow_insecure_cluster,
+    )
 
 
 def connect(runtime: Runtime, dashboard: bool = True) -> str:
