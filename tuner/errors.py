@@ -5,7 +5,9 @@ Imports nothing of tuner, so every module (config, cluster, driver, CLI) can use
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -29,3 +31,17 @@ class ConfigError(Exception):
     def __init__(self, path: str, message: str):
         self.path, self.message = path, message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+def error_line(error: dict[str, Any], value: Any = None) -> str:
+    """One of pydantic's validation errors as the message of a ConfigError."""
+    kind, msg = error["type"], error["msg"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; `tuner schema` lists the valid keys)"
+    msg = re.sub(r"^(Value|Assertion) error, ", "", msg)
+    msg = msg[:1].lower() + msg[1:]
+    if value is not None and repr(value) not in msg:
+        msg = f"{msg} (got {value!r})"
+    return msg

@@ -1,17 +1,16 @@
 """The sweep file: a typed, validated `SweepConfig` (defaults < YAML < CLI flags).
 
 Imports neither Ray nor torch, so `tuner validate` answers at once and a bad file is refused
-before anything heavy starts. Modules of this package import each other directly, never this
-face, so it can re-export them without a circle.
+before anything heavy starts. sections: the fields; load: YAML and overrides in, YAML out;
+schema: the README reference and the JSON Schema; flags: the CLI flags that override fields.
+Modules of this package import each other directly, never this face, so it re-exports them
+without a circle.
 """
 
+from tuner.config.load import load_sweep, parse_sweep, read_yaml, set_dotted, to_yaml
+from tuner.config.schema import json_schema, reference_markdown
 from tuner.config.sections import (
-    BUILTIN_DATA,
-    BUILTIN_MODELS,
-    MODEL_PARAMS,
     OBJECTIVES,
-    OPTIMIZERS,
-    ConfigError,
     FailureSection,
     ResourcesSection,
     ScheduleSection,
@@ -20,22 +19,11 @@ from tuner.config.sections import (
     TaskSection,
     TrainingSection,
     amp_from_yaml,
-    check_importable,
-    json_schema,
-    load_sweep,
-    parse_sweep,
-    read_yaml,
-    reference_markdown,
-    set_dotted,
-    to_yaml,
 )
+from tuner.errors import ConfigError
 
 __all__ = [
-    "BUILTIN_DATA",
-    "BUILTIN_MODELS",
-    "MODEL_PARAMS",
     "OBJECTIVES",
-    "OPTIMIZERS",
     "ConfigError",
     "FailureSection",
     "ResourcesSection",
@@ -45,7 +33,6 @@ __all__ = [
     "TaskSection",
     "TrainingSection",
     "amp_from_yaml",
-    "check_importable",
     "json_schema",
     "load_sweep",
     "parse_sweep",

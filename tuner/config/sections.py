@@ -8,39 +8,16 @@ is refused before anything heavy starts.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import math
-import re
-from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tuner.errors import ConfigError
+from tuner import catalogue
+from tuner.errors import ConfigError, error_line
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
-BUILTIN_MODELS = ("mlp", "cnn", "vit")
-BUILTIN_DATA = ("digits", "synthetic", "synthetic_images")
-OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
-AMP_MODES = ("off", "bf16", "fp16", "auto")
 # Metrics every trial reports each epoch; `metric` must be one of the first three.
 OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
-
-# Hyperparameters the built-in models read: name -> (type, smallest, largest).
-MODEL_PARAMS: dict[str, dict[str, tuple[type, float, float]]] = {
-    "mlp": {"width": (int, 1, math.inf), "depth": (int, 0, 64), "dropout": (float, 0, 0.99)},
-    "cnn": {"channels": (int, 1, 4096), "blocks": (int, 1, 16), "dropout": (float, 0, 0.99)},
-    "vit": {
-        "patch_size": (int, 1, 1024),
-        "width": (int, 8, math.inf),
-        "depth": (int, 1, 128),
-        "heads": (int, 1, 256),
-        "mlp_ratio": (float, 0.25, 16),
-        "dropout": (float, 0, 0.99),
-    },
-}
 
 
 class _Section(BaseModel):
@@ -67,7 +44,7 @@ class TaskSection(_Section):
     @field_validator("model", "data")
     @classmethod
     def _known_or_importable(cls, value: str, info: Any) -> str:
-        builtin = BUILTIN_MODELS if info.field_name == "model" else BUILTIN_DATA
+        builtin = tuple(catalogue.MODELS) if info.field_name == "model" else catalogue.DATA
         if ":" not in value:
             if value not in builtin:
                 raise ValueError(
@@ -75,7 +52,7 @@ class TaskSection(_Section):
                     "or 'package.module:function')"
                 )
             return value
-        check_importable(value)
+        catalogue.check_importable(value)
         return value
 
 
@@ -233,7 +210,7 @@ class TrainingSection(_Section):
         "that support it, else fp16; off on CPU).",
     )
     lr: float = Field(1e-3, gt=0, description="Learning rate.")
-    optimizer: str = Field("adam", description=f"One of: {', '.join(OPTIMIZERS)}.")
+    optimizer: str = Field("adam", description=f"One of: {', '.join(catalogue.OPTIMIZERS)}.")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD/RMSprop momentum.")
     weight_decay: Optional[float] = Field(
         None,
@@ -288,8 +265,8 @@ class TrainingSection(_Section):
     @field_validator("optimizer")
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
-        if value not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer '{value}' (valid: {', '.join(OPTIMIZERS)})")
+        if value not in catalogue.OPTIMIZERS:
+            raise ValueError(f"unknown optimizer '{value}' (valid: {', '.join(catalogue.OPTIMIZERS)})")
         return value
 
 
@@ -393,15 +370,15 @@ def _check_param(name: str, param: ParamT, model: str, training: TrainingSection
             try:
                 setattr(training.model_copy(), name, value)  # validate_assignment checks it
             except ValidationError as err:
-                raise ConfigError(path, _message(err.errors()[0], value)) from None
+                raise ConfigError(path, error_line(err.errors()[0], value)) from None
         return
-    known = MODEL_PARAMS.get(model)
+    known = catalogue.MODELS.get(model)
     if known is None:  # a user model reads whatever it likes
         return
     if name not in known:
         valid = sorted(set(known) | set(TrainingSection.model_fields))
         raise ConfigError(path, f"not a parameter of model '{model}' or training (valid: {', '.join(valid)})")
-    kind, low, high = known[name]
+    kind, low, high = known[name].kind, known[name].low, known[name].high
     for value in _probe_values(param):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"must be a number, got {value!r}")
@@ -416,175 +393,3 @@ def _probe_values(param: ParamT) -> list[Any]:
     if listed is not None:
         return listed
     return [param.low, param.high]  # type: ignore[union-attr]
-
-
-def check_importable(spec: str) -> None:
-    """Refuse a 'package.module:function' that cannot be found, without importing torch.
-
-    The module is located (its parent packages are imported, as Python must) and its source
-    scanned for a top-level definition of the name; the module itself runs only in trials.
-    """
-    module, _, attr = spec.partition(":")
-    if not module or not attr.isidentifier():
-        raise ValueError(f"'{spec}' is not of the form package.module:function")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as err:
-        raise ValueError(f"cannot import module '{module}' ({err})") from None
-    if found is None:
-        raise ValueError(f"cannot import module '{module}' (not found from {Path.cwd()})")
-    origin = found.origin
-    if origin and origin.endswith(".py"):
-        tree = ast.parse(Path(origin).read_text(), filename=origin)
-        if attr not in _top_level_names(tree):
-            raise ValueError(f"module '{module}' has no function '{attr}'")
-
-
-def _top_level_names(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-def load_sweep(path: Union[str, Path], overrides: Optional[dict[str, Any]] = None) -> SweepConfig:
-    """Read, override and validate a sweep file; raises ConfigError with the field path."""
-    raw = read_yaml(path)
-    for dotted, value in (overrides or {}).items():
-        set_dotted(raw, dotted, value)
-    return parse_sweep(raw)
-
-
-def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
-    """The file's top-level mapping, or a ConfigError saying what is wrong with it."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("", f"{p}: no such file")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise ConfigError("", f"{p}: YAML syntax error{where}: {problem}") from None
-    if raw is None:
-        raise ConfigError("", f"{p}: the file is empty")
-    if not isinstance(raw, dict):
-        raise ConfigError("", f"{p}: expected a mapping of keys (name:, task:, ...) at the top")
-    return raw
-
-
-def parse_sweep(raw: dict[str, Any]) -> SweepConfig:
-    """Validate a raw mapping; the first problem becomes a ConfigError."""
-    try:
-        return SweepConfig.model_validate(raw)
-    except ConfigError:
-        raise
-    except ValidationError as err:
-        first = err.errors()[0]
-        path, message = _path(first["loc"]), _message(first)
-        # Range checks span two fields, so they name theirs in the message ("low: ...").
-        field = re.match(r"^(low|high|values): (.*)$", message)
-        if field:
-            path, message = f"{path}.{field.group(1)}", field.group(2)
-        raise ConfigError(path, message) from None
-
-
-def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `a.b.c` in a nested mapping, creating mappings on the way."""
-    keys = dotted.split(".")
-    node = raw
-    for key in keys[:-1]:
-        nxt = node.get(key)
-        if nxt is None:
-            nxt = node[key] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(dotted, f"cannot set inside '{key}', which is not a mapping")
-        node = nxt
-    node[keys[-1]] = value
-
-
-_PARAM_TAGS = {"uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed"}
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc]
-    # The discriminated union puts the parameter type in the location; users never wrote it.
-    if len(parts) >= 4 and parts[:2] == ["search", "params"] and parts[3] in _PARAM_TAGS:
-        del parts[3]
-        if parts[-1] == "value":
-            parts.pop()
-    return ".".join(parts)
-
-
-def _message(error: dict[str, Any], value: Any = None) -> str:
-    kind, msg = error["type"], error["msg"]
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "extra_forbidden":
-        return "unknown key (check the spelling; `tuner schema` lists the valid keys)"
-    msg = re.sub(r"^(Value|Assertion) error, ", "", msg)
-    msg = msg[:1].lower() + msg[1:]
-    if value is not None and repr(value) not in msg:
-        msg = f"{msg} (got {value!r})"
-    return msg
-
-
-def to_yaml(cfg: SweepConfig) -> str:
-    """The resolved config as YAML (what a trial really ran with)."""
-    data = cfg.model_dump(mode="json", exclude_none=False)
-    data["search"]["params"] = {
-        k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
-        for k, p in cfg.search.params.items()
-    }
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-def reference_markdown() -> str:
-    """The sweep-file reference as a Markdown table, from the field descriptions."""
-    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            path = f"{prefix}{name}"
-            sub = field.annotation
-            if isinstance(sub, type) and issubclass(sub, BaseModel):
-                rows.append(f"| **`{path}`** | | {_md(model_doc(sub))} |")
-                walk(sub, path + ".")
-                continue
-            if field.is_required():
-                default = "required"
-            elif field.default_factory is not None:
-                default = f"`{field.default_factory()}`"
-            else:
-                default = f"`{field.default}`"
-            rows.append(f"| `{path}` | {default} | {_md(field.description or '')} |")
-
-    walk(SweepConfig, "")
-    return "\n".join(rows) + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def model_doc(model: type[BaseModel]) -> str:
-    return (model.__doc__ or "").strip().splitlines()[0]
-
-
-def json_schema() -> dict[str, Any]:
-    """JSON Schema of the sweep file, for editors (yaml-language-server)."""
-    schema = SweepConfig.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "tuner sweep file"
-    return schema

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from tuner import catalogue
+
 
 class TensorData(Dataset):
     """An in-memory dataset of stacked inputs and labels (gathered by index, no loader)."""
@@ -142,6 +144,7 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], DataBundle]] = {
     "synthetic": _synthetic,
     "synthetic_images": _synthetic_images,
 }
+assert tuple(BUILTIN) == catalogue.DATA, "a built-in dataset without its catalogue entry"
 
 
 @functools.lru_cache(maxsize=4)

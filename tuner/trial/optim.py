@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from tuner import catalogue
+
 # name -> (class, its options from the trial's hyperparameters, whether it has a fused CUDA
 # kernel). weight_decay unset means the optimizer's own default (AdamW's 0.01, the others' 0).
 OptionsFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -28,6 +30,7 @@ OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], OptionsFn, bool]] = {
     "adamw": (torch.optim.AdamW, lambda hp: {"weight_decay": _decay(hp, 0.01)}, True),
     "rmsprop": (torch.optim.RMSprop, _momentum, False),
 }
+assert tuple(OPTIMIZERS) == catalogue.OPTIMIZERS, "an optimizer without its catalogue entry"
 
 
 def build_optimizer(model: torch.nn.Module, hp: dict[str, Any]) -> torch.optim.Optimizer:
