@@ -10,7 +10,7 @@ import cloudpickle
 from ray.tune.search import Searcher
 
 from tuner.results import finite
-from tuner.search.algorithms import TIME_ATTR
+from tuner.search.plan import TIME_ATTR
 
 
 class _SavesState:

@@ -13,7 +13,6 @@ import math
 import os
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -21,54 +20,22 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tuner.trial.amp import Amp, make_amp
+from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
-from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
-from tuner.trial.data import Batches, DataBundle, load_data
+from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
-from tuner.trial.parallel import Single, make_strategy
-from tuner.trial.prefetch import Feed, make_feed
+from tuner.trial.parallel import make_strategy
+from tuner.trial.prefetch import make_feed
 from tuner.trial.session import Session
 from tuner.trial.spec import TrialSpec
+from tuner.trial.state import Parts, TrainState, report_with_checkpoint, restore
 from tuner.trial.tb import EventWriter, NullWriter
 
 WORST = {"max": -math.inf, "min": math.inf}
-
-
-@dataclass
-class Parts:
-    """The live objects of one trial (kept together so helpers take one argument)."""
-
-    spec: TrialSpec
-    session: Session
-    device: torch.device
-    data: DataBundle
-    model: nn.Module  # not DDP-wrapped (FSDP shards in place): checkpoints and evaluation use it
-    net: nn.Module  # what training calls: the model, or its DDP wrapper
-    strategy: Single  # how workers share the model (parallel.py)
-    optimizer: torch.optim.Optimizer
-    schedule: Any  # LambdaLR, or optim.ConstantSchedule
-    amp: Amp
-    feed: Feed  # stored batches -> model inputs on the device (prefetch.py)
-    gpu: NoGpu  # memory share and per-epoch stats (gpu.py)
-    train: Batches
-    val: Batches
-    per_rank_batch: int
-    eval_batch: int
-    min_micro: int
-    grad_clip: Optional[float]
-    find_batch_size: bool
-    state: TrainState
-    log: logging.Logger
-
-    def close(self) -> None:
-        """End what outlives a reference: the DataLoaders' worker processes."""
-        self.train.close()
-        self.val.close()
 
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
