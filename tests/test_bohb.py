@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import debug_config
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.trial.journal import read_metrics
+from tuner.sweepdir import read_metrics
 
 Curve = Callable[[dict[str, Any], int, random.Random], float]
 

@@ -13,7 +13,7 @@ from tests.conftest import debug_config
 from tuner.config import ConfigError
 from tuner.driver.resources import TrialResources, check_scalable
 from tuner.driver.sweep import run_sweep
-from tuner.trial.journal import read_metrics
+from tuner.sweepdir import read_metrics
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -1,4 +1,4 @@
-"""A sweep directory read back: per-trial records, the best trial, summary.json.
+"""A sweep directory read back: per-trial records, their outcomes, the ranking, summary.json.
 
 One reader for every caller (end of a sweep, `resume`, `report`), working only from files
 written synchronously by whoever knows the fact: each trial directory's `tuner_trial.json`
@@ -10,21 +10,57 @@ was interrupted, or whose driver was killed.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Optional
 
-from tuner.trial.journal import TRACEBACK_FILE, read_metrics
+from tuner.sweepdir import error_text, read_metrics, read_record, trial_dirs
 
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "sweep.yaml"
-RECORD_FILE = "tuner_trial.json"
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
 NOT_METRICS = frozenset({"failure_detail", "wall_time"})
+
+
+class Outcome(str, Enum):
+    """How a trial ended: one vocabulary for summary.json's counts, the CLI's table and the
+    report. Computed once per trial (`record`)."""
+
+    COMPLETED = "completed"  # trained to max_epochs
+    STOPPED_EARLY = "stopped early"  # stopped by the scheduler (ASHA) at a rung
+    DIVERGED = "diverged"  # non-finite loss
+    OOM = "oom"  # out of memory at the smallest micro-batch
+    TIMEOUT = "timeout"
+    ERROR = "error"  # its code raised (Tune: ERROR)
+    UNFINISHED = "unfinished"  # running now, or cut off when the sweep stopped
+
+    @classmethod
+    def parse(cls, word: str) -> Outcome:
+        """An outcome from its word, including the words of older summary.json files
+        ("stopped_early"); an unknown failure word counts as an error."""
+        word = _OLD_WORDS.get(word, word)
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.ERROR
+
+    @property
+    def failed(self) -> bool:
+        return self in (Outcome.DIVERGED, Outcome.OOM, Outcome.TIMEOUT, Outcome.ERROR)
+
+
+_OLD_WORDS = {"stopped_early": Outcome.STOPPED_EARLY.value}
+
+
+def outcome_of(status: str, failure: Optional[str], stopped_early: bool) -> Outcome:
+    """The Outcome of a trial from its record's status, its failure and whether ASHA stopped it."""
+    if failure:
+        return Outcome.parse(failure.split(":")[0])
+    if stopped_early:
+        return Outcome.STOPPED_EARLY
+    return Outcome.COMPLETED if status == "TERMINATED" else Outcome.UNFINISHED
 
 
 @dataclass
@@ -44,48 +80,11 @@ class TrialRecord:
     path: str = ""
     best_metrics: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    outcome: Outcome = Outcome.UNFINISHED
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
-
-
-# ----------------------------------------------------------------------------- files
-
-
-def json_safe(value: Any) -> Any:
-    """Plain JSON types (numpy scalars from searchers become Python ones)."""
-    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-
-
-def read_record(trial_dir: str) -> Optional[dict[str, Any]]:
-    path = os.path.join(trial_dir, RECORD_FILE)
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def write_record(trial_dir: str, record: dict[str, Any]) -> None:
-    os.makedirs(trial_dir, exist_ok=True)
-    path = os.path.join(trial_dir, RECORD_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)  # readers never see half a record
-
-
-def trial_dirs(sweep_dir: str) -> list[str]:
-    """Directories of the sweep's trials (those with a record), oldest first."""
-    if not os.path.isdir(sweep_dir):
-        return []
-    found = []
-    for name in os.listdir(sweep_dir):
-        path = os.path.join(sweep_dir, name)
-        record = read_record(path) if os.path.isdir(path) else None
-        if record is not None:
-            found.append((record.get("started", 0.0), name, path))
-    return [path for _, _, path in sorted(found)]
 
 
 # ----------------------------------------------------------------------------- records
@@ -103,9 +102,10 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         # It finished (or failed as a result) but the driver died before recording it.
         status = "TERMINATED"
     if status == "ERROR":
-        failure = "error: " + _error_line(trial_dir)
+        failure = "error: " + _error_line(error_text(trial_dir))
     best_row = _best_row(rows, metric, mode) if failure is None else None
     config = info.get("config", {})
+    stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
@@ -114,23 +114,19 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         epochs=epochs,
         time_s=round(sum(float(r.get("epoch_time_s", 0.0)) for r in rows), 3),
         failure=failure,
-        stopped_early=status == "TERMINATED" and failure is None and epochs < max_epochs,
+        stopped_early=stopped_early,
         best_value=None if best_row is None else float(best_row[metric]),
         best_epoch=None if best_row is None else int(best_row.get("epoch", 0)),
         path=trial_dir,
         best_metrics={} if best_row is None else {k: v for k, v in best_row.items() if k not in NOT_METRICS},
         history=rows,
+        outcome=outcome_of(status, failure, stopped_early),
     )
 
 
 def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> list[TrialRecord]:
     """Every trial of the sweep directory."""
     return [record(d, metric, mode, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
-
-
-def full_config(trial_dir: str) -> dict[str, Any]:
-    """Everything the trial ran with (searched and fixed values, training defaults)."""
-    return dict((read_record(trial_dir) or {}).get("config", {}))
 
 
 def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
@@ -146,15 +142,7 @@ def finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _error_line(trial_dir: str) -> str:
-    text = ""
-    for name in (TRACEBACK_FILE, "error.txt"):  # ours (the trial's), then Tune's
-        try:
-            with open(os.path.join(trial_dir, name)) as f:
-                text = f.read()
-            break
-        except OSError:
-            continue
+def _error_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     exc = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Exit|OOM)\b", ln)]
     return (exc or lines or ["unknown error (see the trial's error.txt)"])[-1][:200]
@@ -163,12 +151,18 @@ def _error_line(trial_dir: str) -> str:
 # ----------------------------------------------------------------------------- summary
 
 
+def ranked(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
+    """Trials with a usable result, best first by their best epoch (ties: the one that
+    started first). Failed (diverged, oom, error) trials never count. The one ranking of
+    summary.json's best, the CLI's leaderboard and the report."""
+    ok = [r for r in trials if r.failure is None and r.best_value is not None]
+    return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
+
+
 def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
     """The best trial by its best epoch; failed (diverged, oom, error) trials never count."""
-    ok = [r for r in trials if r.failure is None and r.best_value is not None]
-    if not ok:
-        return None
-    return (max if mode == "max" else min)(ok, key=lambda r: r.best_value)
+    top = ranked(trials, mode)
+    return top[0] if top else None
 
 
 def summarize(
@@ -184,7 +178,7 @@ def summarize(
     top = best(trials, mode)
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
-    hidden = ("path", "best_metrics", "history")
+    hidden = ("path", "best_metrics", "history", "outcome")
     return {
         "name": name,
         "metric": metric,
@@ -192,7 +186,7 @@ def summarize(
         "algorithm": algorithm,
         "status": status,
         "expected_trials": expected_trials,
-        "counts": _counts(trials),
+        "counts": counts(trials),
         "best": None
         if top is None
         else {
@@ -205,51 +199,28 @@ def summarize(
     }
 
 
-def _counts(trials: list[TrialRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in trials:
-        if r.failure:
-            key = r.failure.split(":")[0]
-        elif r.stopped_early:
-            key = "stopped_early"
-        elif r.status == "TERMINATED":
-            key = "completed"
-        else:
-            key = "unfinished"
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
-    path = os.path.join(sweep_dir, SUMMARY_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:
-    path = os.path.join(sweep_dir, SUMMARY_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+def counts(trials: list[TrialRecord]) -> dict[str, int]:
+    """How many trials ended which way, in Outcome's order (words as Outcome says them)."""
+    found = [r.outcome for r in trials]
+    return {o.value: found.count(o) for o in Outcome if o in found}
 
 
 def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5) -> str:
     """A short plain-text table of the best trials."""
-    ranked = sorted(
-        (r for r in trials if r.best_value is not None and r.failure is None),
-        key=lambda r: r.best_value,
-        reverse=mode == "max",
-    )[:top]
-    if not ranked:
+    best_first = ranked(trials, mode)[:top]
+    if not best_first:
         return "(no trial produced a finite metric)"
     rows = [("trial", metric, "epoch", "status", "config")]
-    for r in ranked:
-        cfg = " ".join(f"{k}={short(v)}" for k, v in r.config.items())
-        status = "stopped early" if r.stopped_early else _STATUS_WORDS.get(r.status, r.status.lower())
-        rows.append((r.trial_id, f"{r.best_value:.4f}", f"{r.best_epoch}/{r.epochs}", status, cfg))
+    for r in best_first:
+        rows.append(
+            (
+                r.trial_id,
+                f"{r.best_value:.4f}",
+                f"{r.best_epoch}/{r.epochs}",
+                r.outcome.value,
+                config_label(r.config),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
@@ -257,27 +228,18 @@ def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5)
     )
 
 
-_STATUS_WORDS = {"TERMINATED": "completed", "RUNNING": "unfinished"}
-
-
 def short(v: Any) -> str:
     """A value as a leaderboard shows it (floats to 4 significant digits)."""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def resources_of(trial_dir: str) -> dict[str, Any]:
-    """What one worker of the trial had (workers, cpus_per_worker, gpus_per_worker), as the
-    driver resolved it (gpus_per_worker: auto depends on the cluster)."""
-    return dict((read_record(trial_dir) or {}).get("resources", {}))
+def clock(seconds: float) -> str:
+    """Whole seconds as m:ss, or h:mm:ss from an hour on."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def check_sweep_dir(sweep_dir: str) -> str:
-    """`sweep_dir` made absolute, or a ConfigError saying why it is not a sweep directory."""
-    from tuner.config import ConfigError
-
-    path = os.path.abspath(sweep_dir)
-    if not os.path.isdir(path):
-        raise ConfigError("", f"{sweep_dir}: no such directory")
-    if not os.path.isfile(os.path.join(path, CONFIG_FILE)):
-        raise ConfigError("", f"{sweep_dir} is not a sweep directory (it has no {CONFIG_FILE})")
-    return path
+def config_label(config: dict[str, Any]) -> str:
+    """A configuration in one line: `lr=0.01 width=64`."""
+    return " ".join(f"{k}={short(v)}" for k, v in config.items())

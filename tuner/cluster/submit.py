@@ -34,6 +34,7 @@ from tuner.cluster.connect import add_runtime_flags
 from tuner.config import ConfigError, load_sweep
 from tuner.config.flags import add_overrides, overrides_from
 from tuner.errors import ExitCode
+from tuner.sweepdir import refuse_existing
 
 INSECURE = "--allow-insecure-cluster"
 USAGE = "usage: python -m tuner submit SWEEP.yaml [ray job submit options] [-- tuner sweep options]"
@@ -118,8 +119,6 @@ def runtime_env(ray_args: list[str], working_dir: Path) -> dict[str, Any]:
 
 def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
     """The checks `tuner sweep` makes before Ray starts, here, before anything is submitted."""
-    from tuner.driver.sweep import refuse_existing
-
     if "--address" in tuner_args or any(a.startswith("--address=") for a in tuner_args):
         raise ConfigError("--address", "give the cluster's address before `--` (ray job submit --address)")
     parser = argparse.ArgumentParser(prog="python -m tuner submit SWEEP.yaml ... --")

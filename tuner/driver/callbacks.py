@@ -11,8 +11,15 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from tuner.results import json_safe, read_record, write_record
+from tuner.results import clock
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
+from tuner.sweepdir import (
+    HPARAMS_EXPERIMENT_MARKER,
+    HPARAMS_SESSION_MARKER,
+    json_safe,
+    read_record,
+    write_record,
+)
 from tuner.trial import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
@@ -83,7 +90,7 @@ class HParamsCallback(Callback):
         self._started: set[str] = set()
 
     def setup(self, **info: Any) -> None:
-        marker = os.path.join(self.sweep_dir, ".hparams-experiment")
+        marker = os.path.join(self.sweep_dir, HPARAMS_EXPERIMENT_MARKER)
         if os.path.exists(marker):  # resumed: the experiment is already described
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
@@ -95,7 +102,7 @@ class HParamsCallback(Callback):
         if trial.trial_id in self._started or not path:
             return
         self._started.add(trial.trial_id)
-        marker = os.path.join(path, ".hparams-session")
+        marker = os.path.join(path, HPARAMS_SESSION_MARKER)
         if os.path.exists(marker):  # paused and resumed, or a resumed sweep
             return
         os.makedirs(path, exist_ok=True)
@@ -211,10 +218,10 @@ class Progress(Callback):
         if self.best:
             parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
         elapsed = time.monotonic() - self.t0
-        parts.append(_clock(elapsed))
+        parts.append(clock(elapsed))
         done_here = done - self.done_before
         if 0 < done_here and done < self.total:
-            parts.append(f"eta ~{_clock(elapsed / done_here * (self.total - done))}")
+            parts.append(f"eta ~{clock(elapsed / done_here * (self.total - done))}")
         return ("[tuner] " if prefix else "") + " · ".join(parts)
 
     @staticmethod
@@ -222,9 +229,3 @@ class Progress(Callback):
         # A line wider than the terminal wraps, and "\r" then redraws only its last row.
         width = shutil.get_terminal_size((120, 24)).columns - 1
         return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

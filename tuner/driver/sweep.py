@@ -14,22 +14,20 @@ from typing import Any, Optional
 
 from tuner.cluster import join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
-from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
+from tuner.config import SweepConfig
 from tuner.driver import resources
 from tuner.errors import ExitCode
-from tuner.results import (
-    CONFIG_FILE,
-    TrialRecord,
-    check_sweep_dir,
-    full_config,
-    leaderboard,
-    read_summary,
-    records,
-    summarize,
-    write_summary,
-)
+from tuner.results import TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
+from tuner.sweepdir import (
+    full_config,
+    read_config,
+    read_summary,
+    refuse_existing,
+    write_config,
+    write_summary,
+)
 
 
 @dataclass
@@ -55,21 +53,6 @@ def locate(output: str, name: str) -> tuple[str, Optional[str]]:
         return output, None
     storage = os.path.abspath(os.path.expanduser(join.output_base(output)))
     return storage, os.path.join(storage, name)
-
-
-def refuse_existing(sweep_dir: Optional[str]) -> None:
-    """Never write into a sweep that is already there: results are the user's."""
-    if sweep_dir and os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
-        raise ConfigError(
-            "name",
-            f"{sweep_dir} already holds a sweep; continue it with `python -m tuner resume "
-            f"{sweep_dir}`, or choose another --name or --output",
-        )
-
-
-def load_resumable(sweep_dir: str) -> SweepConfig:
-    """The resolved config of a sweep directory; a ConfigError if it is not one."""
-    return load_sweep(os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE))
 
 
 @dataclass
@@ -99,7 +82,7 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
     Raises AlreadyFinished (changing nothing) when every planned trial has finished.
     """
     sweep_dir = os.path.abspath(sweep_dir)
-    cfg = load_resumable(sweep_dir)
+    cfg = read_config(sweep_dir)
     trials = _records(cfg, sweep_dir)
     finished = [t for t in trials if t.finished]
     unfinished = [t for t in trials if not t.finished]
@@ -136,9 +119,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start) -> SweepOutcome:
         print(start.announce, flush=True)
     res = resources.resolve(cfg)  # before anything is written: a refused sweep leaves no directory
     if start.prior is None and start.sweep_dir:
-        os.makedirs(start.sweep_dir, exist_ok=True)
-        with open(os.path.join(start.sweep_dir, CONFIG_FILE), "w") as f:
-            f.write(to_yaml(cfg))
+        write_config(start.sweep_dir, cfg)
     _launch(cfg, res, start, runtime.verbose)
     return finish(cfg, start.sweep_dir or start.storage)
 

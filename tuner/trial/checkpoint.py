@@ -19,10 +19,9 @@ from typing import Any, Optional
 
 import torch
 
-CHECKPOINT_FILE = "state.pt"
+from tuner.sweepdir import CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name
 
-
-_NAME = re.compile(r"^checkpoint_e(\d{6})\.pt$")
+_NAME = re.compile(CHECKPOINT_PATTERN)
 
 
 class DirCheckpoints:
@@ -38,7 +37,7 @@ class DirCheckpoints:
         return sorted(int(m.group(1)) for m in found if m)
 
     def path(self, epoch: int) -> str:
-        return os.path.join(self.root, f"checkpoint_e{epoch:06d}.pt")
+        return os.path.join(self.root, checkpoint_name(epoch))
 
     def latest_epoch(self) -> Optional[int]:
         epochs = self._epochs()

@@ -1,8 +1,9 @@
 """Files a trial writes about itself: its metrics, one JSON line per epoch, and tracebacks.
 
-Written by the trial (rank 0) and flushed each epoch, these are what `tuner.results` reads:
-Ray's own result.json is written by the driver through a buffer and synced from a staging
-directory, so a killed driver loses its tail.
+Written by the trial (rank 0) and flushed each epoch, these are what `tuner.results` reads
+(through tuner.sweepdir, which names the files): Ray's own result.json is written by the
+driver through a buffer and synced from a staging directory, so a killed driver loses its
+tail.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import time
 import traceback
 from typing import Any, Optional
 
-METRICS_FILE = "metrics.jsonl"
-TRACEBACK_FILE = "traceback.txt"
+from tuner.sweepdir import METRICS_FILE, TRACEBACK_FILE, read_metrics
+
+__all__ = ["MetricsLog", "NullMetricsLog", "read_metrics", "write_traceback"]
 
 
 class MetricsLog:
@@ -44,23 +46,6 @@ class NullMetricsLog:
 
     def resume_at(self, epoch: int) -> None: ...
     def append(self, metrics: dict[str, Any]) -> None: ...
-
-
-def read_metrics(trial_dir: Optional[str]) -> list[dict[str, Any]]:
-    """The epochs a trial recorded, oldest first (a line cut short by a kill is skipped)."""
-    if not trial_dir:
-        return []
-    path = os.path.join(trial_dir, METRICS_FILE)
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
 
 
 def write_traceback(trial_dir: Optional[str], rank: int) -> None:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tuner.sweepdir import TRIAL_LOG
 from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.data import Batches, load_data
@@ -332,7 +333,7 @@ def _trial_logger(session: Session) -> logging.Logger:
     log.setLevel(logging.INFO)
     _close_files(log)
     if session.is_main and session.trial_dir:
-        handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
+        handler = logging.FileHandler(os.path.join(session.trial_dir, TRIAL_LOG))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
     return log

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from tuner.cluster.join import LOOPBACK
-from tuner.results import check_sweep_dir
+from tuner.sweepdir import check_sweep_dir
 
 
 def tensorboard_flags(sweep_dir: str, bind_all: bool = False, port: int = 0) -> list[str]:
