@@ -50,3 +50,16 @@ def run_cli(
         timeout=timeout,
         env=full_env,
     )
+
+
+def contains(p: Any, value: Any) -> bool:
+    """Whether `value` is one the parameter can produce (the contract tests' check)."""
+    from tuner.space import LogRandInt, LogUniform, RandInt, Uniform, values_of
+
+    listed = values_of(p)
+    if listed is not None and not isinstance(p, (RandInt, LogRandInt)):
+        return value in listed
+    if isinstance(p, (RandInt, LogRandInt)):
+        return isinstance(value, int) and p.low <= value <= p.high
+    assert isinstance(p, (Uniform, LogUniform))
+    return isinstance(value, float) and p.low <= value <= p.high

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import DEBUG
+from tests.conftest import DEBUG, contains
 from tuner.config import load_sweep
 from tuner.search import algorithms
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform, contains
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform
 
 ALGOS = list(algorithms.ALGORITHMS)
 

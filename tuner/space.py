@@ -249,14 +249,3 @@ def to_configspace(params: dict[str, ParamT], seed: int | None = None) -> Any:
             raise ValueError(f"search.params.{name}: ConfigSpace cannot express type {p.kind}")
         space.add(hp)
     return space
-
-
-def contains(p: ParamT, value: Any) -> bool:
-    """Whether `value` is one the parameter can produce (used by the contract tests)."""
-    listed = values_of(p)
-    if listed is not None and not isinstance(p, (RandInt, LogRandInt)):
-        return value in listed
-    if isinstance(p, (RandInt, LogRandInt)):
-        return isinstance(value, int) and p.low <= value <= p.high
-    assert isinstance(p, (Uniform, LogUniform))
-    return isinstance(value, float) and p.low <= value <= p.high

@@ -124,9 +124,14 @@ def has_summary(sweep_dir: str) -> bool:
 # ----------------------------------------------------------------------------- trials
 
 
+def json_default(o: Any) -> Any:
+    """`json.dumps(default=...)`: numpy scalars (from searchers) as Python ones, else str."""
+    return o.item() if hasattr(o, "item") else str(o)
+
+
 def json_safe(value: Any) -> Any:
     """Plain JSON types (numpy scalars from searchers become Python ones)."""
-    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+    return json.loads(json.dumps(value, default=json_default))
 
 
 def read_record(trial_dir: str) -> Optional[dict[str, Any]]:

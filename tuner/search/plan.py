@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.space import ParamT
+from tuner.sweepdir import json_default
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -48,7 +49,7 @@ class SearchPlan:
 
 def key(config: dict[str, Any]) -> str:
     """A configuration's identity, comparable across a JSON round trip."""
-    return json.dumps(config, sort_keys=True, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    return json.dumps(config, sort_keys=True, default=json_default)
 
 
 def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
