@@ -131,6 +131,17 @@ def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
     assert cluster.storage_warning("s3://bucket/runs", [here, away]) is None
 
 
+def test_embedded_ray_refuses_a_grpc_call_without_the_token(ray_session: Any) -> None:
+    # The private local Ray of `tuner sweep` (Ray 2.60) binds its gRPC servers on every
+    # interface even with a loopback node address; token authentication is what refuses a
+    # caller from elsewhere (README: Security).
+    host, port = ray_session.get_runtime_context().gcs_address.rsplit(":", 1)
+    target = cluster.Target(host, int(port), client=False)
+    assert cluster.probe(target, token=None) is None  # UNAUTHENTICATED
+    assert cluster.probe(target, token="0" * 64) is None  # a wrong token: refused as well
+    assert cluster.probe(target, token=cluster.local_token())  # ours: its nodes
+
+
 def test_submit_command_checks_first_and_sets_up_a_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cluster, "dashboard_auth", lambda url: "token")
     monkeypatch.setattr(cluster, "local_token", lambda: "secret")
