@@ -148,34 +148,30 @@ def _listed(configs: list[dict[str, Any]], max_concurrent: Optional[int]) -> Any
 
 
 def _grid(r: SearchRequest) -> SearchPlan:
-    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
-    max_concurrent, prior = r.max_concurrent, r.prior
-    todo = prior.resumed + _not_started(grid_configs(params, search.grid_points), prior)
-    stop_early = schedule.early_stopping is True
-    return SearchPlan(
-        param_space=_space(params),
-        search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
-        num_samples=len(todo),
-        points=todo,
-        description=f"grid over {grid_size(params, search.grid_points)} combinations"
-        + (" + ASHA" if stop_early else ""),
-    )
+    points = r.search.grid_points
+    todo = r.prior.resumed + _not_started(grid_configs(r.params, points), r.prior)
+    stop_early = r.schedule.early_stopping is True
+    return _listed_plan(r, todo, stop_early, f"grid over {grid_size(r.params, points)} combinations")
 
 
 def _random(r: SearchRequest) -> SearchPlan:
-    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
-    max_concurrent, prior = r.max_concurrent, r.prior
-    fresh = _not_started(random_configs(params, search.num_samples, search.seed), prior)
+    prior = r.prior
+    fresh = _not_started(random_configs(r.params, r.search.num_samples, r.search.seed), prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
-    stop_early = schedule.early_stopping is not False
+    return _listed_plan(r, todo, r.schedule.early_stopping is not False, "random search")
+
+
+def _listed_plan(
+    r: SearchRequest, todo: list[dict[str, Any]], stop_early: bool, description: str
+) -> SearchPlan:
+    """Exactly the configurations `todo`, in order (grid and random search)."""
     return SearchPlan(
-        param_space=_space(params),
-        search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
+        param_space=_space(r.params),
+        search_alg=_listed(todo, r.max_concurrent),
+        scheduler=_asha(r.schedule, r.metric, r.mode, r.prior) if stop_early else None,
         num_samples=len(todo),
         points=todo,
-        description="random search" + (" + ASHA" if stop_early else ""),
+        description=description + (" + ASHA" if stop_early else ""),
     )
 
 
