@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from tuner.cluster.join import LOOPBACK
+from tuner.errors import ExitCode
 from tuner.sweepdir import check_sweep_dir
 
 
@@ -70,4 +71,4 @@ def serve(sweep_dir: str, bind_all: bool = False, port: int = 0) -> int:
             pass
     except KeyboardInterrupt:
         pass
-    return 0
+    return ExitCode.OK
