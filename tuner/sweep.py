@@ -106,6 +106,7 @@ def connect(
         num_cpus=num_cpus,
         include_dashboard=dashboard,
         dashboard_host="127.0.0.1",
+        **cluster.prepare_local(),  # token 0600, every socket on loopback
         **common,
     )
     return "local"
