@@ -103,3 +103,14 @@ def before_adam_step(monkeypatch: Any, call: int, action: Any) -> None:
         return step(self, *args, **kw)
 
     monkeypatch.setattr(torch.optim.Adam, "step", wrapped)
+
+
+class _Slow(_Chaos):
+    """Sleeps `step_sleep_s` every training step: epochs long enough to catch a trial mid-way."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        time.sleep(float(self.config["step_sleep_s"]))
+
+
+def slow(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _Slow(config, input_shape, num_classes)

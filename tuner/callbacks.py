@@ -13,6 +13,7 @@ from ray.tune import Callback
 
 from tuner.results import json_safe, read_record, write_record
 from tuner.trial import tb
+from tuner.trial.journal import NOTICE
 
 STATUS_FILE_SUFFIX = ".tuner-status"
 
@@ -135,6 +136,8 @@ class Progress(Callback):
         return {**self.__dict__, "_stream": None}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if result.get(NOTICE):
+            self.say(f"[tuner] trial {trial.trial_id}: {result[NOTICE]}")
         value = result.get(self.metric)
         if "failure" in result:
             self.failed.add(trial.trial_id)
@@ -175,6 +178,11 @@ class Progress(Callback):
             f"[tuner] trial {trial.trial_id} {note}: {self.metric} {shown} at epoch "
             f"{last.get('epoch', 0)} · {self.line(trials, prefix=False)}\n"
         )
+        self.stream.flush()
+
+    def say(self, line: str) -> None:
+        """A line of its own (above the live status line on a terminal)."""
+        self.stream.write(("\r\033[K" if self.live else "") + line + "\n")
         self.stream.flush()
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:

@@ -17,14 +17,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from tuner.trial.journal import TRACEBACK_FILE, read_metrics
+from tuner import cluster
+from tuner.trial.journal import NOTICE, TRACEBACK_FILE, read_metrics, write_atomic
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "sweep.yaml"
 RECORD_FILE = "tuner_trial.json"
+TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
-NOT_METRICS = frozenset({"failure_detail", "wall_time"})
+NOT_METRICS = frozenset({"failure_detail", "wall_time", NOTICE})
 
 
 @dataclass
@@ -59,32 +61,69 @@ def json_safe(value: Any) -> Any:
 
 
 def read_record(trial_dir: str) -> Optional[dict[str, Any]]:
-    path = os.path.join(trial_dir, RECORD_FILE)
+    """The trial's record, or None when it is missing, unreadable or not a record."""
+    return _read_object(os.path.join(trial_dir, RECORD_FILE))[0]
+
+
+def _read_object(path: str) -> tuple[Optional[dict[str, Any]], str]:
+    """(the JSON object in `path`, "") or (None, why not)."""
     try:
         with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+            value = json.load(f)
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as err:
+        return None, f"unreadable: {type(err).__name__}"
+    if not isinstance(value, dict) or not isinstance(value.get("config", {}), dict):
+        return None, f"not a record (a JSON {type(value).__name__})"
+    return value, ""
 
 
 def write_record(trial_dir: str, record: dict[str, Any]) -> None:
     os.makedirs(trial_dir, exist_ok=True)
-    path = os.path.join(trial_dir, RECORD_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)  # readers never see half a record
+    write_atomic(os.path.join(trial_dir, RECORD_FILE), json.dumps(record))
+
+
+def recovered_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    """The trial's record; when that is damaged or missing, one rebuilt from the params.json
+    Tune wrote when the trial started (said in one line: its status is then unknown, so it
+    counts as unfinished and `resume` continues it from its newest checkpoint). None for a
+    directory that is no trial's."""
+    record, why = _read_object(os.path.join(trial_dir, RECORD_FILE))
+    if record is not None:
+        return record
+    params_path = os.path.join(trial_dir, TUNE_PARAMS_FILE)
+    params, params_why = _read_object(params_path)
+    if params is None:
+        if why != "missing" or params_why != "missing":
+            cluster.warn(
+                f"{trial_dir}: {RECORD_FILE} is {why} and {TUNE_PARAMS_FILE} is {params_why}: "
+                "this trial is left out"
+            )
+        return None
+    cluster.warn(
+        f"{os.path.join(trial_dir, RECORD_FILE)} is {why}: trial read from its {TUNE_PARAMS_FILE} "
+        "(status unknown: counted unfinished, `resume` continues it from its newest checkpoint)"
+    )
+    return {
+        "trial_id": os.path.basename(trial_dir),
+        "config": json_safe(params),
+        "status": "RUNNING",
+        "started": os.path.getmtime(params_path),
+    }
 
 
 def trial_dirs(sweep_dir: str) -> list[str]:
-    """Directories of the sweep's trials (those with a record), oldest first."""
+    """Directories of the sweep's trials, oldest first."""
     if not os.path.isdir(sweep_dir):
         return []
     found = []
     for name in os.listdir(sweep_dir):
         path = os.path.join(sweep_dir, name)
-        record = read_record(path) if os.path.isdir(path) else None
+        record = recovered_record(path) if os.path.isdir(path) else None
         if record is not None:
-            found.append((record.get("started", 0.0), name, path))
+            started = record.get("started")
+            found.append((started if finite(started) else 0.0, name, path))
     return [path for _, _, path in sorted(found)]
 
 
@@ -93,10 +132,10 @@ def trial_dirs(sweep_dir: str) -> list[str]:
 
 def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
     """Summarise one trial directory. `hparams`: the config keys to show."""
-    info = read_record(trial_dir) or {}
+    info = recovered_record(trial_dir) or {}
     rows = read_metrics(trial_dir)
     last = rows[-1] if rows else {}
-    failure = last.get("failure")
+    failure = None if last.get("failure") is None else str(last["failure"])
     epochs = int(last.get("epoch", 0) or 0)
     status = str(info.get("status", "RUNNING"))
     if status not in FINISHED and (failure or epochs >= max_epochs):
@@ -105,14 +144,14 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     if status == "ERROR":
         failure = "error: " + _error_line(trial_dir)
     best_row = _best_row(rows, metric, mode) if failure is None else None
-    config = info.get("config", {})
+    config = info.get("config") or {}
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
         config={k: config[k] for k in hparams if k in config},
         last_metrics={k: v for k, v in last.items() if k not in NOT_METRICS},
         epochs=epochs,
-        time_s=round(sum(float(r.get("epoch_time_s", 0.0)) for r in rows), 3),
+        time_s=round(sum(float(r["epoch_time_s"]) for r in rows if finite(r.get("epoch_time_s"))), 3),
         failure=failure,
         stopped_early=status == "TERMINATED" and failure is None and epochs < max_epochs,
         best_value=None if best_row is None else float(best_row[metric]),
@@ -130,7 +169,7 @@ def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: li
 
 def full_config(trial_dir: str) -> dict[str, Any]:
     """Everything the trial ran with (searched and fixed values, training defaults)."""
-    return dict((read_record(trial_dir) or {}).get("config", {}))
+    return dict((recovered_record(trial_dir) or {}).get("config") or {})
 
 
 def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
@@ -222,9 +261,7 @@ def _counts(trials: list[TrialRecord]) -> dict[str, int]:
 
 def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
     path = os.path.join(sweep_dir, SUMMARY_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, json.dumps(summary, indent=2, default=str))
     return path
 
 
@@ -268,7 +305,8 @@ def short(v: Any) -> str:
 def resources_of(trial_dir: str) -> dict[str, Any]:
     """What one worker of the trial had (workers, cpus_per_worker, gpus_per_worker), as the
     driver resolved it (gpus_per_worker: auto depends on the cluster)."""
-    return dict((read_record(trial_dir) or {}).get("resources", {}))
+    found = (read_record(trial_dir) or {}).get("resources")
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def check_sweep_dir(sweep_dir: str) -> str:

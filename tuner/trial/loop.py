@@ -26,7 +26,7 @@ from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
 from tuner.trial.data import Batches, DataBundle, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
@@ -181,6 +181,10 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
     if resumed:
         p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
         writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
+    notice = p.session.notice  # passed over a damaged checkpoint: the driver prints it
+    if notice:
+        p.log.warning("%s", notice)
+        writer.text("trial/log", notice, p.state.epoch)
     metrics: Optional[dict[str, Any]] = None
     try:
         if p.find_batch_size and not resumed:  # a resumed trial keeps the micro-batch it had
@@ -193,6 +197,8 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
                 writer.text("trial/log", note, epoch + 1)
             writer.scalars(metrics, epoch + 1)
+            if notice:
+                metrics[NOTICE], notice = notice, None
             # Journal first, then checkpoint, then report: a kill between any two leaves a
             # journal that the resumed trial trims back to its checkpoint's epoch.
             journal.append(metrics)
