@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import debug_config
+from tests.conftest import DEBUG, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.resources import TrialResources, check_scalable
 from tuner.sweep import run_sweep
@@ -114,3 +115,35 @@ def test_autoscaling_cluster_waits_for_what_a_node_type_can_hold(capsys: pytest.
     assert "wait until it scales up" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="no node type"):
         check_scalable(res, [({"CPU": 8}, 10), ({"CPU": 2, "GPU": 1}, 4)])
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 150 KiB file system (tmpfs; needs root), unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_sweep_like_an_interrupt(small_disk: Path) -> None:
+    run = run_cli(
+        "sweep", str(DEBUG), "--output", str(small_disk), "--max-epochs", "30",
+        "--set", "schedule.early_stopping=false",
+    )  # fmt: skip
+    sweep = small_disk / "debug"
+    assert run.returncode == 130, run.stdout + run.stderr  # as an interrupt: resumable
+    said = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert said == [
+        f"error: the disk under {sweep} is full (No space left on device); the sweep stopped. Kept: "
+        "every finished trial and each unfinished trial's newest checkpoint. Free some space, then "
+        f"continue with: python -m tuner resume {sweep}"
+    ], run.stderr
+    assert "Traceback" not in run.stdout + run.stderr and len(run.stderr.splitlines()) < 10, run.stderr
+    assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]

@@ -10,6 +10,9 @@ was interrupted, or whose driver was killed.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import json
 import math
 import os
@@ -127,6 +130,49 @@ def trial_dirs(sweep_dir: str) -> list[str]:
     return [path for _, _, path in sorted(found)]
 
 
+class DiskFull(Exception):
+    """The disk under the sweep filled up: the sweep stops as if interrupted, to be resumed."""
+
+    def __init__(self, sweep_dir: str, cause: str):
+        super().__init__(
+            f"the disk under {sweep_dir} is full ({cause}); the sweep stopped. Kept: every finished "
+            "trial and each unfinished trial's newest checkpoint. Free some space, then continue "
+            f"with: python -m tuner resume {sweep_dir}"
+        )
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"[Errno {errno.ENOSPC}]")
+
+
+def disk_full(err: BaseException) -> Optional[str]:
+    """The line saying the disk is full, if that is what `err` (or what caused it) means."""
+    seen: set[int] = set()
+    cur: Optional[BaseException] = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _FULL:
+            return os.strerror(cur.errno)
+        text = str(cur)
+        if any(w in text for w in _FULL_WORDS):  # wrapped by Ray or pyarrow as text
+            return "No space left on device"
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def trial_disk_full(trial_dir: str) -> bool:
+    """Whether the trial's saved error says the disk was full."""
+    return any(w in error_line(trial_dir) for w in _FULL_WORDS)
+
+
+def remove_temporaries(sweep_dir: str) -> None:
+    """Temporary files of writes a full disk cut short (ours end in .tmp)."""
+    for pattern in ("*.tmp", ".*.tmp"):  # glob leaves hidden names out of "*"
+        for path in glob.glob(os.path.join(glob.escape(sweep_dir), "**", pattern), recursive=True):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 # ----------------------------------------------------------------------------- records
 
 
@@ -142,7 +188,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         # It finished (or failed as a result) but the driver died before recording it.
         status = "TERMINATED"
     if status == "ERROR":
-        failure = "error: " + _error_line(trial_dir)
+        failure = "error: " + error_line(trial_dir)
     best_row = _best_row(rows, metric, mode) if failure is None else None
     config = info.get("config") or {}
     return TrialRecord(
@@ -185,7 +231,14 @@ def finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _error_line(trial_dir: str) -> str:
+def error_file(trial_dir: str) -> str:
+    """The file with the trial's full traceback: ours (the trial's), else Tune's."""
+    ours = os.path.join(trial_dir, TRACEBACK_FILE)
+    return ours if os.path.isfile(ours) else os.path.join(trial_dir, "error.txt")
+
+
+def error_line(trial_dir: str) -> str:
+    """The last line of the trial's error (its exception), at most 200 characters."""
     text = ""
     for name in (TRACEBACK_FILE, "error.txt"):  # ours (the trial's), then Tune's
         try:
