@@ -73,11 +73,19 @@ def test_ddp_trial_whose_rank1_dies_is_retried_from_its_checkpoint(tmp_path: Pat
     assert "resumed at epoch 2" in (trial_dir / "trial.log").read_text()  # not from epoch 0
 
 
-def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(tmp_path: Path) -> None:
+def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
     params = {"broken_width": 12, "width": [8, 12, 16]}
     cfg = _one_trial(tmp_path, params, task__model="tests.chaos:broken_width", schedule__max_epochs=2)
     out = run_sweep(cfg)
     by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    # One line for the failed trial, naming its error and its traceback's file; no traceback.
+    printed = capfd.readouterr()
+    trace = Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt"
+    said = f"failed: ValueError: cannot build a layer of width 12 (full traceback: {trace})"
+    assert said in printed.out
+    assert "Traceback" not in printed.out + printed.err, printed.err
     assert by_width[12]["status"] == "ERROR"
     assert by_width[12]["failure"] == "error: ValueError: cannot build a layer of width 12"
     assert "ValueError" in (Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt").read_text()
@@ -147,3 +155,18 @@ def test_a_full_disk_stops_the_sweep_like_an_interrupt(small_disk: Path) -> None
     ], run.stderr
     assert "Traceback" not in run.stdout + run.stderr and len(run.stderr.splitlines()) < 10, run.stderr
     assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_trial_that_hangs_ends_as_timeout_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    params = {"hang_at_step": 2 * STEPS_PER_EPOCH + 1, "hang_width": 8, "width": [8, 16]}
+    cfg = _one_trial(
+        tmp_path, params, task__model="tests.chaos:hang", schedule__max_epochs=3, schedule__trial_timeout=8
+    )
+    out = run_sweep(cfg)
+    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    hung = by_width[8]
+    assert hung["failure"] == "timeout" and hung["epochs"] == 2 and hung["best_value"] is None, hung
+    assert by_width[16]["failure"] is None and by_width[16]["epochs"] == 3
+    assert out.summary["best"]["trial_id"] == by_width[16]["trial_id"]
+    log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
+    assert "no epoch finished within 8 s" in log and "in trip" in log  # where it hung

@@ -22,7 +22,7 @@ from tuner.results import (
     write_record,
 )
 from tuner.trial import tb
-from tuner.trial.journal import NOTICE
+from tuner.trial.journal import NOTICE, read_metrics
 
 STATUS_FILE_SUFFIX = ".tuner-status"
 
@@ -237,6 +237,9 @@ def failed_line(trial_dir: Optional[str]) -> str:
     """A failed trial's error in one line, and where its full traceback is."""
     if not trial_dir:
         return "see Ray's log"
+    last = (read_metrics(trial_dir) or [{}])[-1]
+    if last.get("failure"):  # ended by the trial itself (a timeout): its journal says why
+        return f"{last['failure']}: {last.get('failure_detail', '')}"
     return f"{error_line(trial_dir)} (full traceback: {error_file(trial_dir)})"
 
 

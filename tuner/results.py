@@ -187,7 +187,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     if status not in FINISHED and (failure or epochs >= max_epochs):
         # It finished (or failed as a result) but the driver died before recording it.
         status = "TERMINATED"
-    if status == "ERROR":
+    if status == "ERROR" and failure is None:  # (a timeout's is in the journal already)
         failure = "error: " + error_line(trial_dir)
     best_row = _best_row(rows, metric, mode) if failure is None else None
     config = info.get("config") or {}

@@ -200,6 +200,7 @@ def build_spec(
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
+        trial_timeout=cfg.schedule.trial_timeout,
         search_path=os.getcwd(),
         storage=storage,
         sweep_dir=sweep_dir,
