@@ -16,8 +16,9 @@ from typing import Any, Optional
 import yaml
 
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
+from tuner.results import DiskFull
 
-EXIT_USAGE = 2
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 # CLI flag -> the field it overrides (flags beat the file).
 OVERRIDES = {
@@ -243,3 +244,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except DiskFull as err:  # stopped like an interrupt: resumable
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED

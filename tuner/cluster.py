@@ -247,6 +247,50 @@ def _keep_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def token_path() -> Path:
+    """Where Ray reads its token from (and, for a new local cluster, writes one)."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token"))
+
+
+def ensure_token() -> str:
+    """Where Ray will read the token from; makes one (0600) if there is none. Never prints it.
+
+    Ray 2.60 turns token authentication on for a new local cluster and, without a token,
+    writes one to ~/.ray/auth_token with the process umask (0644: any user of the machine
+    could read it and join). Made here first, it is private; an existing readable one is
+    named in a warning.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "the RAY_AUTH_TOKEN environment variable"
+    path = token_path()
+    if path.is_file() and path.read_text().strip():
+        if path.stat().st_mode & 0o077:
+            warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
+        return str(path)
+    import secrets
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))  # 256 bits, like `ray get-auth-token --generate`
+    os.chmod(path, 0o600)  # O_CREAT's mode applies to a new file only
+    return str(path)
+
+
+def prepare_local() -> dict[str, Any]:
+    """Before `ray.init` starts a private local Ray: its token private, its sockets on loopback.
+
+    Returns the extra `ray.init` arguments. With the node address 127.0.0.1 every server the
+    embedded Ray starts (GCS, raylet, object manager, the agents and the Prometheus
+    `/metrics` endpoints of the dashboard, agent and autoscaler) binds loopback, not every
+    interface (ray/dashboard/head.py, reporter_agent.py: "is_localhost(ip)").
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
+        ensure_token()
+    _keep_loopback()
+    return {"_node_ip_address": "127.0.0.1"}
+
+
 def dashboard_auth(url: str, timeout: float = PROBE_TIMEOUT_S) -> str:
     """The dashboard's authentication mode ("token" or "disabled"); it answers anyone."""
     body = _get_json(url.rstrip("/") + "/api/authentication_mode", None, timeout)

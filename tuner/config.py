@@ -140,6 +140,13 @@ class ScheduleSection(_Section):
         description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
         "for grid; bohb always uses it (asynchronous BOHB).",
     )
+    trial_timeout: Optional[float] = Field(
+        None,
+        gt=0,
+        description="Seconds a trial may go without finishing an epoch (counted from its start, "
+        "then from each epoch) before it is ended as failure: timeout; the sweep goes on. "
+        "Default: no limit.",
+    )
 
     @model_validator(mode="after")
     def _grace_fits(self) -> ScheduleSection:

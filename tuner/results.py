@@ -10,6 +10,9 @@ was interrupted, or whose driver was killed.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import json
 import math
 import os
@@ -17,14 +20,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from tuner.trial.journal import TRACEBACK_FILE, read_metrics
+from tuner import cluster
+from tuner.trial.journal import NOTICE, TRACEBACK_FILE, read_metrics, write_atomic
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "sweep.yaml"
 RECORD_FILE = "tuner_trial.json"
+TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
-NOT_METRICS = frozenset({"failure_detail", "wall_time"})
+NOT_METRICS = frozenset({"failure_detail", "wall_time", NOTICE})
 
 
 @dataclass
@@ -59,33 +64,113 @@ def json_safe(value: Any) -> Any:
 
 
 def read_record(trial_dir: str) -> Optional[dict[str, Any]]:
-    path = os.path.join(trial_dir, RECORD_FILE)
+    """The trial's record, or None when it is missing, unreadable or not a record."""
+    return _read_object(os.path.join(trial_dir, RECORD_FILE))[0]
+
+
+def _read_object(path: str) -> tuple[Optional[dict[str, Any]], str]:
+    """(the JSON object in `path`, "") or (None, why not)."""
     try:
         with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+            value = json.load(f)
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as err:
+        return None, f"unreadable: {type(err).__name__}"
+    if not isinstance(value, dict) or not isinstance(value.get("config", {}), dict):
+        return None, f"not a record (a JSON {type(value).__name__})"
+    return value, ""
 
 
 def write_record(trial_dir: str, record: dict[str, Any]) -> None:
     os.makedirs(trial_dir, exist_ok=True)
-    path = os.path.join(trial_dir, RECORD_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)  # readers never see half a record
+    write_atomic(os.path.join(trial_dir, RECORD_FILE), json.dumps(record))
+
+
+def recovered_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    """The trial's record; when that is damaged or missing, one rebuilt from the params.json
+    Tune wrote when the trial started (said in one line: its status is then unknown, so it
+    counts as unfinished and `resume` continues it from its newest checkpoint). None for a
+    directory that is no trial's."""
+    record, why = _read_object(os.path.join(trial_dir, RECORD_FILE))
+    if record is not None:
+        return record
+    params_path = os.path.join(trial_dir, TUNE_PARAMS_FILE)
+    params, params_why = _read_object(params_path)
+    if params is None:
+        if why != "missing" or params_why != "missing":
+            cluster.warn(
+                f"{trial_dir}: {RECORD_FILE} is {why} and {TUNE_PARAMS_FILE} is {params_why}: "
+                "this trial is left out"
+            )
+        return None
+    cluster.warn(
+        f"{os.path.join(trial_dir, RECORD_FILE)} is {why}: trial read from its {TUNE_PARAMS_FILE} "
+        "(status unknown: counted unfinished, `resume` continues it from its newest checkpoint)"
+    )
+    return {
+        "trial_id": os.path.basename(trial_dir),
+        "config": json_safe(params),
+        "status": "RUNNING",
+        "started": os.path.getmtime(params_path),
+    }
 
 
 def trial_dirs(sweep_dir: str) -> list[str]:
-    """Directories of the sweep's trials (those with a record), oldest first."""
+    """Directories of the sweep's trials, oldest first."""
     if not os.path.isdir(sweep_dir):
         return []
     found = []
     for name in os.listdir(sweep_dir):
         path = os.path.join(sweep_dir, name)
-        record = read_record(path) if os.path.isdir(path) else None
+        record = recovered_record(path) if os.path.isdir(path) else None
         if record is not None:
-            found.append((record.get("started", 0.0), name, path))
+            started = record.get("started")
+            found.append((started if finite(started) else 0.0, name, path))
     return [path for _, _, path in sorted(found)]
+
+
+class DiskFull(Exception):
+    """The disk under the sweep filled up: the sweep stops as if interrupted, to be resumed."""
+
+    def __init__(self, sweep_dir: str, cause: str):
+        super().__init__(
+            f"the disk under {sweep_dir} is full ({cause}); the sweep stopped. Kept: every finished "
+            "trial and each unfinished trial's newest checkpoint. Free some space, then continue "
+            f"with: python -m tuner resume {sweep_dir}"
+        )
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"[Errno {errno.ENOSPC}]")
+
+
+def disk_full(err: BaseException) -> Optional[str]:
+    """The line saying the disk is full, if that is what `err` (or what caused it) means."""
+    seen: set[int] = set()
+    cur: Optional[BaseException] = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _FULL:
+            return os.strerror(cur.errno)
+        text = str(cur)
+        if any(w in text for w in _FULL_WORDS):  # wrapped by Ray or pyarrow as text
+            return "No space left on device"
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def trial_disk_full(trial_dir: str) -> bool:
+    """Whether the trial's saved error says the disk was full."""
+    return any(w in error_line(trial_dir) for w in _FULL_WORDS)
+
+
+def remove_temporaries(sweep_dir: str) -> None:
+    """Temporary files of writes a full disk cut short (ours end in .tmp)."""
+    for pattern in ("*.tmp", ".*.tmp"):  # glob leaves hidden names out of "*"
+        for path in glob.glob(os.path.join(glob.escape(sweep_dir), "**", pattern), recursive=True):
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 # ----------------------------------------------------------------------------- records
@@ -93,26 +178,26 @@ def trial_dirs(sweep_dir: str) -> list[str]:
 
 def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
     """Summarise one trial directory. `hparams`: the config keys to show."""
-    info = read_record(trial_dir) or {}
+    info = recovered_record(trial_dir) or {}
     rows = read_metrics(trial_dir)
     last = rows[-1] if rows else {}
-    failure = last.get("failure")
+    failure = None if last.get("failure") is None else str(last["failure"])
     epochs = int(last.get("epoch", 0) or 0)
     status = str(info.get("status", "RUNNING"))
     if status not in FINISHED and (failure or epochs >= max_epochs):
         # It finished (or failed as a result) but the driver died before recording it.
         status = "TERMINATED"
-    if status == "ERROR":
-        failure = "error: " + _error_line(trial_dir)
+    if status == "ERROR" and failure is None:  # (a timeout's is in the journal already)
+        failure = "error: " + error_line(trial_dir)
     best_row = _best_row(rows, metric, mode) if failure is None else None
-    config = info.get("config", {})
+    config = info.get("config") or {}
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
         config={k: config[k] for k in hparams if k in config},
         last_metrics={k: v for k, v in last.items() if k not in NOT_METRICS},
         epochs=epochs,
-        time_s=round(sum(float(r.get("epoch_time_s", 0.0)) for r in rows), 3),
+        time_s=round(sum(float(r["epoch_time_s"]) for r in rows if finite(r.get("epoch_time_s"))), 3),
         failure=failure,
         stopped_early=status == "TERMINATED" and failure is None and epochs < max_epochs,
         best_value=None if best_row is None else float(best_row[metric]),
@@ -130,7 +215,7 @@ def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: li
 
 def full_config(trial_dir: str) -> dict[str, Any]:
     """Everything the trial ran with (searched and fixed values, training defaults)."""
-    return dict((read_record(trial_dir) or {}).get("config", {}))
+    return dict((recovered_record(trial_dir) or {}).get("config") or {})
 
 
 def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
@@ -146,7 +231,14 @@ def finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _error_line(trial_dir: str) -> str:
+def error_file(trial_dir: str) -> str:
+    """The file with the trial's full traceback: ours (the trial's), else Tune's."""
+    ours = os.path.join(trial_dir, TRACEBACK_FILE)
+    return ours if os.path.isfile(ours) else os.path.join(trial_dir, "error.txt")
+
+
+def error_line(trial_dir: str) -> str:
+    """The last line of the trial's error (its exception), at most 200 characters."""
     text = ""
     for name in (TRACEBACK_FILE, "error.txt"):  # ours (the trial's), then Tune's
         try:
@@ -222,9 +314,7 @@ def _counts(trials: list[TrialRecord]) -> dict[str, int]:
 
 def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
     path = os.path.join(sweep_dir, SUMMARY_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, json.dumps(summary, indent=2, default=str))
     return path
 
 
@@ -268,7 +358,8 @@ def short(v: Any) -> str:
 def resources_of(trial_dir: str) -> dict[str, Any]:
     """What one worker of the trial had (workers, cpus_per_worker, gpus_per_worker), as the
     driver resolved it (gpus_per_worker: auto depends on the cluster)."""
-    return dict((read_record(trial_dir) or {}).get("resources", {}))
+    found = (read_record(trial_dir) or {}).get("resources")
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def check_sweep_dir(sweep_dir: str) -> str:

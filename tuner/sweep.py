@@ -17,12 +17,15 @@ from tuner.algorithms import Prior, PriorTrial
 from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
 from tuner.results import (
     CONFIG_FILE,
+    DiskFull,
     TrialRecord,
     check_sweep_dir,
+    disk_full,
     full_config,
     leaderboard,
     read_summary,
     records,
+    remove_temporaries,
     summarize,
     write_summary,
 )
@@ -106,6 +109,7 @@ def connect(
         num_cpus=num_cpus,
         include_dashboard=dashboard,
         dashboard_host="127.0.0.1",
+        **cluster.prepare_local(),  # token 0600, every socket on loopback
         **common,
     )
     return "local"
@@ -196,6 +200,7 @@ def build_spec(
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
+        trial_timeout=cfg.schedule.trial_timeout,
         search_path=os.getcwd(),
         storage=storage,
         sweep_dir=sweep_dir,
@@ -351,6 +356,25 @@ def _launch(
         tuner.fit()
 
 
+class _disk_full_stops:
+    """A full disk stops the sweep like an interrupt (DiskFull: one line, exit 130, resumable)
+    instead of a crash: half-written temporaries are removed, the rest is kept."""
+
+    def __init__(self, sweep_dir: Optional[str]):
+        self.sweep_dir = sweep_dir
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        cause = disk_full(err) if err is not None and self.sweep_dir else None
+        if cause is None or self.sweep_dir is None:
+            return
+        remove_temporaries(self.sweep_dir)
+        if isinstance(err, DiskFull):
+            raise err
+        raise DiskFull(self.sweep_dir, cause) from None
+
+
 class _sigterm_as_sigint:
     """SIGTERM (e.g. `ray job stop`) stops the sweep like Ctrl-C: Tune catches SIGINT only,
     finishing gracefully on the first and at once on the second."""
@@ -383,8 +407,9 @@ def run_sweep(
         os.makedirs(sweep_dir, exist_ok=True)
         with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
             f.write(to_yaml(cfg))
-    _launch(cfg, res, storage, sweep_dir, verbose)
-    return finish(cfg, sweep_dir or storage)
+    with _disk_full_stops(sweep_dir):
+        _launch(cfg, res, storage, sweep_dir, verbose)
+        return finish(cfg, sweep_dir or storage)
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
@@ -461,5 +486,8 @@ def resume_sweep(
     )
     resumed_dirs = [(full_config(t.path), os.path.basename(t.path)) for t in unfinished]
     res = _preflight(cfg)
-    _launch(cfg, res, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished))
-    return finish(cfg, sweep_dir)
+    with _disk_full_stops(sweep_dir):
+        _launch(
+            cfg, res, os.path.dirname(sweep_dir), sweep_dir, verbose, prior, resumed_dirs, done=len(finished)
+        )
+        return finish(cfg, sweep_dir)

@@ -7,6 +7,7 @@ directory, so a killed driver loses its tail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -15,6 +16,7 @@ from typing import Any, Optional
 
 METRICS_FILE = "metrics.jsonl"
 TRACEBACK_FILE = "traceback.txt"
+NOTICE = "notice"  # a result key: what the trial worked around (a damaged checkpoint), for the driver to say
 
 
 class MetricsLog:
@@ -28,10 +30,7 @@ class MetricsLog:
         rows = read_metrics(os.path.dirname(self.path))
         kept = [r for r in rows if int(r.get("epoch", 0)) <= epoch]
         if len(kept) != len(rows):
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
-            os.replace(tmp, self.path)
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def append(self, metrics: dict[str, Any]) -> None:
         row = {**metrics, "wall_time": round(time.time(), 3)}  # when the epoch ended
@@ -54,13 +53,36 @@ def read_metrics(trial_dir: Optional[str]) -> list[dict[str, Any]]:
     if not os.path.isfile(path):
         return []
     rows = []
-    with open(path) as f:
+    with open(path, errors="replace") as f:
         for line in f:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if _is_row(row):
+                rows.append(row)
     return rows
+
+
+def _is_row(row: Any) -> bool:
+    """An epoch's record as the loop writes it: an object with an integer epoch (valid JSON of
+    another shape, written by hand or by another tool, is skipped like a cut-short line)."""
+    epoch = row.get("epoch") if isinstance(row, dict) else None
+    return isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` at once: readers never see half a file, and a failed write
+    (a full disk) leaves neither half a file nor its temporary behind."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def write_traceback(trial_dir: Optional[str], rank: int) -> None:
