@@ -7,6 +7,7 @@ sweep file (search.params) decides which trial fails and how.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -103,3 +104,29 @@ def before_adam_step(monkeypatch: Any, call: int, action: Any) -> None:
         return step(self, *args, **kw)
 
     monkeypatch.setattr(torch.optim.Adam, "step", wrapped)
+
+
+class _Slow(_Chaos):
+    """Sleeps `step_sleep_s` every training step: epochs long enough to catch a trial mid-way."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        time.sleep(float(self.config["step_sleep_s"]))
+
+
+def slow(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _Slow(config, input_shape, num_classes)
+
+
+class _Hang(_Chaos):
+    """Hangs for good at training step `hang_at_step` when its width is `hang_width`."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        if (
+            self.steps == int(self.config["hang_at_step"])
+            and self.config["width"] == self.config["hang_width"]
+        ):
+            threading.Event().wait()  # blocked in C, like a deadlock: nothing Python can interrupt
+
+
+def hang(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _Hang(config, input_shape, num_classes)

@@ -260,3 +260,10 @@ def _running_trial(sweep_dir: Path) -> Optional[str]:
             if len(journal.read_text().splitlines()) >= 3:
                 return trial.name
     return None
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_one_line_and_exit_2(port: str, tmp_path: Path) -> None:
+    done = run_cli("board", str(tmp_path), "--port", port)
+    assert done.returncode == 2
+    assert done.stderr == f"error: --port: must be 0 (a free port) to 65535, got {port}\n"

@@ -132,9 +132,9 @@ def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
 
 
 def test_embedded_ray_refuses_a_grpc_call_without_the_token(ray_session: Any) -> None:
-    # The private local Ray of `tuner sweep` (Ray 2.60) binds its gRPC servers on every
-    # interface even with a loopback node address; token authentication is what refuses a
-    # caller from elsewhere (README: Security).
+    # The private local Ray of `tuner sweep` (Ray 2.60): token authentication refuses a caller
+    # without our token, whatever interface its gRPC servers listen on (README: the private
+    # local Ray).
     host, port = ray_session.get_runtime_context().gcs_address.rsplit(":", 1)
     target = cluster.Target(host, int(port), client=False)
     assert cluster.probe(target, token=None) is None  # UNAUTHENTICATED

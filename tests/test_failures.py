@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import debug_config
+from tests.conftest import DEBUG, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.driver.resources import TrialResources, check_scalable
 from tuner.driver.sweep import run_sweep
@@ -72,11 +73,19 @@ def test_ddp_trial_whose_rank1_dies_is_retried_from_its_checkpoint(tmp_path: Pat
     assert "resumed at epoch 2" in (trial_dir / "trial.log").read_text()  # not from epoch 0
 
 
-def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(tmp_path: Path) -> None:
+def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
     params = {"broken_width": 12, "width": [8, 12, 16]}
     cfg = _one_trial(tmp_path, params, task__model="tests.chaos:broken_width", schedule__max_epochs=2)
     out = run_sweep(cfg)
     by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    # One line for the failed trial, naming its error and its traceback's file; no traceback.
+    printed = capfd.readouterr()
+    trace = Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt"
+    said = f"failed: ValueError: cannot build a layer of width 12 (full traceback: {trace})"
+    assert said in printed.out
+    assert "Traceback" not in printed.out + printed.err, printed.err
     assert by_width[12]["status"] == "ERROR"
     assert by_width[12]["failure"] == "error: ValueError: cannot build a layer of width 12"
     assert "ValueError" in (Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt").read_text()
@@ -114,3 +123,50 @@ def test_autoscaling_cluster_waits_for_what_a_node_type_can_hold(capsys: pytest.
     assert "wait until it scales up" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="no node type"):
         check_scalable(res, [({"CPU": 8}, 10), ({"CPU": 2, "GPU": 1}, 4)])
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 150 KiB file system (tmpfs; needs root), unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_sweep_like_an_interrupt(small_disk: Path) -> None:
+    run = run_cli(
+        "sweep", str(DEBUG), "--output", str(small_disk), "--max-epochs", "30",
+        "--set", "schedule.early_stopping=false",
+    )  # fmt: skip
+    sweep = small_disk / "debug"
+    assert run.returncode == 130, run.stdout + run.stderr  # as an interrupt: resumable
+    said = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert said == [
+        f"error: the disk under {sweep} is full (No space left on device); the sweep stopped. Kept: "
+        "every finished trial and each unfinished trial's newest checkpoint. Free some space, then "
+        f"continue with: python -m tuner resume {sweep}"
+    ], run.stderr
+    assert "Traceback" not in run.stdout + run.stderr and len(run.stderr.splitlines()) < 10, run.stderr
+    assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_trial_that_hangs_ends_as_timeout_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    params = {"hang_at_step": 2 * STEPS_PER_EPOCH + 1, "hang_width": 8, "width": [8, 16]}
+    cfg = _one_trial(
+        tmp_path, params, task__model="tests.chaos:hang", schedule__max_epochs=3, schedule__trial_timeout=8
+    )
+    out = run_sweep(cfg)
+    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    hung = by_width[8]
+    assert hung["failure"] == "timeout" and hung["epochs"] == 2 and hung["best_value"] is None, hung
+    assert by_width[16]["failure"] is None and by_width[16]["epochs"] == 3
+    assert out.summary["best"]["trial_id"] == by_width[16]["trial_id"]
+    log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
+    assert "no epoch finished within 8 s" in log and "in trip" in log  # where it hung

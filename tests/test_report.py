@@ -204,3 +204,33 @@ def test_plots_of_a_sweep_with_no_results_yet(tmp_path: Path) -> None:
     for p in paths:
         width, height = png_size(Path(p).read_bytes())
         assert width >= 400 and height >= 150
+
+
+def test_markdown_shows_html_from_names_and_values_as_text() -> None:
+    from tuner.document import Code, Table, Text, to_markdown
+
+    evil = "<script>alert(1)</script>"
+    md = to_markdown(f"Sweep report: {evil}", [Text(evil), Table([evil], [[evil]]), Code("a ``` b")])
+    assert "<script" not in md and md.count("&lt;script&gt;") == 4
+    assert "````bash\na ``` b\n````" in md  # a fence the code cannot close
+
+
+def test_reproduce_command_for_parameter_names_with_dots_and_equals(tmp_path: Path) -> None:
+    """`--set search.params.a.b=1` would set a nested key; the command must rebuild the trial."""
+    from tuner.cli import _load, build_parser
+    from tuner.config import load_sweep, to_yaml
+    from tuner.results import TrialRecord
+    from tuner.view.analysis import SweepData, reproduce_command
+
+    params = {"a.b": {"type": "grid", "values": [1, 2]}, "x=y": 1.0e-5, "lr": 0.05, "width": 8}
+    cfg = load_sweep(DEBUG, {"task.model": "tests.chaos:slow", "search.params": params})
+    sweep_dir = tmp_path / "odd"
+    sweep_dir.mkdir()
+    (sweep_dir / "sweep.yaml").write_text(to_yaml(cfg))
+    config = {"a.b": 2, "x=y": 1.0e-5, "lr": 0.05, "width": 8}
+    top = TrialRecord("t1", "TERMINATED", config, {}, 3, 1.0, None, False, 0.9, 2)
+    data = SweepData(str(sweep_dir), cfg, [top], "completed", 0.0)
+    args = shlex.split(reproduce_command(data))
+    again = _load(build_parser().parse_args(args[3:]))
+    assert again.search.algorithm == "grid"
+    assert {k: p.value for k, p in again.search.params.items()} == config

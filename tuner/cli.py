@@ -17,7 +17,7 @@ from tuner.cluster import local, submit
 from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 from tuner.config.flags import add_overrides, overrides_from
-from tuner.errors import EXIT_HELP, ExitCode
+from tuner.errors import EXIT_HELP, DiskFull, ExitCode
 
 __all__ = ["build_parser", "main", "overrides_from"]
 
@@ -183,3 +183,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return ExitCode.USAGE
+    except DiskFull as err:  # stopped like an interrupt: resumable
+        print(f"error: {err}", file=sys.stderr)
+        return ExitCode.INTERRUPTED

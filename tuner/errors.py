@@ -1,13 +1,16 @@
-"""User errors and exit codes: the one place both are defined.
+"""User errors, warnings and exit codes: the one place they are defined.
 
 Imports nothing of tuner, so every module (config, cluster, driver, CLI) can use it.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import sys
 from enum import IntEnum
-from typing import Any
+from typing import Any, Optional
 
 
 class ExitCode(IntEnum):
@@ -33,7 +36,47 @@ class ConfigError(Exception):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-def error_line(error: dict[str, Any], value: Any = None) -> str:
+class DiskFull(Exception):
+    """The disk under the sweep filled up: the sweep stops as if interrupted, to be resumed."""
+
+    def __init__(self, sweep_dir: str, cause: str):
+        super().__init__(
+            f"the disk under {sweep_dir} is full ({cause}); the sweep stopped. Kept: every finished "
+            "trial and each unfinished trial's newest checkpoint. Free some space, then continue "
+            f"with: python -m tuner resume {sweep_dir}"
+        )
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"[Errno {errno.ENOSPC}]")
+
+
+def disk_full(err: BaseException) -> Optional[str]:
+    """The line saying the disk is full, if that is what `err` (or what caused it) means."""
+    seen: set[int] = set()
+    cur: Optional[BaseException] = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _FULL:
+            return os.strerror(cur.errno)
+        text = str(cur)
+        if any(w in text for w in FULL_WORDS):  # wrapped by Ray or pyarrow as text
+            return "No space left on device"
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, once per process (paths are resolved more than once)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"[tuner] warning: {message}", file=sys.stderr, flush=True)
+
+
+def validation_message(error: dict[str, Any], value: Any = None) -> str:
     """One of pydantic's validation errors as the message of a ConfigError."""
     kind, msg = error["type"], error["msg"]
     if kind == "missing":

@@ -10,18 +10,16 @@ was interrupted, or whose driver was killed.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-from tuner.sweepdir import error_text, read_metrics, read_record, trial_dirs
+from tuner.sweepdir import NOTICE, error_line, finite, read_metrics, recovered_record, trial_dirs
 
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
-NOT_METRICS = frozenset({"failure_detail", "wall_time"})
+NOT_METRICS = frozenset({"failure_detail", "wall_time", NOTICE})
 
 
 class Outcome(str, Enum):
@@ -92,19 +90,19 @@ class TrialRecord:
 
 def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
     """Summarise one trial directory. `hparams`: the config keys to show."""
-    info = read_record(trial_dir) or {}
+    info = recovered_record(trial_dir) or {}
     rows = read_metrics(trial_dir)
     last = rows[-1] if rows else {}
-    failure = last.get("failure")
+    failure = None if last.get("failure") is None else str(last["failure"])
     epochs = int(last.get("epoch", 0) or 0)
     status = str(info.get("status", "RUNNING"))
     if status not in FINISHED and (failure or epochs >= max_epochs):
         # It finished (or failed as a result) but the driver died before recording it.
         status = "TERMINATED"
-    if status == "ERROR":
-        failure = "error: " + _error_line(error_text(trial_dir))
+    if status == "ERROR" and failure is None:  # (a timeout's is in the journal already)
+        failure = "error: " + error_line(trial_dir)
     best_row = _best_row(rows, metric, mode) if failure is None else None
-    config = info.get("config", {})
+    config = info.get("config") or {}
     stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
@@ -112,7 +110,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         config={k: config[k] for k in hparams if k in config},
         last_metrics={k: v for k, v in last.items() if k not in NOT_METRICS},
         epochs=epochs,
-        time_s=round(sum(float(r.get("epoch_time_s", 0.0)) for r in rows), 3),
+        time_s=round(sum(float(r["epoch_time_s"]) for r in rows if finite(r.get("epoch_time_s"))), 3),
         failure=failure,
         stopped_early=stopped_early,
         best_value=None if best_row is None else float(best_row[metric]),
@@ -135,17 +133,6 @@ def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[di
         return None
     pick = max if mode == "max" else min
     return pick(ok, key=lambda r: r[metric])
-
-
-def finite(v: Any) -> bool:
-    """A real, finite number (not a bool, NaN or inf)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _error_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    exc = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Exit|OOM)\b", ln)]
-    return (exc or lines or ["unknown error (see the trial's error.txt)"])[-1][:200]
 
 
 # ----------------------------------------------------------------------------- summary

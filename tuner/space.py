@@ -177,6 +177,14 @@ def values_of(p: ParamT) -> list[Scalar] | None:
     return None
 
 
+def extremes(p: ParamT) -> list[Scalar]:
+    """The values that validating a parameter checks: all of a finite set, else its bounds."""
+    listed = values_of(p)
+    if listed is not None:
+        return listed
+    return [p.low, p.high]  # type: ignore[union-attr]
+
+
 def grid_values(p: ParamT, points: int) -> list[Scalar]:
     """Values grid search tries: the listed ones, or `points` spread over a range.
 

@@ -90,6 +90,7 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
         num_cpus=runtime.num_cpus,
         include_dashboard=dashboard,
         dashboard_host=LOOPBACK,
+        **join.prepare_local(),  # token 0600, every socket on loopback
         **common,
     )
     return "local"

@@ -15,7 +15,6 @@ import ipaddress
 import json
 import os
 import socket
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Optional
 
 from tuner.cluster import _ray_internals
 from tuner.config import ConfigError
+from tuner.errors import warn
 
 # Set by scripts/submit.sh in the job's runtime env: the directory a relative `output` means
 # (the job itself runs in a temporary copy of it) and the machine it is on.
@@ -43,16 +43,6 @@ LOOPBACK = "127.0.0.1"  # where every socket of a local Ray or cluster of ours l
 def in_ray_job() -> bool:
     """True when run as the entrypoint of `ray job submit` (the job sets this variable)."""
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-_warned: set[str] = set()
-
-
-def warn(message: str) -> None:
-    """A warning on stderr, once per process (paths are resolved more than once)."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"[tuner] warning: {message}", file=sys.stderr, flush=True)
 
 
 def is_loopback(host: str) -> bool:
@@ -120,11 +110,6 @@ def _auto_address() -> str:
             '`eval "$(python -m tuner cluster env)"` first',
         )
     return address
-
-
-def token_path() -> Path:
-    """The file Ray reads its token from: RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token."""
-    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token"))
 
 
 def local_token() -> Optional[str]:
@@ -209,6 +194,50 @@ def _keep_loopback() -> None:
     """Let this process reach a cluster whose nodes live at 127.0.0.1 (see _ray_internals)."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     _ray_internals.keep_loopback()
+
+
+def token_path() -> Path:
+    """Where Ray reads its token from (and, for a new local cluster, writes one)."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token"))
+
+
+def ensure_token() -> str:
+    """Where Ray will read the token from; makes one (0600) if there is none. Never prints it.
+
+    Ray 2.60 turns token authentication on for a new local cluster and, without a token,
+    writes one to ~/.ray/auth_token with the process umask (0644: any user of the machine
+    could read it and join). Made here first, it is private; an existing readable one is
+    named in a warning.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "the RAY_AUTH_TOKEN environment variable"
+    path = token_path()
+    if path.is_file() and path.read_text().strip():
+        if path.stat().st_mode & 0o077:
+            warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
+        return str(path)
+    import secrets
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))  # 256 bits, like `ray get-auth-token --generate`
+    os.chmod(path, 0o600)  # O_CREAT's mode applies to a new file only
+    return str(path)
+
+
+def prepare_local() -> dict[str, Any]:
+    """Before `ray.init` starts a private local Ray: its token private, its sockets on loopback.
+
+    Returns the extra `ray.init` arguments. With the node address 127.0.0.1 every server the
+    embedded Ray starts (GCS, raylet, object manager, the agents and the Prometheus
+    `/metrics` endpoints of the dashboard, agent and autoscaler) binds loopback, not every
+    interface (ray/dashboard/head.py, reporter_agent.py: "is_localhost(ip)").
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
+        ensure_token()
+    _keep_loopback()
+    return {"_node_ip_address": "127.0.0.1"}
 
 
 def dashboard_auth(url: str, timeout: float = PROBE_TIMEOUT_S) -> str:

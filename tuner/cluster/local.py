@@ -37,24 +37,6 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("TUNER_CLUSTER_DIR") or os.path.join(base, "tuner", "cluster"))
 
 
-def ensure_token() -> str:
-    """Where the nodes read the token from; makes one (0600) if there is none. Never prints it."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "the RAY_AUTH_TOKEN environment variable"
-    path = cluster.token_path()
-    if path.is_file() and path.read_text().strip():
-        if path.stat().st_mode & 0o077:
-            cluster.warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
-        return str(path)
-    import secrets
-
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))  # 256 bits, like `ray get-auth-token --generate`
-    return str(path)
-
-
 def read_token() -> str:
     token = os.environ.get("RAY_AUTH_TOKEN")
     if token:
@@ -134,7 +116,7 @@ def start(args: argparse.Namespace) -> int:
     if old:
         _stop(old, state_dir, quiet=True)
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    token_from = ensure_token()
+    token_from = cluster.ensure_token()
     cpus = args.num_cpus or max(1, (os.cpu_count() or 1) // (args.workers + 1))
     # Ray's sockets live under the temp dir: keep its path short (Unix sockets: 107 bytes).
     state: dict[str, Any] = {

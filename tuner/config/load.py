@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from tuner.config.sections import SweepConfig
-from tuner.errors import ConfigError, error_line
+from tuner.errors import ConfigError, validation_message
 from tuner.space import KINDS, Fixed
 
 
@@ -49,7 +49,7 @@ def parse_sweep(raw: dict[str, Any]) -> SweepConfig:
         raise
     except ValidationError as err:
         first = err.errors()[0]
-        path, message = _path(first["loc"]), error_line(first)
+        path, message = _path(first["loc"]), validation_message(first)
         # Range checks span two fields, so they name theirs in the message ("low: ...").
         field = re.match(r"^(low|high|values): (.*)$", message)
         if field:

@@ -13,8 +13,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner import catalogue
-from tuner.errors import ConfigError, error_line
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
+from tuner.errors import ConfigError, validation_message
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, extremes, grid_size, unsupported, values_of
 
 # Metrics every trial reports each epoch; `metric` must be one of the first three.
 OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
@@ -106,6 +106,13 @@ class ScheduleSection(_Section):
         None,
         description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
         "for grid; bohb always uses it (asynchronous BOHB).",
+    )
+    trial_timeout: Optional[float] = Field(
+        None,
+        gt=0,
+        description="Seconds a trial may go without finishing an epoch (counted from its start, "
+        "then from each epoch) before it is ended as failure: timeout; the sweep goes on. "
+        "Default: no limit.",
     )
 
     @model_validator(mode="after")
@@ -366,11 +373,11 @@ class SweepConfig(_Section):
 def _check_param(name: str, param: ParamT, model: str, training: TrainingSection) -> None:
     path = f"search.params.{name}"
     if name in TrainingSection.model_fields:
-        for value in _probe_values(param):
+        for value in extremes(param):
             try:
                 setattr(training.model_copy(), name, value)  # validate_assignment checks it
             except ValidationError as err:
-                raise ConfigError(path, error_line(err.errors()[0], value)) from None
+                raise ConfigError(path, validation_message(err.errors()[0], value)) from None
         return
     known = catalogue.MODELS.get(model)
     if known is None:  # a user model reads whatever it likes
@@ -379,17 +386,10 @@ def _check_param(name: str, param: ParamT, model: str, training: TrainingSection
         valid = sorted(set(known) | set(TrainingSection.model_fields))
         raise ConfigError(path, f"not a parameter of model '{model}' or training (valid: {', '.join(valid)})")
     kind, low, high = known[name].kind, known[name].low, known[name].high
-    for value in _probe_values(param):
+    for value in extremes(param):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"must be a number, got {value!r}")
         if kind is int and value != int(value):
             raise ConfigError(path, f"must be an integer, got {value!r}")
         if not low <= value <= high:
             raise ConfigError(path, f"{value!r} is outside {low}..{high}")
-
-
-def _probe_values(param: ParamT) -> list[Any]:
-    listed = values_of(param)
-    if listed is not None:
-        return listed
-    return [param.low, param.high]  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -11,13 +12,19 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
+from tuner.errors import DiskFull
 from tuner.results import clock
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
+    NOTICE,
+    error_file,
+    error_line,
     json_safe,
+    read_metrics,
     read_record,
+    trial_disk_full,
     write_record,
 )
 from tuner.trial import tb
@@ -57,6 +64,9 @@ class TrialRecordCallback(Callback):
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.path and trial_disk_full(trial.path):
+            # Not the trial's fault: it stays unfinished, and the sweep stops to be resumed.
+            raise DiskFull(os.path.dirname(trial.path.rstrip("/")), "No space left on device")
         self._end(trial, "ERROR")
 
     def _end(self, trial: Any, status: str) -> None:
@@ -146,6 +156,7 @@ class Progress(Callback):
 
     def setup(self, **info: Any) -> None:
         self.t0 = time.monotonic()
+        one_line_ray_errors()
 
     @property
     def stream(self) -> TextIO:
@@ -156,6 +167,8 @@ class Progress(Callback):
         return {**self.__dict__, "_stream": None}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if result.get(NOTICE):
+            self.say(f"[tuner] trial {trial.trial_id}: {result[NOTICE]}")
         value = result.get(self.metric)
         if "failure" in result:
             self.failed.add(trial.trial_id)
@@ -181,11 +194,13 @@ class Progress(Callback):
 
     def _ended(self, trials: list, trial: Any, how: str) -> None:
         last = trial.last_result or {}
+        if how == "ERROR":  # one line instead of Ray's traceback (--verbose shows that)
+            status = "" if self.live else f" · {self.line(trials, prefix=False)}"
+            self.say(f"[tuner] trial {trial.trial_id} failed: {failed_line(trial.path)}{status}")
+            return
         if self.live:
             # Failures are news worth a line of their own; other endings show in the status.
-            if how == "ERROR":
-                self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} failed (see its error.txt)\n")
-            elif last.get("failure"):
+            if last.get("failure"):
                 detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
                 self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} {last['failure']}: {detail}\n")
             return
@@ -196,6 +211,11 @@ class Progress(Callback):
             f"[tuner] trial {trial.trial_id} {note}: {self.metric} {shown} at epoch "
             f"{last.get('epoch', 0)} · {self.line(trials, prefix=False)}\n"
         )
+        self.stream.flush()
+
+    def say(self, line: str) -> None:
+        """A line of its own (above the live status line on a terminal)."""
+        self.stream.write(("\r\033[K" if self.live else "") + line + "\n")
         self.stream.flush()
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
@@ -229,3 +249,38 @@ class Progress(Callback):
         # A line wider than the terminal wraps, and "\r" then redraws only its last row.
         width = shutil.get_terminal_size((120, 24)).columns - 1
         return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def failed_line(trial_dir: Optional[str]) -> str:
+    """A failed trial's error in one line, and where its full traceback is."""
+    if not trial_dir:
+        return "see Ray's log"
+    last = (read_metrics(trial_dir) or [{}])[-1]
+    if last.get("failure"):  # ended by the trial itself (a timeout): its journal says why
+        return f"{last['failure']}: {last.get('failure_detail', '')}"
+    return f"{error_line(trial_dir)} (full traceback: {error_file(trial_dir)})"
+
+
+class _OneLineErrors(logging.Filter):
+    """Ray's errors in one line each, without their tracebacks; a failed trial's is dropped
+    (Progress says it in a line naming the traceback's file)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Trial task failed for trial"):
+            return False
+        err = record.exc_info[1] if record.exc_info else None
+        if err is not None:
+            message += f" {type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}"
+        lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+        if err is not None or len(lines) > 1:  # a traceback inside the message: its ends
+            record.msg = (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:400]
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def one_line_ray_errors() -> None:
+    """Install _OneLineErrors on the handlers of Ray's loggers (not for --verbose)."""
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, _OneLineErrors) for f in handler.filters):
+            handler.addFilter(_OneLineErrors())

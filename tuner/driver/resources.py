@@ -279,6 +279,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
+        trial_timeout=cfg.schedule.trial_timeout,
         search_path=os.getcwd(),
         storage=storage,
         sweep_dir=sweep_dir,

@@ -16,7 +16,7 @@ from tuner.cluster import join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
 from tuner.config import SweepConfig
 from tuner.driver import resources
-from tuner.errors import ExitCode
+from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
@@ -25,6 +25,7 @@ from tuner.sweepdir import (
     read_config,
     read_summary,
     refuse_existing,
+    remove_temporaries,
     write_config,
     write_summary,
 )
@@ -120,8 +121,28 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start) -> SweepOutcome:
     res = resources.resolve(cfg)  # before anything is written: a refused sweep leaves no directory
     if start.prior is None and start.sweep_dir:
         write_config(start.sweep_dir, cfg)
-    _launch(cfg, res, start, runtime.verbose)
-    return finish(cfg, start.sweep_dir or start.storage)
+    with _disk_full_stops(start.sweep_dir):
+        _launch(cfg, res, start, runtime.verbose)
+        return finish(cfg, start.sweep_dir or start.storage)
+
+
+class _disk_full_stops:
+    """A full disk stops the sweep like an interrupt (DiskFull: one line, exit 130, resumable)
+    instead of a crash: half-written temporaries are removed, the rest is kept."""
+
+    def __init__(self, sweep_dir: Optional[str]):
+        self.sweep_dir = sweep_dir
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        cause = disk_full(err) if err is not None and self.sweep_dir else None
+        if cause is None or self.sweep_dir is None:
+            return
+        remove_temporaries(self.sweep_dir)
+        if isinstance(err, DiskFull):
+            raise err
+        raise DiskFull(self.sweep_dir, cause) from None
 
 
 class TrialNames:

@@ -47,7 +47,11 @@ class DirCheckpoints:
         os.makedirs(self.root, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".checkpoint-", suffix=".tmp")
         os.close(fd)
-        torch.save(state, tmp)
+        try:
+            torch.save(state, tmp)
+        except BaseException:  # a full disk: no half-written temporary left behind
+            os.remove(tmp)
+            raise
         final = self.path(epoch)
         os.replace(tmp, final)  # a kill mid-write leaves a .tmp, never half a checkpoint
         for old in self._epochs()[: -self.keep]:
@@ -55,10 +59,23 @@ class DirCheckpoints:
         return final
 
     def load(self, map_location: Any) -> Optional[dict[str, Any]]:
-        epoch = self.latest_epoch()
-        if epoch is None:
-            return None
-        return torch.load(self.path(epoch), map_location=map_location, weights_only=True)
+        """The newest readable checkpoint's state (None: none). One that cannot be read (a
+        damaged file) is passed over for the one before it, and `notice` says so."""
+        self.notice: Optional[str] = None
+        bad: list[str] = []
+        for epoch in reversed(self._epochs()):
+            path = self.path(epoch)
+            try:
+                state = torch.load(path, map_location=map_location, weights_only=True)
+            except Exception as err:  # noqa: BLE001 - any damage: a truncated zip, bad pickle, I/O
+                bad.append(f"{os.path.basename(path)} ({type(err).__name__})")
+                continue
+            if bad:
+                self.notice = f"unreadable checkpoint {', '.join(bad)}: resumed from {os.path.basename(path)}"
+            return state
+        if bad:
+            self.notice = f"no readable checkpoint ({', '.join(bad)}): started again from epoch 0"
+        return None
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:

@@ -14,9 +14,9 @@ import time
 import traceback
 from typing import Any, Optional
 
-from tuner.sweepdir import METRICS_FILE, TRACEBACK_FILE, read_metrics
+from tuner.sweepdir import METRICS_FILE, NOTICE, TRACEBACK_FILE, read_metrics, write_atomic
 
-__all__ = ["MetricsLog", "NullMetricsLog", "read_metrics", "write_traceback"]
+__all__ = ["NOTICE", "MetricsLog", "NullMetricsLog", "read_metrics", "write_atomic", "write_traceback"]
 
 
 class MetricsLog:
@@ -30,10 +30,7 @@ class MetricsLog:
         rows = read_metrics(os.path.dirname(self.path))
         kept = [r for r in rows if int(r.get("epoch", 0)) <= epoch]
         if len(kept) != len(rows):
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
-            os.replace(tmp, self.path)
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def append(self, metrics: dict[str, Any]) -> None:
         row = {**metrics, "wall_time": round(time.time(), 3)}  # when the epoch ended

@@ -25,7 +25,7 @@ from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.journal import MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
@@ -36,6 +36,7 @@ from tuner.trial.settings import Settings
 from tuner.trial.spec import TrialSpec
 from tuner.trial.state import Parts, TrainState, report_with_checkpoint, restore
 from tuner.trial.tb import EventWriter, NullWriter
+from tuner.trial.watchdog import NoWatchdog, make_watchdog
 
 WORST = {"max": -math.inf, "min": math.inf}
 
@@ -46,12 +47,15 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
     # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
     torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
     gpu = make_gpu(device)
+    main_dir = session.trial_dir if session.is_main else None
+    log = _trial_logger(session)
+    watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
     try:
         # Before anything is built: this trial's share of the GPU must be free (gpu.py).
         gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
         settings = Settings.of(hp)  # the training settings, typed, once
         gpu.configure(tf32=settings.tf32)
-        return _build_and_train(hp, spec, session, device, gpu, settings)
+        return _build_and_train(hp, spec, session, device, gpu, settings, watchdog)
     except BaseException as err:
         if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
             # Tune keeps its own error.txt on the driver; this copy is written by the trial
@@ -62,6 +66,7 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
         traceback.clear_frames(err.__traceback__)
         raise
     finally:
+        watchdog.stop()
         # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
         # by now, so this returns their memory before the actor runs its next trial.
         release(device)
@@ -75,11 +80,12 @@ def _build_and_train(
     device: torch.device,
     gpu: NoGpu,
     settings: Settings,
+    watchdog: NoWatchdog,
 ) -> Optional[dict[str, Any]]:
     # The trial's live objects exist only in this frame: when it returns they are gone.
     parts = build_parts(hp, spec, session, device, gpu, settings)
     try:
-        return _train(parts)
+        return _train(parts, watchdog)
     finally:
         parts.close()
 
@@ -157,7 +163,8 @@ def _memory_format(
     return torch.channels_last if channels_last and len(input_shape) == 3 else torch.contiguous_format
 
 
-def _train(p: Parts) -> Optional[dict[str, Any]]:
+def _train(p: Parts, watchdog: Optional[NoWatchdog] = None) -> Optional[dict[str, Any]]:
+    watchdog = watchdog or NoWatchdog()
     resumed = restore(p)
     main_dir = p.session.trial_dir if p.session.is_main else None
     writer = EventWriter(main_dir) if main_dir else NullWriter()
@@ -166,6 +173,10 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
     if resumed:
         p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
         writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
+    notice = p.session.notice  # passed over a damaged checkpoint: the driver prints it
+    if notice:
+        p.log.warning("%s", notice)
+        writer.text("trial/log", notice, p.state.epoch)
     metrics: Optional[dict[str, Any]] = None
     try:
         if p.find_batch_size and not resumed:  # a resumed trial keeps the micro-batch it had
@@ -178,6 +189,8 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
                 writer.text("trial/log", note, epoch + 1)
             writer.scalars(metrics, epoch + 1)
+            if notice:
+                metrics[NOTICE], notice = notice, None
             # Journal first, then checkpoint, then report: a kill between any two leaves a
             # journal that the resumed trial trims back to its checkpoint's epoch.
             journal.append(metrics)
@@ -188,6 +201,7 @@ def _train(p: Parts) -> Optional[dict[str, Any]]:
                 p.session.report(metrics, None)
                 break
             report_with_checkpoint(p, metrics)  # (the writer flushes itself every few seconds)
+            watchdog.kick()
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         p.log.warning("%s", err)

@@ -27,6 +27,7 @@ class Session:
     world_size: int = 1
     trial_dir: Optional[str] = None
     trial_id: str = "local"
+    notice: Optional[str] = None  # what load_checkpoint had to pass over, in one line
 
     @property
     def is_main(self) -> bool:
@@ -64,7 +65,11 @@ class LocalSession(Session):
         return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else CPU
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
-        return self.checkpoints.load(map_location) if self._resume else None
+        if not self._resume:
+            return None
+        state = self.checkpoints.load(map_location)
+        self.notice = self.checkpoints.notice
+        return state
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         if state is not None and self.is_main:
@@ -96,7 +101,9 @@ class TuneSession(Session):
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         if self.own is not None:
-            return self.own.load(map_location)
+            state = self.own.load(map_location)
+            self.notice = self.own.notice
+            return state
         from ray import tune
 
         return _load_ray_checkpoint(tune.get_checkpoint(), map_location)

@@ -30,6 +30,8 @@ class TrialSpec:
     gpu_context_bytes: Optional[int] = None
     max_failures: int = 0
     keep_checkpoints: int = 2
+    # Seconds a trial may go without finishing an epoch (None: no limit); see trial/watchdog.py.
+    trial_timeout: Optional[float] = None
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
     search_path: Optional[str] = None
     # Where the sweep is stored: an absolute local/shared path or a URI (s3://, gs://).

@@ -182,8 +182,13 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
     args += ["--set", "schedule.early_stopping=false"]
-    for k, v in top.config.items():
-        args += ["--set", f"search.params.{k}={yaml_value(v)}"]
+    if any("." in k or "=" in k for k in top.config):
+        # `--set search.params.a.b=1` would mean params a -> b, and `x=y=1` the name x: the
+        # whole mapping at once instead (it holds every parameter, fixed ones included).
+        args += ["--set", f"search.params={yaml_value(top.config)}"]
+    else:
+        for k, v in top.config.items():
+            args += ["--set", f"search.params.{k}={yaml_value(v)}"]
     return shlex.join(args)
 
 

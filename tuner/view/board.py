@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from tuner.cluster.join import LOOPBACK
+from tuner.config import ConfigError
 from tuner.errors import ExitCode
 from tuner.sweepdir import check_sweep_dir
 
@@ -50,6 +51,8 @@ def start(sweep_dir: str, bind_all: bool = False, port: int = 0) -> str:
 
 def serve(sweep_dir: str, bind_all: bool = False, port: int = 0) -> int:
     """Serve until interrupted (Ctrl-C or SIGTERM); prints the URL first. Returns the exit code."""
+    if not 0 <= port <= 65535:
+        raise ConfigError("--port", f"must be 0 (a free port) to 65535, got {port}")
     path = check_sweep_dir(sweep_dir)
     url = start(path, bind_all, port)
     if bind_all:

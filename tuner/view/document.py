@@ -47,24 +47,39 @@ Block = Union[Heading, Text, Code, Table, Image]
 
 def to_markdown(title: str, blocks: list[Block]) -> str:
     """GitHub-flavoured Markdown; images are linked by file name (they sit beside it)."""
-    out = [f"# {title}", ""]
+    out = [f"# {_md(title)}", ""]
     for b in blocks:
         if isinstance(b, Heading):
-            out += [f"## {b.text}", ""]
+            out += [f"## {_md(b.text)}", ""]
         elif isinstance(b, Text):
-            out += [b.text, ""]
+            out += [_md(b.text), ""]
         elif isinstance(b, Code):
-            out += ["```bash", b.text, "```", ""]
+            fence = "`" * max(3, _longest_run(b.text, "`") + 1)  # nothing inside can close it
+            out += [f"{fence}bash", b.text, fence, ""]
         elif isinstance(b, Table):
             align = ["---:" if i in b.right else "---" for i in range(len(b.headers))]
             out += [_md_row(b.headers), _md_row(align), *(_md_row(r) for r in b.rows), ""]
         else:
-            out += [f"![{b.alt}]({os.path.basename(b.path)})", ""]
+            out += [f"![{_md(b.alt)}]({os.path.basename(b.path)})", ""]
     return "\n".join(out)
 
 
+def _md(text: str) -> str:
+    """Text as Markdown shows it literally: names and values from a sweep (a parameter, a
+    model's error) may hold HTML, which Markdown viewers would otherwise render or run."""
+    return html.escape(text, quote=False)
+
+
+def _longest_run(text: str, char: str) -> int:
+    run = best = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        best = max(best, run)
+    return best
+
+
 def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return "| " + " | ".join(_md(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 _STYLE = """

@@ -1,0 +1,58 @@
+"""The private local Ray a plain `tuner sweep` starts: a private token, loopback sockets only."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+# Starts the local Ray the way `tuner sweep` does, then lists what its processes listen on.
+PROBE = """
+import json, time, psutil, ray
+from tuner.cluster.connect import Runtime, connect, quiet_ray
+quiet_ray(False)
+connect(Runtime(num_cpus=1))
+time.sleep(5)  # the agents and metrics servers start after ray.init returns
+kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
+hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
+print(json.dumps(hosts))
+ray.shutdown()
+"""
+
+
+def _start_local_ray(home: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env={**env, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_local_ray_makes_a_private_token_and_listens_on_loopback_only(tmp_path: Path) -> None:
+    run = _start_local_ray(tmp_path)
+    assert run.returncode == 0, run.stderr
+    token = tmp_path / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600  # Ray itself writes it 0644
+    hosts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert hosts, "the local Ray listens somewhere"
+    assert all(h in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for h in hosts), hosts
+
+
+def test_an_existing_readable_token_is_named_in_a_warning(tmp_path: Path) -> None:
+    token = tmp_path / ".ray" / "auth_token"
+    token.parent.mkdir()
+    token.write_text("x" * 64)
+    token.chmod(0o644)
+    run = _start_local_ray(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert f"{token} can be read by other users of this machine: chmod 600 {token}" in run.stderr
+    assert token.read_text() == "x" * 64  # the user's token is used, not replaced
