@@ -207,7 +207,7 @@ def test_plots_of_a_sweep_with_no_results_yet(tmp_path: Path) -> None:
 
 
 def test_markdown_shows_html_from_names_and_values_as_text() -> None:
-    from tuner.document import Code, Table, Text, to_markdown
+    from tuner.view.document import Code, Table, Text, to_markdown
 
     evil = "<script>alert(1)</script>"
     md = to_markdown(f"Sweep report: {evil}", [Text(evil), Table([evil], [[evil]]), Code("a ``` b")])
