@@ -452,6 +452,7 @@ def resume_sweep(
     Raises AlreadyFinished (changing nothing) when every planned trial has finished.
     """
     sweep_dir = os.path.abspath(sweep_dir)
+    sweepdir.refuse_if_held(sweep_dir)
     cfg = load_resumable(sweep_dir)
     _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
     with sweepdir.claim(sweep_dir, new=False, command="resume"):

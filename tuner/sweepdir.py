@@ -95,7 +95,10 @@ def _make(path: str) -> bool:
     except FileExistsError:
         return False
     except OSError as err:
-        field = "name" if err.errno == errno.ENAMETOOLONG else "output"
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        field = "output"
+        if err.errno == errno.ENAMETOOLONG and len(os.path.basename(path).encode()) > name_max:
+            field = "name"  # this filesystem's names are shorter than the usual 255 bytes
         raise ConfigError(field, f"cannot create {path}: {err.strerror}") from None
 
 
@@ -108,16 +111,34 @@ def _lock(path: str, field: str, command: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(fd)
+        error = _in_use(path, field, fd)
         os.close(fd)
-        raise ConfigError(
-            field,
-            f"{path} is in use by another tuner run ({holder}); wait for it to end or stop it",
-        ) from None
+        raise error from None
     os.ftruncate(fd, 0)
     note = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
     os.pwrite(fd, json.dumps(note).encode(), 0)
     return fd
+
+
+def refuse_if_held(path: str, field: str = "") -> None:
+    """Refuse a directory another run holds, changing nothing (`resume` asks this first, before
+    it reads a sweep.yaml the holder may not have written yet)."""
+    try:
+        fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path, field, fd) from None
+    finally:
+        os.close(fd)
+
+
+def _in_use(path: str, field: str, fd: int) -> ConfigError:
+    return ConfigError(
+        field, f"{path} is in use by another tuner run ({_holder(fd)}); wait for it to end or stop it"
+    )
 
 
 def _holder(fd: int) -> str:
