@@ -65,8 +65,25 @@ Builder = Callable[..., SearchPlan]
 
 
 def key(config: dict[str, Any]) -> str:
-    """A configuration's identity, comparable across a JSON round trip."""
-    return json.dumps(config, sort_keys=True, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    """A configuration's identity, comparable across a JSON or YAML round trip.
+
+    Numbers count by value, as Python compares them (0 == 0.0): sweeps written before
+    sweep.yaml was read back by the first run recorded `warmup_epochs: 0` in their trials and
+    0.0 in the file, and they resume correctly too.
+    """
+    return json.dumps(_by_value(config), sort_keys=True, default=str)
+
+
+def _by_value(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (dict, list)):
+        value = value.item()  # numpy scalars from searchers
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_value(v) for v in value]
+    return value
 
 
 def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
@@ -240,8 +257,9 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     from tuner.searchers import AsyncBOHB, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
-    space = to_configspace(searched, seed=search.seed)
-    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=search.seed)
+    seed = _searcher_seed(search.seed, prior)
+    space = to_configspace(searched, seed=seed)
+    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed)
     for t in prior.finished:
         searcher.replay({k: t.config[k] for k in searched}, t.history, t.error)
     return SearchPlan(
@@ -261,9 +279,8 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}
-    searcher = OptunaSearch(
-        space=searched, metric=metric, mode=mode, sampler=optuna.samplers.TPESampler(seed=search.seed)
-    )
+    sampler = optuna.samplers.TPESampler(seed=_searcher_seed(search.seed, prior))
+    searcher = OptunaSearch(space=searched, metric=metric, mode=mode, sampler=sampler)
     for t in prior.finished:  # told, as Tune told it: the last value each trial reported
         values = [r[metric] for r in t.history if finite(r.get(metric))]
         failed = t.error or not values or any("failure" in r for r in t.history)
@@ -281,6 +298,18 @@ def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> Se
         num_samples=_budget(search, prior),
         description="Optuna TPE" + (" + ASHA" if stop_early else ""),
     )
+
+
+def _searcher_seed(seed: int, prior: Prior) -> int:
+    """The seed of a model-based searcher: the sweep's, or for a resumed sweep one derived from
+    it and the trials already started. Seeded as the first run was, a fresh searcher proposes
+    that run's first configurations again, and the resumed sweep ran them twice."""
+    started = len(prior.finished) + len(prior.resumed)
+    if not started:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, started]).generate_state(1)[0])
 
 
 def _budget(search: SearchSection, prior: Prior) -> int:

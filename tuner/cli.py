@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
+from tuner import yamlfile
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 from tuner.results import DiskFull
 
@@ -68,7 +69,9 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError("--set", f"expected KEY=VALUE, got '{item}'")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
+            out[key.strip()] = yamlfile.load(raw)
+        except yamlfile.YAMLRefused as err:
+            raise ConfigError(key, f"value '{raw}': {err}") from None
         except yaml.YAMLError:
             raise ConfigError(key, f"value '{raw}' is not valid YAML") from None
     return out

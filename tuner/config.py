@@ -13,12 +13,21 @@ import importlib.util
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
+from tuner import yamlfile
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
 BUILTIN_MODELS = ("mlp", "cnn", "vit")
 BUILTIN_DATA = ("digits", "synthetic", "synthetic_images")
@@ -26,6 +35,11 @@ OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 AMP_MODES = ("off", "bf16", "fp16", "auto")
 # Metrics every trial reports each epoch; `metric` must be one of the first three.
 OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
+# Most trials one sweep may plan: the driver lists grid and random configurations up front
+# (a 10^11-point grid took 4 GB before its first trial), and no sweep here needs more.
+MAX_TRIALS = 10_000
+# Seeds reach numpy's RandomState (searchers) and torch: both take 0..2**32-1 in common.
+MAX_SEED = 2**32 - 1
 
 # Hyperparameters the built-in models read: name -> (type, smallest, largest).
 MODEL_PARAMS: dict[str, dict[str, tuple[type, float, float]]] = {
@@ -54,7 +68,29 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # validate_default: a float field's int default (warmup_epochs: 0) is 0.0 from the start,
+    # as it is once sweep.yaml is read back; allow_inf_nan: `lr: .inf` is no learning rate.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, validate_default=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic takes true as 1: `num_samples: true` is a mistake, not one trial.
+        if (
+            isinstance(value, bool)
+            and info.field_name
+            and _numeric_only(cls.model_fields[info.field_name].annotation)
+        ):
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
+
+
+def _numeric_only(annotation: Any) -> bool:
+    """A field that takes numbers and no bool (int, float, Optional[float], "auto" or float)."""
+    kinds = get_args(annotation) or (annotation,)
+    return bool({int, float} & set(kinds)) and bool not in kinds
 
 
 class TaskSection(_Section):
@@ -95,8 +131,10 @@ class SearchSection(_Section):
     algorithm: str = Field(
         "random", description="grid | random | bohb | optuna (see README: Search algorithms)."
     )
-    num_samples: int = Field(10, ge=1, description="Trials to run (grid search runs its full grid instead).")
-    seed: int = Field(0, description="Seed of the searcher: same seed, same suggestions.")
+    num_samples: int = Field(
+        10, ge=1, le=MAX_TRIALS, description="Trials to run (grid search runs its full grid instead)."
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the searcher: same seed, same suggestions.")
     grid_points: int = Field(3, ge=1, le=100, description="Grid search: values tried per numeric range.")
     params: dict[str, Param] = Field(
         default_factory=dict,
@@ -119,6 +157,14 @@ class SearchSection(_Section):
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
+        if self.algorithm == "grid":
+            size = grid_size(self.params, self.grid_points)
+            if size > MAX_TRIALS:
+                raise ConfigError(
+                    "search.params",
+                    f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
+                    "may run (fewer values, a smaller grid_points, or random search)",
+                )
         return self
 
 
@@ -133,7 +179,10 @@ class ScheduleSection(_Section):
         "for bohb also the smallest budget its model learns from.",
     )
     reduction_factor: float = Field(
-        3, gt=1, description="ASHA: 1/reduction_factor of trials go on at each rung."
+        3,
+        ge=1.1,
+        description="ASHA: 1/reduction_factor of trials go on at each rung. At least 1.1: "
+        "closer to 1 the rungs (one per power of the factor) grow without bound.",
     )
     early_stopping: Optional[bool] = Field(
         None,
@@ -264,7 +313,9 @@ class TrainingSection(_Section):
     warmup_epochs: float = Field(0, ge=0, description="Linear learning-rate warm-up, in epochs.")
     grad_clip: Optional[float] = Field(None, gt=0, description="Clip the gradient norm to this.")
     eval_batch_size: int = Field(1024, ge=1, description="Batch size of evaluation.")
-    seed: int = Field(0, description="Seed of weights and shuffling (the same for every trial).")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="Seed of weights and shuffling (the same for every trial)."
+    )
     loader_workers: int = Field(
         0, ge=0, description="DataLoader worker processes (datasets not held in memory)."
     )
@@ -331,7 +382,12 @@ class FailureSection(_Section):
 class SweepConfig(_Section):
     """A whole sweep: what to train, how to search, and where results go."""
 
-    name: str = Field(description="Sweep name; results go to <output>/<name>.", pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(
+        description="Sweep name; results go to <output>/<name>. One directory name: letters, "
+        "digits, '.', '_' and '-', not '.' or '..'.",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        max_length=255,  # NAME_MAX of common filesystems
+    )
     task: TaskSection
     metric: str = Field("val_acc", description="Metric to optimise: val_acc, val_loss, ...")
     mode: Optional[Literal["max", "min"]] = Field(
@@ -358,6 +414,15 @@ class SweepConfig(_Section):
             else:
                 params["amp"] = amp_from_yaml(amp)
         return raw
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory(cls, value: str) -> str:
+        if value in (".", ".."):
+            raise ValueError(
+                f"'{value}' is not a directory of its own (it would write into output or its parent)"
+            )
+        return value
 
     @field_validator("metric")
     @classmethod
@@ -482,7 +547,9 @@ def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("", f"{p}: no such file")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yamlfile.load(p.read_text())
+    except yamlfile.YAMLRefused as err:
+        raise ConfigError("", f"{p}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -558,7 +625,18 @@ def to_yaml(cfg: SweepConfig) -> str:
         k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
         for k, p in cfg.search.params.items()
     }
-    return yaml.safe_dump(data, sort_keys=False)
+    return yamlfile.dump(data)
+
+
+def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
+    """(the config as its sweep.yaml reads back, that file's text).
+
+    A sweep runs with the read-back config, so `resume`, which has only the file, rebuilds
+    exactly the configurations the first run planned and started (a float field's int
+    default once came back as 0.0 and matched no started trial).
+    """
+    text = to_yaml(cfg)
+    return parse_sweep(yamlfile.load(text)), text
 
 
 def reference_markdown() -> str:

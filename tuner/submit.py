@@ -114,7 +114,7 @@ def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
     """The checks `tuner sweep` makes before Ray starts, here, before anything is submitted."""
     from tuner.cli import build_parser, overrides_from
     from tuner.config import load_sweep
-    from tuner.sweep import refuse_existing
+    from tuner.sweepdir import refuse_existing
 
     if "--address" in tuner_args or any(a.startswith("--address=") for a in tuner_args):
         raise ConfigError("--address", "give the cluster's address before `--` (ray job submit --address)")

@@ -12,9 +12,9 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import algorithms, cluster, packing, resources
+from tuner import algorithms, cluster, packing, resources, sweepdir
 from tuner.algorithms import Prior, PriorTrial
-from tuner.config import ConfigError, SweepConfig, load_sweep, to_yaml
+from tuner.config import ConfigError, SweepConfig, load_sweep, settled
 from tuner.results import (
     CONFIG_FILE,
     DiskFull,
@@ -55,17 +55,7 @@ def locate(output: str, name: str) -> tuple[str, Optional[str]]:
     if "://" in output:
         return output, None
     storage = os.path.abspath(os.path.expanduser(cluster.output_base(output)))
-    return storage, os.path.join(storage, name)
-
-
-def refuse_existing(sweep_dir: Optional[str]) -> None:
-    """Never write into a sweep that is already there: results are the user's."""
-    if sweep_dir and os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
-        raise ConfigError(
-            "name",
-            f"{sweep_dir} already holds a sweep; continue it with `python -m tuner resume "
-            f"{sweep_dir}`, or choose another --name or --output",
-        )
+    return storage, sweepdir.resolve(storage, name)
 
 
 def connect(
@@ -334,7 +324,9 @@ def _launch(
             trial_dirname_creator=names,
         ),
         run_config=tune.RunConfig(
-            name=cfg.name,
+            # The directory's own name: a resumed copy of a sweep writes into itself, never
+            # into the sweep its sweep.yaml was first written for.
+            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
             storage_path=storage,
             callbacks=callbacks,
             # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
@@ -396,20 +388,18 @@ def run_sweep(
     allow_insecure_cluster: bool = False,
 ) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
+    cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
     storage, sweep_dir = locate(cfg.output, cfg.name)
-    refuse_existing(sweep_dir)
-    _precheck_local(cfg, address, num_cpus)
-    _quiet_ray(verbose)
-    connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
-    _warn_unshared(storage)
-    res = _preflight(cfg)  # before anything is written: a refused sweep leaves no directory
-    if sweep_dir:
-        os.makedirs(sweep_dir, exist_ok=True)
-        with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
-            f.write(to_yaml(cfg))
-    with _disk_full_stops(sweep_dir):
-        _launch(cfg, res, storage, sweep_dir, verbose)
-        return finish(cfg, sweep_dir or storage)
+    with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
+        _precheck_local(cfg, address, num_cpus)
+        _quiet_ray(verbose)
+        connect(address, num_cpus, verbose, allow_insecure_cluster, dashboard=_needs_train(cfg))
+        _warn_unshared(storage)
+        res = _preflight(cfg)  # a refused sweep leaves no directory: claim removes it
+        held.write_config(text)
+        with _disk_full_stops(sweep_dir):
+            _launch(cfg, res, storage, sweep_dir, verbose)
+            return finish(cfg, sweep_dir or storage)
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
@@ -443,7 +433,33 @@ class AlreadyFinished(Exception):
 
 def load_resumable(sweep_dir: str) -> SweepConfig:
     """The resolved config of a sweep directory; a ConfigError if it is not one."""
-    return load_sweep(os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE))
+    path = check_sweep_dir(sweep_dir)
+    empty = sweepdir.empty_config_message(path)
+    if empty:
+        raise ConfigError("", empty)
+    return load_sweep(os.path.join(path, CONFIG_FILE))
+
+
+def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
+    trials = _records(cfg, sweep_dir)
+    finished = [t for t in trials if t.finished]
+    unfinished = [t for t in trials if not t.finished]
+    if not unfinished and len(finished) >= expected_trials(cfg):
+        status = _status(sweep_dir)
+        raise AlreadyFinished(
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+        )
+    return finished, unfinished
+
+
+def _status(sweep_dir: str) -> str:
+    """The status summary.json records; a damaged file (cut short by a crash) is no error."""
+    try:
+        summary = read_summary(sweep_dir)
+    except (OSError, ValueError):
+        return "unknown: summary.json is damaged; resume rewrites it"
+    return str(summary.get("status", "completed")) if isinstance(summary, dict) else "completed"
 
 
 def resume_sweep(
@@ -461,15 +477,26 @@ def resume_sweep(
     Raises AlreadyFinished (changing nothing) when every planned trial has finished.
     """
     sweep_dir = os.path.abspath(sweep_dir)
+    sweepdir.refuse_if_held(sweep_dir)
     cfg = load_resumable(sweep_dir)
-    trials = _records(cfg, sweep_dir)
-    finished = [t for t in trials if t.finished]
-    unfinished = [t for t in trials if not t.finished]
-    if not unfinished and len(finished) >= expected_trials(cfg):
-        status = (read_summary(sweep_dir) or {}).get("status", "completed")
-        raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+    _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
+    with sweepdir.claim(sweep_dir, new=False, command="resume"):
+        finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
+        return _resume(
+            cfg, sweep_dir, finished, unfinished, address, num_cpus, verbose, allow_insecure_cluster
         )
+
+
+def _resume(
+    cfg: SweepConfig,
+    sweep_dir: str,
+    finished: list[TrialRecord],
+    unfinished: list[TrialRecord],
+    address: Optional[str],
+    num_cpus: Optional[int],
+    verbose: bool,
+    allow_insecure_cluster: bool,
+) -> SweepOutcome:
     _precheck_local(cfg, address, num_cpus)
     prior = Prior(
         finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
