@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +16,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SPACES, run_cli
-from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep
+from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml, yamlfile
+from tuner.space import Fixed
 
 GOOD: dict[str, Any] = yaml.safe_load((SPACES / "debug.yaml").read_text())
 
@@ -162,6 +167,60 @@ BAD_FILES = [
         "schedule.early_stopping",
         "bohb",
     ),
+    # Issue 17: values no sweep can run, refused instead of run (or of exhausting memory).
+    ("lr-inf", _set("training.lr", math.inf), "training.lr", "finite"),
+    ("fixed-lr-inf", _set("search.params.lr", math.inf), "search.params.lr", "finite"),
+    (
+        "high-inf",
+        _set("search.params.lr", {"type": "uniform", "low": 0.1, "high": math.inf}),
+        "search.params.lr.high",
+        "finite",
+    ),
+    (
+        "choice-nan",
+        _set("search.params.width", {"type": "choice", "values": [8, math.nan]}),
+        "search.params.width.values",
+        "finite",
+    ),
+    (
+        "num-samples-true",
+        _set("search.num_samples", True),
+        "search.num_samples",
+        "must be a number, not true",
+    ),
+    (
+        "randint-low-true",
+        _set("search.params.width", {"type": "randint", "low": True, "high": 8}),
+        "search.params.width.low",
+        "not true",
+    ),
+    (
+        "num-samples-huge",
+        _set("search.num_samples", 1_000_000_000),
+        "search.num_samples",
+        "less than or equal to 10000",
+    ),
+    (
+        "grid-too-large",
+        lambda r: (
+            _set("search.algorithm", "grid")(r),
+            _set("search.grid_points", 100)(r),
+            _set("search.params.dropout", {"type": "uniform", "low": 0.0, "high": 0.5})(r),
+        ),
+        "search.params",
+        "a grid of 500,000 combinations is more than the 10,000",
+    ),
+    ("seed-negative", _set("search.seed", -1), "search.seed", "greater than or equal to 0"),
+    ("training-seed-huge", _set("training.seed", 2**40), "training.seed", "less than or equal to"),
+    (
+        "reduction-factor-near-1",
+        _set("schedule.reduction_factor", 1.0000001),
+        "schedule.reduction_factor",
+        "1.1",
+    ),
+    ("name-dotdot", _set("name", ".."), "name", "not a directory of its own"),
+    ("name-dot", _set("name", "."), "name", "not a directory of its own"),
+    ("name-too-long", _set("name", "n" * 256), "name", "at most 255"),
 ]
 
 
@@ -327,3 +386,124 @@ def test_digits_mlp_is_the_peer_space() -> None:
     assert (p["width"].type, p["width"].low, p["width"].high) == ("lograndint", 32, 512)
     assert (p["depth"].type, p["depth"].low, p["depth"].high) == ("randint", 1, 3)
     assert cfg.schedule.max_epochs == 27 and cfg.training.batch_size == 64
+
+
+def _refused_before_ray(tmp_path: Path, text: str, *flags: str) -> tuple[list[str], str]:
+    """`sweep` on `text` in a fresh interpreter: ([exit code, ray imported, torch imported], stderr)."""
+    f = tmp_path / "sweep.yaml"
+    f.write_text(text)
+    probe = (
+        "import sys, tuner.cli as c\n"
+        f"code = c.main(['sweep', {str(f)!r}, '--output', {str(tmp_path / 'runs')!r}, *{list(flags)!r}])\n"
+        "print(code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return out.stdout.split(), out.stderr
+
+
+DEBUG_TEXT = (SPACES / "debug.yaml").read_text()
+# 367 bytes that expand to 9**9 strings (3.2 GB before issue 17), under task.data_args.
+ALIAS_BOMB = DEBUG_TEXT.replace(
+    "  data_args:\n",
+    "  data_args:\n    a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    + "".join(
+        f"    {b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+        for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "text, flags, words",
+    [
+        (DEBUG_TEXT, ["--seed", "-1"], "error: search.seed: "),
+        (DEBUG_TEXT, ["--num-samples", "1000000000"], "error: search.num_samples: "),
+        (
+            DEBUG_TEXT,
+            [
+                "--algorithm",
+                "grid",
+                "--set",
+                "search.grid_points=100",
+                "--set",
+                "search.params.dropout={type: uniform, low: 0, high: 0.5}",
+            ],
+            "error: search.params: a grid of",
+        ),
+        (ALIAS_BOMB, [], "expands to more than 100,000 values"),
+        (DEBUG_TEXT + "name: again\n", [], "duplicate key 'name' at line"),
+        (
+            DEBUG_TEXT.replace("  data_args:\n", "  data_args:\n    deep: " + "[" * 5000 + "]" * 5000 + "\n"),
+            [],
+            "nested deeper than 50 levels",
+        ),
+        (DEBUG_TEXT, ["--output", "/proc/self/no-such/runs"], "error: output: cannot create"),
+        (DEBUG_TEXT, ["--name", "x" * 256], "error: name: "),
+    ],
+    ids=[
+        "seed-negative",
+        "num-samples-huge",
+        "grid-huge",
+        "alias-bomb",
+        "duplicate-key",
+        "deep-nesting",
+        "output-unwritable",
+        "name-too-long",
+    ],
+)
+def test_what_cannot_run_is_refused_at_once_before_ray(
+    tmp_path: Path, text: str, flags: list, words: str
+) -> None:
+    t0 = time.monotonic()
+    result, err = _refused_before_ray(tmp_path, text, *flags)
+    assert result == ["2", "False", "False"], err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+    assert time.monotonic() - t0 < 20
+
+
+def test_output_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "runs").write_text("not a directory")
+    result, err = _refused_before_ray(tmp_path, DEBUG_TEXT)
+    assert result == ["2", "False", "False"] and err.startswith("error: output: "), err
+    assert "is a file, not a directory" in err
+
+
+def test_a_refused_sweep_leaves_no_directory(tmp_path: Path) -> None:
+    # Refused after the directory was claimed (the lock is taken before Ray starts).
+    out = run_cli(
+        "sweep",
+        str(SPACES / "debug.yaml"),
+        "--output",
+        str(tmp_path),
+        "--set",
+        "resources.cpus_per_worker=512",
+    )
+    assert out.returncode == 2, out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bare_exponent_numbers_are_floats(tmp_path: Path) -> None:
+    # YAML 1.1 reads 1e-3 as a string; the user meant a number.
+    f = tmp_path / "s.yaml"
+    text = DEBUG_TEXT.replace("lr: {type: loguniform, low: 1.0e-3, high: 1.0e-1}", "lr: 1e-3")
+    f.write_text(text.replace("  amp: off\n", "  amp: off\n  weight_decay: 5E-4\n"))
+    cfg = load_sweep(f, {"search.params.dropout": yamlfile.load("{type: choice, values: [0, 1e-1]}")})
+    assert cfg.search.params["lr"].value == 0.001 and isinstance(cfg.search.params["lr"].value, float)
+    assert cfg.training.weight_decay == 0.0005
+    assert cfg.search.params["dropout"].values == [0, 0.1]
+    out = run_cli("validate", str(f), "--set", "search.params.lr=2e-3")
+    assert out.returncode == 0, out.stderr
+    # ... and a string that looks like one stays a string through sweep.yaml.
+    assert yamlfile.load(yamlfile.dump({"s": "1e-3"})) == {"s": "1e-3"}
+
+
+@pytest.mark.parametrize("path", sorted(SPACES.glob("*.yaml")), ids=lambda p: p.name)
+def test_sweep_yaml_reads_back_as_written(path: Path) -> None:
+    # Every value a trial gets keeps its type through sweep.yaml (issue 17: the first run
+    # gave trials warmup_epochs 0, resume read 0.0 and matched none of them).
+    cfg = load_sweep(path)
+    back, text = settled(cfg)
+    assert to_yaml(back) == text
+    ran = {k: p.value for k, p in cfg.hyperparameters().items() if isinstance(p, Fixed)}
+    resumed = {k: p.value for k, p in back.hyperparameters().items() if isinstance(p, Fixed)}
+    assert {k: (type(v), v) for k, v in ran.items()} == {k: (type(v), v) for k, v in resumed.items()}

@@ -29,6 +29,16 @@ class _Param(BaseModel):
 
 
 class _Range(_Param):
+    model_config = ConfigDict(allow_inf_nan=False)  # `high: .inf` is no bound
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_bounds(cls, raw: Any) -> Any:
+        for end in ("low", "high"):
+            if isinstance(raw, dict) and isinstance(raw.get(end), bool):
+                raise ValueError(f"{end}: must be a number, not {str(raw[end]).lower()}")
+        return raw
+
     @model_validator(mode="after")
     def _ordered(self) -> _Range:
         if not self.low < self.high:  # type: ignore[attr-defined]
@@ -77,6 +87,8 @@ class _Values(_Param):
     def _distinct(self) -> _Values:
         if len({(type(v), v) for v in self.values}) != len(self.values):
             raise ValueError("values: must be distinct")
+        for v in self.values:
+            _finite(v, "values: ")
         return self
 
 
@@ -98,9 +110,20 @@ class Fixed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     value: Scalar
 
+    @model_validator(mode="after")
+    def _finite_value(self) -> Fixed:
+        _finite(self.value)
+        return self
+
     @property
     def kind(self) -> str:
         return "fixed"
+
+
+def _finite(value: Scalar, field: str = "") -> None:
+    # Scalar's float member takes inf and nan (allow_inf_nan reports them against the union).
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{field}must be a finite number, not {value}")
 
 
 def _param_tag(raw: Any) -> str:

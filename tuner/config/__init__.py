@@ -7,10 +7,10 @@ Modules of this package import each other directly, never this face, so it re-ex
 without a circle.
 """
 
-from tuner.config.load import load_sweep, parse_sweep, read_yaml, set_dotted, to_yaml
+from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES
+from tuner.config.load import load_sweep, parse_sweep, read_yaml, set_dotted, settled, to_yaml
 from tuner.config.schema import json_schema, reference_markdown
 from tuner.config.sections import (
-    OBJECTIVES,
     FailureSection,
     ResourcesSection,
     ScheduleSection,
@@ -23,6 +23,8 @@ from tuner.config.sections import (
 from tuner.errors import ConfigError
 
 __all__ = [
+    "MAX_SEED",
+    "MAX_TRIALS",
     "OBJECTIVES",
     "ConfigError",
     "FailureSection",
@@ -39,5 +41,6 @@ __all__ = [
     "read_yaml",
     "reference_markdown",
     "set_dotted",
+    "settled",
     "to_yaml",
 ]

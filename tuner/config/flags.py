@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+import tuner.config.yamlfile as yamlfile
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS
 
@@ -47,7 +48,9 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError("--set", f"expected KEY=VALUE, got '{item}'")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
+            out[key.strip()] = yamlfile.load(raw)
+        except yamlfile.YAMLRefused as err:
+            raise ConfigError(key, f"value '{raw}': {err}") from None
         except yaml.YAMLError:
             raise ConfigError(key, f"value '{raw}' is not valid YAML") from None
     return out

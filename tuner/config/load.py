@@ -9,6 +9,7 @@ from typing import Any, Optional, Union
 import yaml
 from pydantic import ValidationError
 
+import tuner.config.yamlfile as yamlfile
 from tuner.config.sections import SweepConfig
 from tuner.errors import ConfigError, validation_message
 from tuner.space import KINDS, Fixed
@@ -28,7 +29,9 @@ def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("", f"{p}: no such file")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yamlfile.load(p.read_text())
+    except yamlfile.YAMLRefused as err:
+        raise ConfigError("", f"{p}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -88,4 +91,15 @@ def to_yaml(cfg: SweepConfig) -> str:
         k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
         for k, p in cfg.search.params.items()
     }
-    return yaml.safe_dump(data, sort_keys=False)
+    return yamlfile.dump(data)
+
+
+def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
+    """(the config as its sweep.yaml reads back, that file's text).
+
+    A sweep runs with the read-back config, so `resume`, which has only the file, rebuilds
+    exactly the configurations the first run planned and started (a float field's int
+    default once came back as 0.0 and matched no started trial).
+    """
+    text = to_yaml(cfg)
+    return parse_sweep(yamlfile.load(text)), text

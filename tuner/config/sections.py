@@ -10,21 +10,20 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from tuner import catalogue
-from tuner.errors import ConfigError, validation_message
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, extremes, grid_size, unsupported, values_of
-
-# Metrics every trial reports each epoch; `metric` must be one of the first three.
-OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section
+from tuner.config.checks import check_param
+from tuner.errors import ConfigError
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
 
-class TaskSection(_Section):
+class TaskSection(Section):
     """What is trained: a model family and a dataset."""
 
     model: str = Field(
@@ -56,14 +55,16 @@ class TaskSection(_Section):
         return value
 
 
-class SearchSection(_Section):
+class SearchSection(Section):
     """How configurations are chosen."""
 
     algorithm: str = Field(
         "random", description="grid | random | bohb | optuna (see README: Search algorithms)."
     )
-    num_samples: int = Field(10, ge=1, description="Trials to run (grid search runs its full grid instead).")
-    seed: int = Field(0, description="Seed of the searcher: same seed, same suggestions.")
+    num_samples: int = Field(
+        10, ge=1, le=MAX_TRIALS, description="Trials to run (grid search runs its full grid instead)."
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the searcher: same seed, same suggestions.")
     grid_points: int = Field(3, ge=1, le=100, description="Grid search: values tried per numeric range.")
     params: dict[str, Param] = Field(
         default_factory=dict,
@@ -86,10 +87,18 @@ class SearchSection(_Section):
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
+        if self.algorithm == "grid":
+            size = grid_size(self.params, self.grid_points)
+            if size > MAX_TRIALS:
+                raise ConfigError(
+                    "search.params",
+                    f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
+                    "may run (fewer values, a smaller grid_points, or random search)",
+                )
         return self
 
 
-class ScheduleSection(_Section):
+class ScheduleSection(Section):
     """Epoch budget and early stopping."""
 
     max_epochs: int = Field(10, ge=1, description="Epochs a trial trains at most.")
@@ -100,7 +109,10 @@ class ScheduleSection(_Section):
         "for bohb also the smallest budget its model learns from.",
     )
     reduction_factor: float = Field(
-        3, gt=1, description="ASHA: 1/reduction_factor of trials go on at each rung."
+        3,
+        ge=1.1,
+        description="ASHA: 1/reduction_factor of trials go on at each rung. At least 1.1: "
+        "closer to 1 the rungs (one per power of the factor) grow without bound.",
     )
     early_stopping: Optional[bool] = Field(
         None,
@@ -122,7 +134,7 @@ class ScheduleSection(_Section):
         return self
 
 
-class ResourcesSection(_Section):
+class ResourcesSection(Section):
     """What each trial gets from Ray."""
 
     workers_per_trial: int = Field(
@@ -195,7 +207,7 @@ class ResourcesSection(_Section):
         return self
 
 
-class TrainingSection(_Section):
+class TrainingSection(Section):
     """Training-loop defaults. Any of them can also be searched or fixed in search.params."""
 
     batch_size: int = Field(64, ge=1, description="Samples per optimizer step, summed over workers.")
@@ -231,7 +243,9 @@ class TrainingSection(_Section):
     warmup_epochs: float = Field(0, ge=0, description="Linear learning-rate warm-up, in epochs.")
     grad_clip: Optional[float] = Field(None, gt=0, description="Clip the gradient norm to this.")
     eval_batch_size: int = Field(1024, ge=1, description="Batch size of evaluation.")
-    seed: int = Field(0, description="Seed of weights and shuffling (the same for every trial).")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="Seed of weights and shuffling (the same for every trial)."
+    )
     loader_workers: int = Field(
         0, ge=0, description="DataLoader worker processes (datasets not held in memory)."
     )
@@ -286,7 +300,7 @@ def amp_from_yaml(value: Any) -> Any:
     return value
 
 
-class FailureSection(_Section):
+class FailureSection(Section):
     """Checkpoints and retries."""
 
     max_failures: int = Field(
@@ -295,10 +309,15 @@ class FailureSection(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept per trial (newest).")
 
 
-class SweepConfig(_Section):
+class SweepConfig(Section):
     """A whole sweep: what to train, how to search, and where results go."""
 
-    name: str = Field(description="Sweep name; results go to <output>/<name>.", pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(
+        description="Sweep name; results go to <output>/<name>. One directory name: letters, "
+        "digits, '.', '_' and '-', not '.' or '..'.",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        max_length=255,  # NAME_MAX of common filesystems
+    )
     task: TaskSection
     metric: str = Field("val_acc", description="Metric to optimise: val_acc, val_loss, ...")
     mode: Optional[Literal["max", "min"]] = Field(
@@ -326,6 +345,15 @@ class SweepConfig(_Section):
                 params["amp"] = amp_from_yaml(amp)
         return raw
 
+    @field_validator("name")
+    @classmethod
+    def _one_directory(cls, value: str) -> str:
+        if value in (".", ".."):
+            raise ValueError(
+                f"'{value}' is not a directory of its own (it would write into output or its parent)"
+            )
+        return value
+
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, value: str) -> str:
@@ -346,7 +374,7 @@ class SweepConfig(_Section):
         elif self.mode != natural:
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
-            _check_param(name, param, self.task.model, self.training)
+            check_param(name, param, self.task.model, self.training)
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
@@ -368,28 +396,3 @@ class SweepConfig(_Section):
         }
         base.update(self.search.params)
         return base
-
-
-def _check_param(name: str, param: ParamT, model: str, training: TrainingSection) -> None:
-    path = f"search.params.{name}"
-    if name in TrainingSection.model_fields:
-        for value in extremes(param):
-            try:
-                setattr(training.model_copy(), name, value)  # validate_assignment checks it
-            except ValidationError as err:
-                raise ConfigError(path, validation_message(err.errors()[0], value)) from None
-        return
-    known = catalogue.MODELS.get(model)
-    if known is None:  # a user model reads whatever it likes
-        return
-    if name not in known:
-        valid = sorted(set(known) | set(TrainingSection.model_fields))
-        raise ConfigError(path, f"not a parameter of model '{model}' or training (valid: {', '.join(valid)})")
-    kind, low, high = known[name].kind, known[name].low, known[name].high
-    for value in extremes(param):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"must be a number, got {value!r}")
-        if kind is int and value != int(value):
-            raise ConfigError(path, f"must be an integer, got {value!r}")
-        if not low <= value <= high:
-            raise ConfigError(path, f"{value!r} is outside {low}..{high}")

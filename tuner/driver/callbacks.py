@@ -209,7 +209,7 @@ class Progress(Callback):
         note = last.get("failure") or how
         self.stream.write(
             f"[tuner] trial {trial.trial_id} {note}: {self.metric} {shown} at epoch "
-            f"{last.get('epoch', 0)} · {self.line(trials, prefix=False)}\n"
+            f"{last.get('epoch', 0)} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()
 
@@ -223,10 +223,12 @@ class Progress(Callback):
             self.stream.write("\r\033[K" + self.line(trials) + "\n")
             self.stream.flush()
 
-    def line(self, trials: list, prefix: bool = True) -> str:
+    def line(self, trials: list, prefix: bool = True, ending: Any = None) -> str:
         counts: dict[str, int] = {}
         for t in trials:
-            counts[t.status] = counts.get(t.status, 0) + 1
+            # Tune calls on_trial_complete before it marks the trial TERMINATED.
+            status = "TERMINATED" if t is ending and t.status not in ("TERMINATED", "ERROR") else t.status
+            counts[status] = counts.get(status, 0) + 1
         done = self.done_before + counts.get("TERMINATED", 0) + counts.get("ERROR", 0)
         pending = max(self.total - self.done_before - len(trials), 0) + counts.get("PENDING", 0)
         parts = [f"{done}/{self.total} done", f"{counts.get('RUNNING', 0)} running"]

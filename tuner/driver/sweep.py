@@ -12,23 +12,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tuner import sweepdir
 from tuner.cluster import join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
-from tuner.config import SweepConfig
+from tuner.config import SweepConfig, settled
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.sweepdir import (
-    full_config,
-    read_config,
-    read_summary,
-    refuse_existing,
-    remove_temporaries,
-    write_config,
-    write_summary,
-)
+from tuner.sweepdir import full_config, remove_temporaries
 
 
 @dataclass
@@ -53,7 +46,7 @@ def locate(output: str, name: str) -> tuple[str, Optional[str]]:
     if "://" in output:
         return output, None
     storage = os.path.abspath(os.path.expanduser(join.output_base(output)))
-    return storage, os.path.join(storage, name)
+    return storage, sweepdir.resolve(storage, name)
 
 
 @dataclass
@@ -66,13 +59,15 @@ class Start:
     resumed_dirs: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     done: int = 0  # trials finished before
     announce: Optional[str] = None  # a line printed once Ray is up
+    config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
+    cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
     storage, sweep_dir = locate(cfg.output, cfg.name)
-    refuse_existing(sweep_dir)
-    return run(cfg, runtime or Runtime(), Start(storage, sweep_dir))
+    with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
+        return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
 
 
 def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -83,21 +78,46 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
     Raises AlreadyFinished (changing nothing) when every planned trial has finished.
     """
     sweep_dir = os.path.abspath(sweep_dir)
-    cfg = read_config(sweep_dir)
+    sweepdir.refuse_if_held(sweep_dir)
+    cfg = sweepdir.read_config(sweep_dir)
+    _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
+    with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
+        finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
+        return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
+
+
+def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
     trials = _records(cfg, sweep_dir)
     finished = [t for t in trials if t.finished]
     unfinished = [t for t in trials if not t.finished]
     if not unfinished and len(finished) >= cfg.expected_trials():
-        status = (read_summary(sweep_dir) or {}).get("status", "completed")
         raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+            f"{sweep_dir}: all {len(finished)} trials finished (status {_status(sweep_dir)}); "
+            "nothing to resume"
         )
+    return finished, unfinished
+
+
+def _status(sweep_dir: str) -> str:
+    """The status summary.json records; a damaged file (cut short by a crash) is no error."""
+    try:
+        summary = sweepdir.read_summary(sweep_dir)
+    except (OSError, ValueError):
+        return "unknown: summary.json is damaged; resume rewrites it"
+    return str(summary.get("status", "completed")) if isinstance(summary, dict) else "completed"
+
+
+def _resumed(
+    cfg: SweepConfig, sweep_dir: str, finished: list[TrialRecord], unfinished: list[TrialRecord]
+) -> Start:
+    """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
     prior = Prior(
         finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
         resumed=[full_config(t.path) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
-    start = Start(
+    return Start(
         storage=os.path.dirname(sweep_dir),
         sweep_dir=sweep_dir,
         prior=prior,
@@ -106,11 +126,10 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
         announce=f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
         f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
     )
-    return run(cfg, runtime or Runtime(), start)
 
 
-def run(cfg: SweepConfig, runtime: Runtime, start: Start) -> SweepOutcome:
-    """The one way a sweep runs, new or resumed."""
+def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
+    """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
     resources.precheck_local(cfg, runtime)
     quiet_ray(runtime.verbose)
     # Trials with several workers run Ray Train, which needs the dashboard's State API.
@@ -118,9 +137,9 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start) -> SweepOutcome:
     warn_unshared(start.storage)
     if start.announce:
         print(start.announce, flush=True)
-    res = resources.resolve(cfg)  # before anything is written: a refused sweep leaves no directory
-    if start.prior is None and start.sweep_dir:
-        write_config(start.sweep_dir, cfg)
+    res = resources.resolve(cfg)  # a refused sweep leaves no directory: claim removes it
+    if start.config_text is not None:
+        held.write_config(start.config_text)
     with _disk_full_stops(start.sweep_dir):
         _launch(cfg, res, start, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage)
@@ -221,7 +240,9 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
             trial_dirname_creator=names,
         ),
         run_config=tune.RunConfig(
-            name=cfg.name,
+            # The directory's own name: a resumed copy of a sweep writes into itself, never
+            # into the sweep its sweep.yaml was first written for.
+            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
             storage_path=storage,
             callbacks=callbacks,
             # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
@@ -259,7 +280,7 @@ def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
         expected_trials=cfg.expected_trials(),
     )
     if "://" not in sweep_dir:
-        write_summary(sweep_dir, summary)
+        sweepdir.write_summary(sweep_dir, summary)
     code = ExitCode.OK
     if summary["status"] == "interrupted":
         code = ExitCode.INTERRUPTED

@@ -192,8 +192,9 @@ def _bohb(r: SearchRequest) -> SearchPlan:
     from tuner.search.searchers import AsyncBOHB, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
-    space = to_configspace(searched, seed=search.seed)
-    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=search.seed)
+    seed = _searcher_seed(search.seed, prior)
+    space = to_configspace(searched, seed=seed)
+    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed)
     for t in prior.finished:
         searcher.replay({k: t.config[k] for k in searched}, t.history, t.error)
     return SearchPlan(
@@ -215,9 +216,8 @@ def _optuna(r: SearchRequest) -> SearchPlan:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}
-    searcher = OptunaSearch(
-        space=searched, metric=metric, mode=mode, sampler=optuna.samplers.TPESampler(seed=search.seed)
-    )
+    sampler = optuna.samplers.TPESampler(seed=_searcher_seed(search.seed, prior))
+    searcher = OptunaSearch(space=searched, metric=metric, mode=mode, sampler=sampler)
     for t in prior.finished:  # told, as Tune told it: the last value each trial reported
         values = [r[metric] for r in t.history if finite(r.get(metric))]
         failed = t.error or not values or any("failure" in r for r in t.history)
@@ -235,6 +235,18 @@ def _optuna(r: SearchRequest) -> SearchPlan:
         num_samples=_budget(search, prior),
         description="Optuna TPE" + (" + ASHA" if stop_early else ""),
     )
+
+
+def _searcher_seed(seed: int, prior: Prior) -> int:
+    """The seed of a model-based searcher: the sweep's, or for a resumed sweep one derived from
+    it and the trials already started. Seeded as the first run was, a fresh searcher proposes
+    that run's first configurations again, and the resumed sweep ran them twice."""
+    started = len(prior.finished) + len(prior.resumed)
+    if not started:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, started]).generate_state(1)[0])
 
 
 def _budget(search: SearchSection, prior: Prior) -> int:

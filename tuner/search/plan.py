@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.space import ParamT
-from tuner.sweepdir import json_default
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -48,8 +47,25 @@ class SearchPlan:
 
 
 def key(config: dict[str, Any]) -> str:
-    """A configuration's identity, comparable across a JSON round trip."""
-    return json.dumps(config, sort_keys=True, default=json_default)
+    """A configuration's identity, comparable across a JSON or YAML round trip.
+
+    Numbers count by value, as Python compares them (0 == 0.0): sweeps written before
+    sweep.yaml was read back by the first run recorded `warmup_epochs: 0` in their trials and
+    0.0 in the file, and they resume correctly too.
+    """
+    return json.dumps(_by_value(config), sort_keys=True, default=str)
+
+
+def _by_value(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (dict, list)):
+        value = value.item()  # numpy scalars from searchers
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_value(v) for v in value]
+    return value
 
 
 def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:

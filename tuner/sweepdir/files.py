@@ -1,4 +1,4 @@
-"""The sweep directory: every file name in it, and every read and write of its files.
+"""The sweep directory's files: every file name in it, and every read and write of them.
 
     <output>/<name>/            sweep.yaml  summary.json  (Ray Tune's experiment state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
@@ -75,16 +75,6 @@ def remove_temporaries(sweep_dir: str) -> None:
 # ----------------------------------------------------------------------------- the sweep
 
 
-def refuse_existing(sweep_dir: Optional[str]) -> None:
-    """Never write into a sweep that is already there: results are the user's."""
-    if sweep_dir and os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
-        raise ConfigError(
-            "name",
-            f"{sweep_dir} already holds a sweep; continue it with `python -m tuner resume "
-            f"{sweep_dir}`, or choose another --name or --output",
-        )
-
-
 def check_sweep_dir(sweep_dir: str) -> str:
     """`sweep_dir` made absolute, or a ConfigError saying why it is not a sweep directory."""
     path = os.path.abspath(sweep_dir)
@@ -95,13 +85,21 @@ def check_sweep_dir(sweep_dir: str) -> str:
     return path
 
 
-def write_config(sweep_dir: str, cfg: SweepConfig) -> None:
-    """Create the sweep directory with its sweep.yaml (the resolved configuration)."""
-    from tuner.config import to_yaml
-
-    os.makedirs(sweep_dir, exist_ok=True)
-    with open(os.path.join(sweep_dir, CONFIG_FILE), "w") as f:
-        f.write(to_yaml(cfg))
+def empty_config_message(path: str) -> Optional[str]:
+    """What to do about a sweep directory whose sweep.yaml is empty (None if it is not)."""
+    config = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(config) or os.path.getsize(config) > 0:
+        return None
+    if not trial_dirs(path):
+        return (
+            f"{config} is empty and no trial ran (a run of an older tuner stopped while writing "
+            "it): delete the directory and start the sweep again"
+        )
+    return (
+        f"{config} is empty (written by an older tuner, not atomically): write it again from the "
+        "sweep file and flags the sweep was started with (`python -m tuner validate` checks "
+        "them), then resume"
+    )
 
 
 def config_path(sweep_dir: str) -> str:
@@ -123,6 +121,9 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     from tuner.config import load_sweep, parse_sweep, read_yaml
 
     path = config_path(sweep_dir)
+    empty = empty_config_message(os.path.dirname(path))
+    if empty:
+        raise ConfigError("", empty)
     try:
         return load_sweep(path)
     except ConfigError as err:

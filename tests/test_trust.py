@@ -1,0 +1,204 @@
+"""Results you can trust (issue 17): a resumed sweep runs exactly what it would have run
+uninterrupted; a sweep directory is resumed where it is, by one run at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEBUG, ROOT, debug_config, run_cli
+from tuner.config import ConfigError
+from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
+from tuner.search.plan import key
+from tuner.sweepdir import LOCK_FILE, claim, resolve
+
+pytestmark = pytest.mark.slow
+TRIALS = 4
+RANGES = {
+    "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1},
+    "optimizer": {"type": "choice", "values": ["sgd", "adam"]},
+    "width": {"type": "randint", "low": 8, "high": 32},
+}
+SEARCHED = {
+    "grid": {"lr": {"type": "grid", "values": [0.01, 0.03]}, "width": {"type": "grid", "values": [8, 16]}},
+    "random": RANGES,
+    "bohb": RANGES,
+    "optuna": RANGES,
+}
+# The n-th trial model built interrupts the sweep (Ctrl-C): during the first trial (none
+# finished), the second and the one before last (so that one is still to start).
+INTERRUPT_AT = (1, 2, TRIALS - 1)
+
+
+def _sweep(root: Path, algorithm: str, interrupt_at: int) -> SweepOutcome:
+    root.mkdir()
+    (root / "chaos").mkdir()
+    params: dict[str, Any] = {
+        **SEARCHED[algorithm],
+        "depth": 1,
+        "chaos_dir": str(root / "chaos"),
+        "interrupt_at": interrupt_at,
+        "driver_pid": os.getpid(),  # in-process: this test's process drives the sweep
+    }
+    cfg = debug_config(
+        root,
+        task__model="tests.interrupt:after_builds",
+        search__algorithm=algorithm,
+        search__params=params,
+        search__num_samples=TRIALS,
+        schedule__max_epochs=2,
+        resources__max_concurrent_trials=1,  # one at a time: the n-th build comes after n-1 ends
+    )
+    return run_sweep(cfg)
+
+
+def _configs(outcome: SweepOutcome, algorithm: str) -> list[str]:
+    """The searched part of every trial's configuration, as sorted keys."""
+    trials = outcome.summary["trials"]
+    assert len({t["trial_id"] for t in trials}) == len(trials)
+    return sorted(key({k: t["config"][k] for k in SEARCHED[algorithm]}) for t in trials)
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("algorithm", list(SEARCHED))
+def test_resumed_sweep_runs_what_an_uninterrupted_one_runs(tmp_path: Path, algorithm: str) -> None:
+    reference = _sweep(tmp_path / "whole", algorithm, interrupt_at=0)
+    assert reference.exit_code == 0 and reference.summary["status"] == "completed"
+    expected = _configs(reference, algorithm)
+    assert len(expected) == TRIALS
+    for at in INTERRUPT_AT:
+        stopped = _sweep(tmp_path / f"at{at}", algorithm, interrupt_at=at)
+        assert stopped.exit_code == 130, (at, stopped.summary["counts"])
+        resumed = resume_sweep(stopped.sweep_dir)
+        assert resumed.summary["status"] == "completed", (at, resumed.summary["counts"])
+        got = _configs(resumed, algorithm)
+        if algorithm in ("grid", "random"):  # lists fixed by the seed: the very same trials
+            assert got == expected, at
+        else:  # model-based: as many trials, none run twice
+            assert len(got) == len(set(got)) == TRIALS, (at, got)
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under root -> (size, mtime in ns); directories as (-1, 0)."""
+    return {
+        str(p.relative_to(root)): (-1, 0) if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+    }
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_copied_sweep_resumes_into_itself_and_leaves_the_original_alone(tmp_path: Path) -> None:
+    stopped = _sweep(tmp_path / "runs", "random", interrupt_at=2)
+    assert stopped.exit_code == 130
+    original = Path(stopped.sweep_dir)
+    copy = original.with_name("debug-moved")
+    subprocess.run(["cp", "-a", str(original), str(copy)], check=True)
+    before = _tree(original)
+    resumed = resume_sweep(str(copy))
+    assert _tree(original) == before, "the original sweep was written to"
+    assert resumed.sweep_dir == str(copy) and resumed.summary["status"] == "completed"
+    ids = {t["trial_id"] for t in resumed.summary["trials"]}
+    assert len(ids) == TRIALS and all((copy / t / "tuner_trial.json").is_file() for t in ids)
+    assert json.loads((original / "summary.json").read_text())["status"] == "interrupted"
+    # A summary.json cut short (a crash while writing it) is no reason for a traceback.
+    (copy / "summary.json").write_text('{"status": "compl')
+    with pytest.raises(AlreadyFinished, match="summary.json is damaged"):
+        resume_sweep(str(copy))
+
+
+@pytest.mark.parametrize("name", ["..", "."])
+def test_name_dot_or_dotdot_is_refused_before_anything_is_written(tmp_path: Path, name: str) -> None:
+    output = tmp_path / "runs"
+    output.mkdir()
+    (tmp_path / "sweep.yaml").write_text("mine\n")  # what `--name ..` used to overwrite
+    before = _tree(tmp_path)
+    out = run_cli("sweep", str(DEBUG), "--output", str(output), "--name", name)
+    assert out.returncode == 2 and out.stderr.startswith("error: name: "), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_name_must_stay_inside_output() -> None:
+    assert resolve("/runs", "debug") == "/runs/debug"
+    for name in ("..", ".", "a/..", "../x", ""):
+        with pytest.raises(ConfigError, match="not one directory name"):
+            resolve("/runs", name)
+
+
+def _holder_pid(sweep: Path) -> int | None:
+    try:
+        return int(json.loads((sweep / LOCK_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_two_runs_on_one_sweep_directory_one_is_refused(tmp_path: Path) -> None:
+    args = [
+        sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path),
+        "--num-samples", "2", "--max-epochs", "6", "--set", "training.batch_size=16",
+    ]  # fmt: skip
+    runs = [
+        subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in "ab"
+    ]
+    deadline = time.time() + 60
+    while all(p.poll() is None for p in runs) and time.time() < deadline:
+        time.sleep(0.05)
+    refused = [p for p in runs if p.poll() is not None]
+    assert len(refused) == 1, "one of two runs started together must be refused at once"
+    (loser,) = refused
+    (winner,) = [p for p in runs if p is not loser]
+    sweep = tmp_path / "debug"
+    err = loser.stderr.read()
+    assert loser.returncode == 2 and err.startswith("error: name: "), err
+    assert len(err.strip().splitlines()) == 1 and f"pid {winner.pid}" in err
+    assert _holder_pid(sweep) == winner.pid
+    # resume while it runs: refused too, naming the same holder.
+    again = run_cli("resume", str(sweep))
+    assert winner.poll() is None, "the winner ended before resume was tried"
+    assert again.returncode == 2 and f"in use by another tuner run (`sweep`, pid {winner.pid}" in again.stderr
+    out, err = winner.communicate(timeout=300)
+    assert winner.returncode == 0, out + err
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 2
+    # Progress lines count the trial that just ended (they said "0/2 done" for the first).
+    finished = [ln for ln in out.splitlines() if ln.startswith("[tuner] trial ")]
+    assert [ln.split(" · ")[1] for ln in finished] == ["1/2 done", "2/2 done"], out
+
+
+def test_an_empty_sweep_yaml_from_an_older_run_is_explained(tmp_path: Path) -> None:
+    sweep = tmp_path / "debug"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text("")  # what a non-atomic write left when it was cut short
+    again = run_cli("sweep", str(DEBUG), "--output", str(tmp_path))
+    assert again.returncode == 2 and "sweep.yaml is empty and no trial ran" in again.stderr, again.stderr
+    assert "delete the directory and start the sweep again" in again.stderr
+    resumed = run_cli("resume", str(sweep))
+    assert resumed.returncode == 2 and "sweep.yaml is empty and no trial ran" in resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr
+
+
+def test_sweep_yaml_is_replaced_whole(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    with claim(str(sweep), new=True, command="sweep") as held:
+        held.write_config("name: first\n")
+        held.write_config("name: second\n")
+        assert sorted(p.name for p in sweep.iterdir()) == [LOCK_FILE, "sweep.yaml"]
+        # A write that fails (here: its temporary file cannot be made) leaves the file whole.
+        (sweep / ".sweep.yaml.tmp").mkdir()
+        with pytest.raises(IsADirectoryError):
+            held.write_config("name: third\n")
+    assert (sweep / "sweep.yaml").read_text() == "name: second\n"
+
+
+def test_configuration_keys_count_numbers_by_value() -> None:
+    # A trial recorded with warmup_epochs 0 is the configuration sweep.yaml reads back as 0.0.
+    assert key({"lr": 0.1, "warmup_epochs": 0}) == key({"warmup_epochs": 0.0, "lr": 0.1})
+    assert key({"x": 1}) != key({"x": True}) and key({"x": 0.5}) != key({"x": 0})

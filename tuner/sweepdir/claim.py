@@ -1,0 +1,173 @@
+"""A sweep directory's ground rules, in one place: where it is, who writes it, how sweep.yaml
+appears.
+
+- `<output>/<name>` is a child of output (a name is one path component, never `.` or `..`),
+  checked once the path is resolved;
+- one tuner run at a time writes a sweep directory: `claim` creates it and takes an exclusive
+  lock (`flock` on `.tuner.lock`, which names the holder) before Ray starts, and a second
+  run is refused in one line; the kernel drops the lock when its holder exits, however it ends;
+- sweep.yaml is written whole or not at all (a temporary file, then `os.replace`).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Optional
+
+from tuner.errors import ConfigError
+from tuner.sweepdir.files import CONFIG_FILE, empty_config_message
+
+LOCK_FILE = ".tuner.lock"
+
+
+def resolve(storage: str, name: str) -> str:
+    """`<storage>/<name>`, refused unless it is a directory directly inside storage."""
+    path = os.path.normpath(os.path.join(storage, name))
+    if not name or os.path.dirname(path) != os.path.normpath(storage):
+        raise ConfigError("name", f"'{name}' is not one directory name inside output")
+    return path
+
+
+class Claim:
+    """A locked sweep directory; `write_config` puts sweep.yaml in it atomically."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = path
+        self.config_written = False
+
+    def write_config(self, text: str) -> None:
+        if self.path is None:  # storage URI: Ray writes there, not tuner
+            return
+        target = os.path.join(self.path, CONFIG_FILE)
+        tmp = os.path.join(self.path, f".{CONFIG_FILE}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)  # readers see the old file or the whole new one, never a part
+        self.config_written = True
+
+
+@contextmanager
+def claim(path: Optional[str], new: bool, command: str) -> Iterator[Claim]:
+    """Hold `path` for this run. `new`: create it (a sweep), refusing one that holds a sweep;
+    else it must exist (resume). A new directory that never got its sweep.yaml (the run was
+    refused before it started) is removed again on the way out. `path` None: nothing to hold.
+    """
+    if path is None:
+        yield Claim(None)
+        return
+    created = _make(path) if new else False
+    fd = _lock(path, "name" if new else "", command)
+    try:
+        if new:
+            refuse_existing(path)
+        held = Claim(path)
+        try:
+            yield held
+        finally:
+            if created and not held.config_written:
+                _remove_unstarted(path)
+    finally:
+        os.close(fd)
+
+
+def _make(path: str) -> bool:
+    """Create the directory; True if this call created it. Errors name the field at fault."""
+    parent = os.path.dirname(path)
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError("output", f"{existing} is a file, not a directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError("name", f"{path} is a file, not a directory")
+    try:
+        os.makedirs(path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as err:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        field = "output"
+        if err.errno == errno.ENAMETOOLONG and len(os.path.basename(path).encode()) > name_max:
+            field = "name"  # this filesystem's names are shorter than the usual 255 bytes
+        raise ConfigError(field, f"cannot create {path}: {err.strerror}") from None
+
+
+def _lock(path: str, field: str, command: str) -> int:
+    lock = os.path.join(path, LOCK_FILE)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise ConfigError(field, f"cannot write in {path}: {err.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        error = _in_use(path, field, fd)
+        os.close(fd)
+        raise error from None
+    os.ftruncate(fd, 0)
+    note = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
+    os.pwrite(fd, json.dumps(note).encode(), 0)
+    return fd
+
+
+def refuse_if_held(path: str, field: str = "") -> None:
+    """Refuse a directory another run holds, changing nothing (`resume` asks this first, before
+    it reads a sweep.yaml the holder may not have written yet)."""
+    try:
+        fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path, field, fd) from None
+    finally:
+        os.close(fd)
+
+
+def _in_use(path: str, field: str, fd: int) -> ConfigError:
+    return ConfigError(
+        field, f"{path} is in use by another tuner run ({_holder(fd)}); wait for it to end or stop it"
+    )
+
+
+def _holder(fd: int) -> str:
+    try:
+        note = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(note["since"])))
+        return f"`{note['command']}`, pid {int(note['pid'])} on {note['host']}, since {since}"
+    except (ValueError, KeyError, TypeError):
+        return "holder not yet recorded"
+
+
+def refuse_existing(path: str) -> None:
+    """Never write into a sweep that is already there: results are the user's."""
+    if not os.path.isdir(path):
+        return
+    empty = empty_config_message(path)
+    if empty:
+        raise ConfigError("name", f"{empty}; or choose another --name")
+    if set(os.listdir(path)) - {LOCK_FILE}:
+        raise ConfigError(
+            "name",
+            f"{path} already holds a sweep; continue it with `python -m tuner resume {path}`, "
+            "or choose another --name or --output",
+        )
+
+
+def _remove_unstarted(path: str) -> None:
+    try:
+        os.remove(os.path.join(path, LOCK_FILE))
+        os.rmdir(path)  # only if nothing else appeared in it
+    except OSError:
+        pass
