@@ -75,7 +75,8 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
     their checkpoints in their own directories, and the searcher (rebuilt from every earlier
     result) proposes the rest, so the sweep ends with exactly its planned number of trials.
 
-    Raises AlreadyFinished (changing nothing) when every planned trial has finished.
+    Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
+    planned trial has finished.
     """
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
@@ -92,20 +93,23 @@ def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], lis
     finished = [t for t in trials if t.finished]
     unfinished = [t for t in trials if not t.finished]
     if not unfinished and len(finished) >= cfg.expected_trials():
+        status = _status(sweep_dir)
+        if status is None:  # cut short by a crash: rewritten from the trials' own records
+            with sweepdir.claim(sweep_dir, new=False, command="resume"):
+                status = finish(cfg, sweep_dir).summary["status"] + "; its damaged summary.json is rewritten"
         raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {_status(sweep_dir)}); "
-            "nothing to resume"
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
         )
     return finished, unfinished
 
 
-def _status(sweep_dir: str) -> str:
-    """The status summary.json records; a damaged file (cut short by a crash) is no error."""
+def _status(sweep_dir: str) -> Optional[str]:
+    """The status summary.json records; None if the file is damaged."""
     try:
         summary = sweepdir.read_summary(sweep_dir)
     except (OSError, ValueError):
-        return "unknown: summary.json is damaged; resume rewrites it"
-    return str(summary.get("status", "completed")) if isinstance(summary, dict) else "completed"
+        return None
+    return str(summary.get("status", "completed")) if isinstance(summary, dict) else None
 
 
 def _resumed(
