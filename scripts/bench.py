@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from tuner import sweepdir
+
 ROOT = Path(__file__).resolve().parents[1]
 # The hand-written peers live beside the repository (../shared/peers) unless TUNER_PEERS says.
 PEERS = Path(os.environ.get("TUNER_PEERS", ROOT.parent / "shared" / "peers"))
@@ -53,16 +55,12 @@ def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.Comple
     return wall, out
 
 
-def journal(trial_dir: Path) -> list[dict[str, Any]]:
-    path = trial_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
 def records(sweep: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    out = []
-    for rec in sorted(sweep.glob("*/tuner_trial.json")):
-        out.append((json.loads(rec.read_text()), journal(rec.parent)))
-    return out
+    """(record, epochs) of every trial, by directory name, read through tuner.sweepdir."""
+    return [
+        (sweepdir.read_record(d) or {}, sweepdir.read_metrics(d))
+        for d in sorted(sweepdir.trial_dirs(str(sweep)))
+    ]
 
 
 def tuner_sweep(work: Path, name: str, *args: str) -> tuple[float, Path]:
@@ -93,7 +91,7 @@ def throughput(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "--seed",
                 str(seed),
             )
-            summary = json.loads((sweep / "summary.json").read_text())
+            summary = sweepdir.read_summary(str(sweep)) or {}
             spent = sum(len(rows) for _, rows in records(sweep))
             return {
                 "wall": wall,
@@ -238,7 +236,7 @@ def ddp(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def parity(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from tuner.local_cluster import free_ports
+    from tuner.cluster.nodes import free_ports
 
     out: dict[str, list[float]] = {"ours": [], "hand": []}
     for rep in range(cfg.repeats):

@@ -20,10 +20,10 @@ def ray_session():
     """A private local Ray with 2 CPUs, shared by every test that runs sweeps in-process."""
     import ray
 
-    from tuner.sweep import _quiet_ray, connect
+    from tuner.cluster.connect import Runtime, connect, quiet_ray
 
-    _quiet_ray(verbose=False)
-    connect(None, num_cpus=2)
+    quiet_ray(verbose=False)
+    connect(Runtime(num_cpus=2))
     yield ray
     ray.shutdown()
 
@@ -50,3 +50,16 @@ def run_cli(
         timeout=timeout,
         env=full_env,
     )
+
+
+def contains(p: Any, value: Any) -> bool:
+    """Whether `value` is one the parameter can produce (the contract tests' check)."""
+    from tuner.space import LogRandInt, LogUniform, RandInt, Uniform, values_of
+
+    listed = values_of(p)
+    if listed is not None and not isinstance(p, (RandInt, LogRandInt)):
+        return value in listed
+    if isinstance(p, (RandInt, LogRandInt)):
+        return isinstance(value, int) and p.low <= value <= p.high
+    assert isinstance(p, (Uniform, LogUniform))
+    return isinstance(value, float) and p.low <= value <= p.high

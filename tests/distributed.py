@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tuner.local_cluster import free_ports
+from tuner.cluster.nodes import free_ports
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec

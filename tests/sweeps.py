@@ -43,7 +43,7 @@ _made: dict[str, Any] = {}
 def failing_sweep(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Run the sweep once per test session (the first caller pays); returns its SweepOutcome."""
     if "outcome" not in _made:
-        from tuner.sweep import run_sweep
+        from tuner.driver.sweep import run_sweep
 
         root = tmp_path_factory.mktemp("failing")
         (root / f"{MODEL_MODULE}.py").write_text(MODEL_SOURCE)

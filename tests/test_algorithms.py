@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import DEBUG
-from tuner import algorithms
+from tests.conftest import DEBUG, contains
 from tuner.config import load_sweep
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform, contains
+from tuner.search import algorithms
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform
 
 ALGOS = list(algorithms.ALGORITHMS)
 
@@ -122,7 +122,7 @@ def test_same_seed_same_suggestions(name: str) -> None:
 def test_resumed_plan_runs_exactly_what_is_left(name: str) -> None:
     """Given an earlier run, each algorithm plans the interrupted trials first, then only as
     many new ones as the budget has left, and model-based searchers learn the old results."""
-    from tuner.algorithms import Prior, PriorTrial
+    from tuner.search.algorithms import Prior, PriorTrial
 
     cfg, full = _plan(name, **({"search.num_samples": 6} if name != "grid" else {}))
     old = _configs(name, 3)

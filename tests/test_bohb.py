@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import debug_config
-from tuner import algorithms
-from tuner.algorithms import Prior, PriorTrial
-from tuner.trial.journal import read_metrics
+from tuner.search import algorithms
+from tuner.search.algorithms import Prior, PriorTrial
+from tuner.sweepdir import read_metrics
 
 Curve = Callable[[dict[str, Any], int, random.Random], float]
 
@@ -248,7 +248,7 @@ def _tune_results(trial_dir: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("n", [8, 100])
 def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path, n: int) -> None:
     """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most."""
-    from tuner.sweep import run_sweep
+    from tuner.driver.sweep import run_sweep
 
     cfg = debug_config(
         tmp_path,

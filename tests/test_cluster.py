@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 from tests.conftest import DEBUG, ROOT
-from tuner import cluster, submit
+from tuner.cluster import join as cluster
+from tuner.cluster import submit
 from tuner.config import ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -128,6 +129,17 @@ def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
     assert cluster.storage_warning("/data/runs", [here, here, dead]) is None  # one machine: shared
     assert "1 of 2 nodes are on other machines" in (cluster.storage_warning("/data/runs", [here, away]) or "")
     assert cluster.storage_warning("s3://bucket/runs", [here, away]) is None
+
+
+def test_embedded_ray_refuses_a_grpc_call_without_the_token(ray_session: Any) -> None:
+    # The private local Ray of `tuner sweep` (Ray 2.60): token authentication refuses a caller
+    # without our token, whatever interface its gRPC servers listen on (README: the private
+    # local Ray).
+    host, port = ray_session.get_runtime_context().gcs_address.rsplit(":", 1)
+    target = cluster.Target(host, int(port), client=False)
+    assert cluster.probe(target, token=None) is None  # UNAUTHENTICATED
+    assert cluster.probe(target, token="0" * 64) is None  # a wrong token: refused as well
+    assert cluster.probe(target, token=cluster.local_token())  # ours: its nodes
 
 
 def test_submit_command_checks_first_and_sets_up_a_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,7 +252,7 @@ def live(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _cluster_processes(live: Live) -> list[psutil.Process]:
-    from tuner.local_cluster import processes
+    from tuner.cluster.local import processes
 
     return processes(live.state)
 

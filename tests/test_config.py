@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SPACES, run_cli
-from tuner import yamlfile
-from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml
+from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml, yamlfile
 from tuner.space import Fixed
 
 GOOD: dict[str, Any] = yaml.safe_load((SPACES / "debug.yaml").read_text())
@@ -288,6 +287,24 @@ def test_cli_bad_input_refused_before_ray_or_torch_start(tmp_path: Path) -> None
 
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.split() == ["2", "False", "False"], out.stdout + out.stderr
+
+
+def test_the_driver_never_imports_torch(tmp_path: Path) -> None:
+    # Torch lives in the trials only: a whole sweep leaves it out of the driver's process.
+    probe = (
+        "import sys, tuner.cli as c\n"
+        f"code = c.main(['sweep', 'search_spaces/debug.yaml', '--output', {str(tmp_path)!r}, "
+        "'--num-samples', '2', '--max-epochs', '1', '--num-cpus', '1'])\n"
+        "print('RESULT', code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    last = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
+    assert last and last[-1].split() == ["RESULT", "0", "True", "False"], (
+        out.stdout[-2000:] + out.stderr[-2000:]
+    )
 
 
 def test_flags_beat_the_file(tmp_path: Path) -> None:

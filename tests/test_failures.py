@@ -12,9 +12,9 @@ import pytest
 
 from tests.conftest import DEBUG, debug_config, run_cli
 from tuner.config import ConfigError
-from tuner.resources import TrialResources, check_scalable
-from tuner.sweep import run_sweep
-from tuner.trial.journal import read_metrics
+from tuner.driver.resources import TrialResources, check_scalable
+from tuner.driver.sweep import run_sweep
+from tuner.sweepdir import read_metrics
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -14,9 +14,9 @@ from tests.conftest import ROOT
 # Starts the local Ray the way `tuner sweep` does, then lists what its processes listen on.
 PROBE = """
 import json, time, psutil, ray
-from tuner.sweep import _quiet_ray, connect
-_quiet_ray(False)
-connect(None, num_cpus=1)
+from tuner.cluster.connect import Runtime, connect, quiet_ray
+quiet_ray(False)
+connect(Runtime(num_cpus=1))
 time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})

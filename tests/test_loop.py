@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tuner.config import TrainingSection
+from tuner.sweepdir import read_metrics
 from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.journal import read_metrics
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec

@@ -19,6 +19,7 @@ from tests.test_loop import SYNTH, hp, train
 from tuner.trial.loop import build_parts, run_trial
 from tuner.trial.optim import OPTIMIZERS, build_optimizer
 from tuner.trial.session import LocalSession
+from tuner.trial.settings import Settings
 from tuner.trial.spec import TrialSpec
 
 CPU = torch.device("cpu")
@@ -85,7 +86,7 @@ def test_optimizer_state_exists_before_the_first_step_and_changes_nothing(name: 
         assert len(ours.state) == len(list(model.parameters()))  # made at build time
     assert torch.equal(model[0].weight, twin[0].weight)  # building it moved no weight
     cls, options, _ = OPTIMIZERS[name]
-    fresh = cls(twin.parameters(), lr=0.05, **options(params))  # torch's own, state made lazily
+    fresh = cls(twin.parameters(), lr=0.05, **options(Settings.of(params)))  # torch's own, state made lazily
     x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
     for _ in range(3):
         for net, opt in ((model, ours), (twin, fresh)):

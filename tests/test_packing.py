@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.conftest import DEBUG, debug_config, run_cli
-from tuner import packing, resources
+from tuner import packing
 from tuner.config import ConfigError, load_sweep
+from tuner.driver import resources
 from tuner.packing import GiB, MemoryProfile, NoFit
 
 H100 = 80 * GiB

@@ -121,7 +121,7 @@ def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("ray_session")
 def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
     from tests.conftest import debug_config
-    from tuner.sweep import run_sweep
+    from tuner.driver.sweep import run_sweep
 
     cfg = debug_config(
         tmp_path,

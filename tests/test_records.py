@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEBUG, ROOT, run_cli
-from tuner.results import RECORD_FILE, read_summary, records
+from tuner.results import records
+from tuner.sweepdir import METRICS_FILE, RECORD_FILE, read_metrics, read_summary
 from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.journal import METRICS_FILE, read_metrics
 
 EPOCHS = 12
 
@@ -31,9 +31,6 @@ def _interrupted_sweep(tmp_path: Path) -> Path:
         sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path), "--name", "rec",
         "--algorithm", "grid", "--max-epochs", str(EPOCHS),
         "--set", "task.model=tests.chaos:slow", "--set", "schedule.early_stopping=false",
-        # A float as sweep.yaml reads it back: keeps this test apart from issue 17's item 1
-        # (an int default read back as a float made resume rerun configurations).
-        "--set", "training.warmup_epochs=0.0",
         "--set", "search.params={lr: 0.05, optimizer: adam, depth: 1, step_sleep_s: 0.04, "
         "width: {type: grid, values: [8, 16]}}",
     ]  # fmt: skip

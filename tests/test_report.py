@@ -15,9 +15,9 @@ import yaml
 from tests import sweeps
 from tests.browser import browser_page, png_size
 from tests.conftest import DEBUG, ROOT, run_cli
-from tuner import plots
-from tuner.analysis import load, yaml_value
-from tuner.report import write_report
+from tuner.view import plots
+from tuner.view.analysis import load, yaml_value
+from tuner.view.report import write_report
 
 PNGS = ("best_so_far.png", "curves.png", "parallel.png", "importance.png", "outcomes.png")
 
@@ -207,7 +207,7 @@ def test_plots_of_a_sweep_with_no_results_yet(tmp_path: Path) -> None:
 
 
 def test_markdown_shows_html_from_names_and_values_as_text() -> None:
-    from tuner.document import Code, Table, Text, to_markdown
+    from tuner.view.document import Code, Table, Text, to_markdown
 
     evil = "<script>alert(1)</script>"
     md = to_markdown(f"Sweep report: {evil}", [Text(evil), Table([evil], [[evil]]), Code("a ``` b")])
@@ -217,10 +217,10 @@ def test_markdown_shows_html_from_names_and_values_as_text() -> None:
 
 def test_reproduce_command_for_parameter_names_with_dots_and_equals(tmp_path: Path) -> None:
     """`--set search.params.a.b=1` would set a nested key; the command must rebuild the trial."""
-    from tuner.analysis import SweepData, reproduce_command
     from tuner.cli import _load, build_parser
     from tuner.config import load_sweep, to_yaml
     from tuner.results import TrialRecord
+    from tuner.view.analysis import SweepData, reproduce_command
 
     params = {"a.b": {"type": "grid", "values": [1, 2]}, "x=y": 1.0e-5, "lr": 0.05, "width": 8}
     cfg = load_sweep(DEBUG, {"task.model": "tests.chaos:slow", "search.params": params})

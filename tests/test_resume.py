@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEBUG, ROOT, run_cli
+from tuner.sweepdir import read_metrics
 from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.journal import read_metrics
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS = 8, 8

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 
+from tests.conftest import contains
 from tuner.space import (
     Choice,
     Fixed,
@@ -16,7 +17,6 @@ from tuner.space import (
     LogUniform,
     RandInt,
     Uniform,
-    contains,
     grid_size,
     grid_values,
     to_configspace,

@@ -10,8 +10,8 @@ from tensorboard.plugins.hparams import api_pb2
 
 from tests.conftest import DEBUG, debug_config, run_cli
 from tests.tbread import hparams, scalars
-from tuner import algorithms
-from tuner.sweep import expected_trials, run_sweep
+from tuner.driver.sweep import run_sweep
+from tuner.search import algorithms
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -27,7 +27,7 @@ def test_every_algorithm_runs_debug_to_completion(name: str, tmp_path: Path) -> 
     s = out.summary
     assert out.exit_code == 0, s
     assert s["status"] == "completed" and s["algorithm"] == name
-    assert len(s["trials"]) == expected_trials(cfg)
+    assert len(s["trials"]) == cfg.expected_trials()
     assert all(t["status"] == "TERMINATED" and t["failure"] is None for t in s["trials"])
     # The best is the trial with the highest val_acc any epoch reached.
     top = max(s["trials"], key=lambda t: t["best_value"])

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import DEBUG, ROOT, debug_config, run_cli
-from tuner.algorithms import key
 from tuner.config import ConfigError
-from tuner.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
+from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
+from tuner.search.plan import key
 from tuner.sweepdir import LOCK_FILE, claim, resolve
 
 pytestmark = pytest.mark.slow

@@ -6,19 +6,21 @@ Public surface: `load_sweep` (read and validate a sweep file), `run_sweep` (run 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Optional
 
 from tuner.config import ConfigError, SweepConfig, load_sweep
 
 if TYPE_CHECKING:
-    from tuner.sweep import SweepOutcome
+    from tuner.cluster.connect import Runtime
+    from tuner.driver.sweep import SweepOutcome
 
 __all__ = ["ConfigError", "SweepConfig", "load_sweep", "run_sweep"]
 __version__ = "0.1.0"
 
 
-def run_sweep(cfg: SweepConfig, **kwargs: Any) -> SweepOutcome:
-    """Run `cfg` on Ray (see tuner.sweep.run_sweep for the keyword arguments)."""
-    from tuner.sweep import run_sweep as _run
+def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Run `cfg` on Ray: a private local Ray, or the cluster `runtime` names."""
+    from tuner.cluster.connect import Runtime as _Runtime
+    from tuner.driver.sweep import run_sweep as _run
 
-    return _run(cfg, **kwargs)
+    return _run(cfg, runtime or _Runtime())

@@ -1,8 +1,8 @@
-"""`python -m tuner`: sweep, validate, resume, report, board, schema.
+"""`python -m tuner`: sweep, resume, validate, report, board, schema, cluster, submit.
 
-User mistakes (a bad file, an impossible request, an existing sweep directory) print one line
-naming the field and exit 2, before Ray or torch start. Exit codes: 0 success, 1 the sweep
-had failed trials or no usable result, 2 bad input, 130 interrupted.
+The one command-line program. User mistakes (a bad file, an impossible request, an existing
+sweep directory) print one line naming the field and exit 2, before Ray or torch start.
+Exit codes: tuner.errors.ExitCode.
 """
 
 from __future__ import annotations
@@ -13,68 +13,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-import yaml
-
-from tuner import yamlfile
+from tuner.cluster import local, submit
+from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
-from tuner.results import DiskFull
+from tuner.config.flags import add_overrides, overrides_from
+from tuner.errors import EXIT_HELP, DiskFull, ExitCode
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
-
-# CLI flag -> the field it overrides (flags beat the file).
-OVERRIDES = {
-    "algorithm": "search.algorithm",
-    "num_samples": "search.num_samples",
-    "seed": "search.seed",
-    "max_epochs": "schedule.max_epochs",
-    "output": "output",
-    "name": "name",
-}
-
-
-def _add_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="sweep file (YAML), e.g. search_spaces/digits_mlp.yaml")
-    p.add_argument("--algorithm", choices=["grid", "random", "bohb", "optuna"], help="search.algorithm")
-    p.add_argument("--num-samples", type=int, metavar="N", help="search.num_samples")
-    p.add_argument("--seed", type=int, help="search.seed")
-    p.add_argument("--max-epochs", type=int, metavar="N", help="schedule.max_epochs")
-    p.add_argument("--output", metavar="DIR", help="output: results go to DIR/<name>")
-    p.add_argument("--name", help="name of the sweep (its directory under output)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any field, e.g. --set training.batch_size=128 (VALUE is YAML)",
-    )
-
-
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    """Where and how a sweep runs (not part of the sweep file)."""
-    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
-    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
-    p.add_argument(
-        "--allow-insecure-cluster",
-        action="store_true",
-        help="join a cluster without authentication that other machines can reach (unsafe)",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
-
-
-def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
-    """Dotted field -> value, from the flags given (later --set wins)."""
-    out = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError("--set", f"expected KEY=VALUE, got '{item}'")
-        try:
-            out[key.strip()] = yamlfile.load(raw)
-        except yamlfile.YAMLRefused as err:
-            raise ConfigError(key, f"value '{raw}': {err}") from None
-        except yaml.YAMLError:
-            raise ConfigError(key, f"value '{raw}' is not valid YAML") from None
-    return out
+__all__ = ["build_parser", "main", "overrides_from"]
 
 
 def _load(args: argparse.Namespace) -> SweepConfig:
@@ -83,47 +28,33 @@ def _load(args: argparse.Namespace) -> SweepConfig:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.sweep import expected_trials
-
     params = ", ".join(f"{k} ({getattr(p, 'type', 'fixed')})" for k, p in cfg.search.params.items())
     print(
-        f"ok: {cfg.name}: {cfg.search.algorithm}, {expected_trials(cfg)} trials, "
+        f"ok: {cfg.name}: {cfg.search.algorithm}, {cfg.expected_trials()} trials, "
         f"{cfg.schedule.max_epochs} epochs max, metric {cfg.metric} ({cfg.mode}); params: {params or '-'}"
     )
-    return 0
+    return ExitCode.OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    from tuner.sweep import locate, run_sweep
+    from tuner.driver.sweep import locate, run_sweep
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
     with _resume_hint_on_interrupt(where):
-        outcome = run_sweep(
-            cfg,
-            address=args.address,
-            num_cpus=args.num_cpus,
-            verbose=args.verbose,
-            allow_insecure_cluster=args.allow_insecure_cluster,
-        )
+        outcome = run_sweep(cfg, runtime_from(args))
     return _print_outcome(outcome)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tuner.sweep import AlreadyFinished, resume_sweep
+    from tuner.driver.sweep import AlreadyFinished, resume_sweep
 
     try:
         with _resume_hint_on_interrupt(args.sweep_dir):
-            outcome = resume_sweep(
-                args.sweep_dir,
-                address=args.address,
-                num_cpus=args.num_cpus,
-                verbose=args.verbose,
-                allow_insecure_cluster=args.allow_insecure_cluster,
-            )
+            outcome = resume_sweep(args.sweep_dir, runtime_from(args))
     except AlreadyFinished as done:
         print(done)
-        return 0
+        return ExitCode.OK
     return _print_outcome(outcome)
 
 
@@ -138,7 +69,7 @@ class _resume_hint_on_interrupt:
     def __exit__(self, kind: Any, err: Any, tb: Any) -> bool:
         if kind is KeyboardInterrupt:
             print(f"\ninterrupted; continue with: python -m tuner resume {self.sweep_dir}", file=sys.stderr)
-            raise SystemExit(130)
+            raise SystemExit(ExitCode.INTERRUPTED)
         return False
 
 
@@ -164,18 +95,18 @@ def _print_outcome(outcome: Any) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner.report import write_report
+    from tuner.view.report import write_report
 
     written = write_report(args.sweep_dir, args.out)
     if args.format == "md":
         sys.stdout.write(written.markdown)
     where = f"{written.html} (+ {len(written.images)} PNGs, report.md)"
     print(f"report: {where}", file=sys.stderr if args.format == "md" else sys.stdout)
-    return 0
+    return ExitCode.OK
 
 
 def cmd_board(args: argparse.Namespace) -> int:
-    from tuner.board import serve
+    from tuner.view.board import serve
 
     return serve(args.sweep_dir, bind_all=args.bind_all, port=args.port)
 
@@ -190,29 +121,29 @@ def cmd_schema(args: argparse.Namespace) -> int:
             f.write(text)
     else:
         sys.stdout.write(text)
-    return 0
+    return ExitCode.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tuner",
         description="Hyperparameter sweeps of PyTorch models on Ray, from one YAML file.",
-        epilog="Exit codes: 0 ok, 1 failed trials or no result, 2 bad input, 130 interrupted.",
+        epilog=EXIT_HELP,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("sweep", help="run a sweep (starts a private local Ray unless --address)")
-    _add_overrides(p)
-    _add_runtime(p)
+    add_overrides(p)
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
     p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
-    _add_runtime(p)
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")
-    _add_overrides(p)
+    add_overrides(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("report", help="write report.html, report.md and PNGs for a sweep directory")
@@ -235,18 +166,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=["json", "markdown"], default="json", help="markdown: the README reference"
     )
     p.set_defaults(func=cmd_schema)
+
+    local.add_parser(sub)
+    submit.add_parser(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # `submit` passes its words on as given
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        return int(func(args))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except DiskFull as err:  # stopped like an interrupt: resumable
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED

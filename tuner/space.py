@@ -200,6 +200,14 @@ def values_of(p: ParamT) -> list[Scalar] | None:
     return None
 
 
+def extremes(p: ParamT) -> list[Scalar]:
+    """The values that validating a parameter checks: all of a finite set, else its bounds."""
+    listed = values_of(p)
+    if listed is not None:
+        return listed
+    return [p.low, p.high]  # type: ignore[union-attr]
+
+
 def grid_values(p: ParamT, points: int) -> list[Scalar]:
     """Values grid search tries: the listed ones, or `points` spread over a range.
 
@@ -272,14 +280,3 @@ def to_configspace(params: dict[str, ParamT], seed: int | None = None) -> Any:
             raise ValueError(f"search.params.{name}: ConfigSpace cannot express type {p.kind}")
         space.add(hp)
     return space
-
-
-def contains(p: ParamT, value: Any) -> bool:
-    """Whether `value` is one the parameter can produce (used by the contract tests)."""
-    listed = values_of(p)
-    if listed is not None and not isinstance(p, (RandInt, LogRandInt)):
-        return value in listed
-    if isinstance(p, (RandInt, LogRandInt)):
-        return isinstance(value, int) and p.low <= value <= p.high
-    assert isinstance(p, (Uniform, LogUniform))
-    return isinstance(value, float) and p.low <= value <= p.high

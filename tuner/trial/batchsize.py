@@ -21,7 +21,7 @@ from torch import nn
 from tuner.trial.memory import TrialOOM, is_oom, release
 
 if TYPE_CHECKING:
-    from tuner.trial.loop import Parts
+    from tuner.trial.state import Parts
 
 
 def fit_micro_batch(p: Parts) -> int:

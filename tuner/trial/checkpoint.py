@@ -1,11 +1,6 @@
-"""A trial's checkpoint: what goes in it, and where it is kept.
+"""Where a trial's checkpoints are kept (what goes in them: tuner.trial.state).
 
-What: everything a resumed trial needs to go on exactly. Weights and optimizer state come from
-the parallel strategy as full, unsharded state dicts (FSDP gathers them with a collective, so
-every rank takes part; only rank 0 hands them on), plus the GradScaler, the learning-rate
-schedule, the loop's counters and the random state.
-
-Where: the session decides (tuner.trial.session). A trial in a local or shared sweep
+The session decides (tuner.trial.session). A trial in a local or shared sweep
 directory keeps its own, in its own directory (`DirCheckpoints`): one file per epoch, the newest
 N kept, written by the trial process itself before it reports, so resuming never depends on
 the driver having snapshotted anything. After a crash, a pause by HyperBand, a retry or a
@@ -20,67 +15,13 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 
-if TYPE_CHECKING:
-    from tuner.trial.loop import Parts
+from tuner.sweepdir import CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name
 
-CHECKPOINT_FILE = "state.pt"
-
-
-@dataclass
-class TrainState:
-    """What, besides weights and optimizer, a resumed trial needs to go on exactly."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps taken
-    micro_batch: int = 0  # per-worker forward batch; shrinks on OOM
-    oom_backoffs: int = 0
-
-
-def report_with_checkpoint(p: Parts, metrics: dict[str, Any]) -> None:
-    """Report the epoch's metrics with a checkpoint of the trial as it is now."""
-    payload = _state_dict(p)  # on every rank: FSDP gathers the full state with a collective
-    p.session.report(metrics, payload if p.session.is_main else None)
-
-
-def _state_dict(p: Parts) -> dict[str, Any]:
-    weights, optim = p.strategy.state(p.model, p.optimizer)
-    return {
-        "model": weights,
-        "optimizer": optim,
-        "scaler": p.amp.scaler.state_dict(),
-        "schedule": p.schedule.state_dict(),
-        "state": asdict(p.state),
-        "rng_cpu": torch.get_rng_state(),
-        "rng_cuda": torch.cuda.get_rng_state(p.device) if p.device.type == "cuda" else None,
-    }
-
-
-def restore(p: Parts) -> bool:
-    """Load the session's newest checkpoint into the trial, if it has one; True when it did."""
-    # On the CPU: a model sharded because it does not fit one GPU must not be loaded whole
-    # onto one; load_state_dict copies each tensor to where its parameter lives.
-    payload = p.session.load_checkpoint("cpu")
-    if payload is None:
-        return False
-    p.strategy.load(p.model, p.optimizer, payload["model"], payload["optimizer"])
-    p.amp.scaler.load_state_dict(payload["scaler"])
-    p.schedule.load_state_dict(payload["schedule"])
-    p.state = TrainState(**payload["state"])
-    torch.set_rng_state(payload["rng_cpu"].cpu())
-    if payload["rng_cuda"] is not None and p.device.type == "cuda":
-        torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)
-    return True
-
-
-# ----------------------------------------------------------------------------- where
-
-
-_NAME = re.compile(r"^checkpoint_e(\d{6})\.pt$")
+_NAME = re.compile(CHECKPOINT_PATTERN)
 
 
 class DirCheckpoints:
@@ -96,7 +37,7 @@ class DirCheckpoints:
         return sorted(int(m.group(1)) for m in found if m)
 
     def path(self, epoch: int) -> str:
-        return os.path.join(self.root, f"checkpoint_e{epoch:06d}.pt")
+        return os.path.join(self.root, checkpoint_name(epoch))
 
     def latest_epoch(self) -> Optional[int]:
         epochs = self._epochs()

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from tuner import catalogue
+
 
 class TensorData(Dataset):
     """An in-memory dataset of stacked inputs and labels (gathered by index, no loader)."""
@@ -142,6 +144,7 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], DataBundle]] = {
     "synthetic": _synthetic,
     "synthetic_images": _synthetic_images,
 }
+assert tuple(BUILTIN) == catalogue.DATA, "a built-in dataset without its catalogue entry"
 
 
 @functools.lru_cache(maxsize=4)
@@ -218,7 +221,7 @@ class _Plan:
 class Batches:
     """Per-worker batches of one split: whole steps for training, chunks for evaluation.
 
-    `device_resident`: in-memory data is moved to the device once and gathered there.
+    In-memory data is moved to the device once and gathered there.
     """
 
     def __init__(
@@ -230,7 +233,6 @@ class Batches:
         world_size: int,
         seed: int,
         loader_workers: int = 0,
-        device_resident: bool = True,
         prepare: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ):
         self.ds, self.device, self.rank, self.world = ds, device, rank, world_size
@@ -239,7 +241,7 @@ class Batches:
             ds, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
         )
         tensors = _as_tensors(ds)
-        if tensors is not None and device_resident:
+        if tensors is not None:
             x = tensors[0].to(device)
             if prepare is not None and x.numel() * 4 <= PREPARE_ONCE_BYTES:
                 # Convert the whole split once instead of every batch every epoch (the feed's

@@ -13,7 +13,6 @@ import math
 import os
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -21,55 +20,25 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tuner.trial.amp import Amp, make_amp
+from tuner.sweepdir import TRIAL_LOG
+from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
-from tuner.trial.checkpoint import TrainState, report_with_checkpoint, restore
-from tuner.trial.data import Batches, DataBundle, load_data
+from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
-from tuner.trial.parallel import Single, make_strategy
-from tuner.trial.prefetch import Feed, make_feed
+from tuner.trial.parallel import make_strategy
+from tuner.trial.prefetch import make_feed
 from tuner.trial.session import Session
+from tuner.trial.settings import Settings
 from tuner.trial.spec import TrialSpec
+from tuner.trial.state import Parts, TrainState, report_with_checkpoint, restore
 from tuner.trial.tb import EventWriter, NullWriter
 from tuner.trial.watchdog import NoWatchdog, make_watchdog
 
 WORST = {"max": -math.inf, "min": math.inf}
-
-
-@dataclass
-class Parts:
-    """The live objects of one trial (kept together so helpers take one argument)."""
-
-    spec: TrialSpec
-    session: Session
-    device: torch.device
-    data: DataBundle
-    model: nn.Module  # not DDP-wrapped (FSDP shards in place): checkpoints and evaluation use it
-    net: nn.Module  # what training calls: the model, or its DDP wrapper
-    strategy: Single  # how workers share the model (parallel.py)
-    optimizer: torch.optim.Optimizer
-    schedule: Any  # LambdaLR, or optim.ConstantSchedule
-    amp: Amp
-    feed: Feed  # stored batches -> model inputs on the device (prefetch.py)
-    gpu: NoGpu  # memory share and per-epoch stats (gpu.py)
-    train: Batches
-    val: Batches
-    per_rank_batch: int
-    eval_batch: int
-    min_micro: int
-    grad_clip: Optional[float]
-    find_batch_size: bool
-    state: TrainState
-    log: logging.Logger
-
-    def close(self) -> None:
-        """End what outlives a reference: the DataLoaders' worker processes."""
-        self.train.close()
-        self.val.close()
 
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
@@ -84,8 +53,9 @@ def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional
     try:
         # Before anything is built: this trial's share of the GPU must be free (gpu.py).
         gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        gpu.configure(tf32=bool(hp.get("tf32", True)))
-        return _build_and_train(hp, spec, session, device, gpu, watchdog)
+        settings = Settings.of(hp)  # the training settings, typed, once
+        gpu.configure(tf32=settings.tf32)
+        return _build_and_train(hp, spec, session, device, gpu, settings, watchdog)
     except BaseException as err:
         if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
             # Tune keeps its own error.txt on the driver; this copy is written by the trial
@@ -109,10 +79,11 @@ def _build_and_train(
     session: Session,
     device: torch.device,
     gpu: NoGpu,
+    settings: Settings,
     watchdog: NoWatchdog,
 ) -> Optional[dict[str, Any]]:
     # The trial's live objects exist only in this frame: when it returns they are gone.
-    parts = build_parts(hp, spec, session, device, gpu)
+    parts = build_parts(hp, spec, session, device, gpu, settings)
     try:
         return _train(parts, watchdog)
     finally:
@@ -120,33 +91,43 @@ def _build_and_train(
 
 
 def build_parts(
-    hp: dict[str, Any], spec: TrialSpec, session: Session, device: torch.device, gpu: Optional[NoGpu] = None
+    hp: dict[str, Any],
+    spec: TrialSpec,
+    session: Session,
+    device: torch.device,
+    gpu: Optional[NoGpu] = None,
+    settings: Optional[Settings] = None,
 ) -> Parts:
-    """Data, model, optimizer and the rest of one trial, ready to train on `device`."""
-    torch.manual_seed(int(hp.get("seed", 0)))
+    """Data, model, optimizer and the rest of one trial, ready to train on `device`.
+
+    `hp`: the trial's whole configuration (model sizes and user keys too); `settings`: its
+    training settings, typed (read from `hp` when not given).
+    """
+    s = settings or Settings.of(hp)
+    torch.manual_seed(s.seed)
     log = _trial_logger(session)
     data = load_data(spec.data, spec.data_args, hp, spec.search_path)
     # Built and formatted on the CPU; the strategy moves it (FSDP: only each rank's shard).
     model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
-    fmt = _memory_format(bool(hp.get("channels_last")), data.input_shape, log)
+    fmt = _memory_format(s.channels_last, data.input_shape, log)
     model = model.to(memory_format=fmt)
-    amp = make_amp(str(hp.get("amp", "auto")), device)
+    amp = make_amp(s.amp, device)
     strategy = make_strategy(spec.strategy, session.world_size)
-    net = strategy.wrap(model, device, compile=bool(hp.get("compile")), param_dtype=amp.dtype)
-    optimizer = build_optimizer(model, hp)
-    per_rank = max(1, int(hp["batch_size"]) // session.world_size)
+    net = strategy.wrap(model, device, compile=s.compile, param_dtype=amp.dtype)
+    optimizer = build_optimizer(model, s)
+    per_rank = max(1, s.batch_size // session.world_size)
     loader_args = dict(
         device=device,
         rank=session.rank,
         world_size=session.world_size,
-        seed=int(hp.get("seed", 0)),
-        loader_workers=int(hp.get("loader_workers", 0)),
+        seed=s.seed,
+        loader_workers=s.loader_workers,
         prepare=data.prepare,
     )
     train, val = Batches(data.train, **loader_args), Batches(data.val, **loader_args)
     steps = math.ceil(len(train) / per_rank)
-    schedule = build_schedule(optimizer, hp, steps, spec.max_epochs)
-    micro = min(int(hp.get("micro_batch") or per_rank), per_rank)
+    schedule = build_schedule(optimizer, s, steps, spec.max_epochs)
+    micro = min(s.micro_batch or per_rank, per_rank)
     return Parts(
         spec=spec,
         session=session,
@@ -158,17 +139,17 @@ def build_parts(
         optimizer=optimizer,
         schedule=schedule,
         amp=amp,
-        feed=make_feed(device, data.prepare, bool(hp.get("prefetch", True)), fmt),
+        feed=make_feed(device, data.prepare, s.prefetch, fmt),
         gpu=gpu or make_gpu(device),
         train=train,
         val=val,
         per_rank_batch=per_rank,
         # No larger than this worker's share of the split: that is one chunk already, and an
         # out-of-memory in evaluation halves from the size that ran.
-        eval_batch=max(1, min(int(hp.get("eval_batch_size", 1024)), len(val))),
-        min_micro=int(hp.get("min_micro_batch", 1)),
-        grad_clip=float(hp["grad_clip"]) if hp.get("grad_clip") else None,
-        find_batch_size=bool(hp.get("find_batch_size")),
+        eval_batch=max(1, min(s.eval_batch_size, len(val))),
+        min_micro=s.min_micro_batch,
+        grad_clip=s.grad_clip,
+        find_batch_size=s.find_batch_size,
         state=TrainState(micro_batch=micro),
         log=log,
     )
@@ -383,7 +364,7 @@ def _trial_logger(session: Session) -> logging.Logger:
     log.setLevel(logging.INFO)
     _close_files(log)
     if session.is_main and session.trial_dir:
-        handler = logging.FileHandler(os.path.join(session.trial_dir, "trial.log"))
+        handler = logging.FileHandler(os.path.join(session.trial_dir, TRIAL_LOG))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
     return log

@@ -1,9 +1,10 @@
 """Model families sized by hyperparameters, and user models by 'package.module:function'.
 
-Built-ins read their sizes from the trial's hyperparameters (defaults in brackets):
-- mlp: width [128], depth [2] hidden layers, dropout [0]
-- cnn: channels [32] in the first block, doubling per block; blocks [2]; dropout [0]
-- vit: patch_size [16], width [192], depth [6], heads [3], mlp_ratio [4], dropout [0]
+Built-ins read their sizes from the trial's hyperparameters; names, defaults and bounds are
+in tuner.catalogue.MODELS:
+- mlp: width, depth hidden layers, dropout
+- cnn: channels in the first block, doubling per block; blocks; dropout
+- vit: patch_size, width, depth, heads, mlp_ratio, dropout
 """
 
 from __future__ import annotations
@@ -15,14 +16,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tuner.catalogue import MODELS as CATALOGUE
 from tuner.trial.data import import_object
 
 ModelFn = Callable[[dict[str, Any], tuple[int, ...], int], nn.Module]
 
 
+def _size(hp: dict[str, Any], model: str, name: str) -> Any:
+    """The trial's value of a built-in model's size, or the catalogue's default, as its type."""
+    param = CATALOGUE[model][name]
+    return param.kind(hp.get(name, param.default))
+
+
 def mlp(hp: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    width, depth = int(hp.get("width", 128)), int(hp.get("depth", 2))
-    dropout = float(hp.get("dropout", 0.0))
+    width, depth = _size(hp, "mlp", "width"), _size(hp, "mlp", "depth")
+    dropout = _size(hp, "mlp", "dropout")
     d = 1
     for s in input_shape:
         d *= s
@@ -39,8 +47,8 @@ def mlp(hp: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> n
 def cnn(hp: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     if len(input_shape) != 3:
         raise ValueError(f"task.model: cnn needs image inputs (C, H, W), got shape {input_shape}")
-    channels, blocks = int(hp.get("channels", 32)), int(hp.get("blocks", 2))
-    dropout = float(hp.get("dropout", 0.0))
+    channels, blocks = _size(hp, "cnn", "channels"), _size(hp, "cnn", "blocks")
+    dropout = _size(hp, "cnn", "dropout")
     c_in, size = input_shape[0], min(input_shape[1:])
     layers: list[nn.Module] = []
     for b in range(blocks):
@@ -90,12 +98,12 @@ class ViT(nn.Module):
         if len(input_shape) != 3:
             raise ValueError(f"task.model: vit needs image inputs (C, H, W), got {input_shape}")
         c, h, w = input_shape
-        patch = int(hp.get("patch_size", 16))
+        patch = _size(hp, "vit", "patch_size")
         if h % patch or w % patch:
             raise ValueError(f"vit: image {h}x{w} is not divisible by patch_size {patch}")
-        width, depth = int(hp.get("width", 192)), int(hp.get("depth", 6))
-        heads, ratio = int(hp.get("heads", 3)), float(hp.get("mlp_ratio", 4.0))
-        dropout = float(hp.get("dropout", 0.0))
+        width, depth = _size(hp, "vit", "width"), _size(hp, "vit", "depth")
+        heads, ratio = _size(hp, "vit", "heads"), _size(hp, "vit", "mlp_ratio")
+        dropout = _size(hp, "vit", "dropout")
         self.patch = nn.Conv2d(c, width, patch, stride=patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, width))
         self.pos = nn.Parameter(torch.randn(1, (h // patch) * (w // patch) + 1, width) * 0.02)
@@ -113,6 +121,7 @@ class ViT(nn.Module):
 
 
 MODELS: dict[str, ModelFn] = {"mlp": mlp, "cnn": cnn, "vit": ViT}
+assert MODELS.keys() == CATALOGUE.keys(), "a built-in model without its catalogue entry"
 
 
 def build_model(

@@ -3,43 +3,47 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Union
 
 import torch
 
-# name -> (class, its options from the trial's hyperparameters, whether it has a fused CUDA
+from tuner import catalogue
+from tuner.trial.settings import Settings
+
+# name -> (class, its options from the trial's settings, whether it has a fused CUDA
 # kernel). weight_decay unset means the optimizer's own default (AdamW's 0.01, the others' 0).
-OptionsFn = Callable[[dict[str, Any]], dict[str, Any]]
+OptionsFn = Callable[[Settings], dict[str, Any]]
 
 
-def _decay(hp: dict[str, Any], default: float = 0.0) -> float:
-    wd = hp.get("weight_decay")
-    return default if wd is None else float(wd)
+def _decay(s: Settings, default: float = 0.0) -> float:
+    return default if s.weight_decay is None else s.weight_decay
 
 
-def _momentum(hp: dict[str, Any]) -> dict[str, Any]:
-    return {"momentum": float(hp.get("momentum", 0.9)), "weight_decay": _decay(hp)}
+def _momentum(s: Settings) -> dict[str, Any]:
+    return {"momentum": s.momentum, "weight_decay": _decay(s)}
 
 
 OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], OptionsFn, bool]] = {
     "sgd": (torch.optim.SGD, _momentum, True),
-    "adam": (torch.optim.Adam, lambda hp: {"weight_decay": _decay(hp)}, True),
-    "adamw": (torch.optim.AdamW, lambda hp: {"weight_decay": _decay(hp, 0.01)}, True),
+    "adam": (torch.optim.Adam, lambda s: {"weight_decay": _decay(s)}, True),
+    "adamw": (torch.optim.AdamW, lambda s: {"weight_decay": _decay(s, 0.01)}, True),
     "rmsprop": (torch.optim.RMSprop, _momentum, False),
 }
+assert tuple(OPTIMIZERS) == catalogue.OPTIMIZERS, "an optimizer without its catalogue entry"
 
 
-def build_optimizer(model: torch.nn.Module, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    """The optimizer `hp['optimizer']` over the model's parameters, its state already made.
+def build_optimizer(model: torch.nn.Module, hp: Union[Settings, Mapping[str, Any]]) -> torch.optim.Optimizer:
+    """The optimizer `settings.optimizer` over the model's parameters, its state already made.
 
     On CUDA the fused kernel where there is one: one launch for all parameters, and under fp16
     the GradScaler hands it the inf check on the device (a for-each optimizer makes the host
     wait for `found_inf` every step).
     """
-    cls, options, has_fused = OPTIMIZERS[str(hp["optimizer"])]
+    s = hp if isinstance(hp, Settings) else Settings.of(hp)
+    cls, options, has_fused = OPTIMIZERS[s.optimizer]
     params = [q for q in model.parameters() if q.requires_grad]
-    kwargs = {"lr": float(hp["lr"]), **options(hp)}
+    kwargs = {"lr": s.lr, **options(s)}
     if has_fused and params and all(q.is_cuda and q.is_floating_point() for q in params):
         kwargs["fused"] = True
     optimizer = cls(params, **kwargs)
@@ -80,11 +84,11 @@ def init_state(optimizer: torch.optim.Optimizer) -> None:
                     value.zero_()
 
 
-def lr_factor(hp: dict[str, Any], steps_per_epoch: int, max_epochs: int) -> Callable[[int], float]:
+def lr_factor(s: Settings, steps_per_epoch: int, max_epochs: int) -> Callable[[int], float]:
     """Step -> multiple of the base lr: linear warm-up, then constant or cosine to 0."""
-    warmup = max(0, round(float(hp.get("warmup_epochs", 0)) * steps_per_epoch))
+    warmup = max(0, round(s.warmup_epochs * steps_per_epoch))
     total = max(1, max_epochs * steps_per_epoch)
-    cosine = hp.get("lr_schedule", "constant") == "cosine"
+    cosine = s.lr_schedule == "cosine"
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -110,9 +114,9 @@ class ConstantSchedule:
 
 
 def build_schedule(
-    optimizer: torch.optim.Optimizer, hp: dict[str, Any], steps_per_epoch: int, max_epochs: int
+    optimizer: torch.optim.Optimizer, s: Settings, steps_per_epoch: int, max_epochs: int
 ) -> Any:
     """A per-step LambdaLR for warm-up or cosine decay, else the constant schedule."""
-    if hp.get("lr_schedule", "constant") == "constant" and not float(hp.get("warmup_epochs", 0)):
+    if s.lr_schedule == "constant" and not s.warmup_epochs:
         return ConstantSchedule()
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, steps_per_epoch, max_epochs))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(s, steps_per_epoch, max_epochs))

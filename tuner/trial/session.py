@@ -106,11 +106,7 @@ class TuneSession(Session):
             return state
         from ray import tune
 
-        ckpt = tune.get_checkpoint()
-        if ckpt is None:
-            return None
-        with ckpt.as_directory() as d:
-            return load_from_dir(d, map_location)
+        return _load_ray_checkpoint(tune.get_checkpoint(), map_location)
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         from ray import tune
@@ -151,11 +147,7 @@ class TrainSession(Session):
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         import ray.train
 
-        ckpt = ray.train.get_checkpoint()
-        if ckpt is None:
-            return None
-        with ckpt.as_directory() as d:
-            return load_from_dir(d, map_location)
+        return _load_ray_checkpoint(ray.train.get_checkpoint(), map_location)
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         import ray.train
@@ -199,3 +191,11 @@ def _temp_checkpoint(state: dict[str, Any]) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="tuner-ckpt-") as d:
         save_to_dir(state, d)
         yield d
+
+
+def _load_ray_checkpoint(ckpt: Any, map_location: Any) -> Optional[dict[str, Any]]:
+    """The state in a checkpoint Ray handed back (Tune's or Train's), or None without one."""
+    if ckpt is None:
+        return None
+    with ckpt.as_directory() as d:
+        return load_from_dir(d, map_location)

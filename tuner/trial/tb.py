@@ -2,7 +2,7 @@
 
 Only rank 0 of a trial writes scalars (`EventWriter`); other ranks get a `NullWriter`, so the
 loop never branches on rank. The HParams records are written by the driver (see
-`tuner.callbacks`): the experiment (hyperparameter domains, metric tags) once at the sweep
+`tuner.driver.callbacks`): the experiment (hyperparameter domains, metric tags) once at the sweep
 root, a session start when a trial starts and its end status when it ends, so running,
 stopped and failed trials all appear in the HParams table.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -53,9 +53,6 @@ class EventWriter:
     def summary(self, summary: Summary, step: int = 0) -> None:
         self._writer.add_event(Event(summary=summary, wall_time=time.time(), step=step))
 
-    def flush(self) -> None:
-        self._writer.flush()
-
     def close(self) -> None:
         self._writer.close()
 
@@ -66,7 +63,6 @@ class NullWriter:
     def scalars(self, values: dict[str, Any], step: int) -> None: ...
     def text(self, tag: str, message: str, step: int) -> None: ...
     def summary(self, summary: Summary, step: int = 0) -> None: ...
-    def flush(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -142,9 +138,9 @@ def _data_type(values: list[Any]) -> int:
     return api_pb2.DATA_TYPE_STRING
 
 
-def session_start_summary(hparams: dict[str, Any], group: Optional[str] = None) -> Summary:
+def session_start_summary(hparams: dict[str, Any]) -> Summary:
     """One trial's hyperparameter values (a row of the HParams table)."""
-    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time(), group_name=group or "")
+    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
     for name, raw in hparams.items():
         v = hparam_value(raw)
         if isinstance(v, bool):

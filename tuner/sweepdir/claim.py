@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Optional
 
-from tuner.config import ConfigError
-from tuner.results import CONFIG_FILE, trial_dirs
+from tuner.errors import ConfigError
+from tuner.sweepdir.files import CONFIG_FILE, empty_config_message
 
 LOCK_FILE = ".tuner.lock"
 
@@ -163,23 +163,6 @@ def refuse_existing(path: str) -> None:
             f"{path} already holds a sweep; continue it with `python -m tuner resume {path}`, "
             "or choose another --name or --output",
         )
-
-
-def empty_config_message(path: str) -> Optional[str]:
-    """What to do about a sweep directory whose sweep.yaml is empty (None if it is not)."""
-    config = os.path.join(path, CONFIG_FILE)
-    if not os.path.isfile(config) or os.path.getsize(config) > 0:
-        return None
-    if not trial_dirs(path):
-        return (
-            f"{config} is empty and no trial ran (a run of an older tuner stopped while writing "
-            "it): delete the directory and start the sweep again"
-        )
-    return (
-        f"{config} is empty (written by an older tuner, not atomically): write it again from the "
-        "sweep file and flags the sweep was started with (`python -m tuner validate` checks "
-        "them), then resume"
-    )
 
 
 def _remove_unstarted(path: str) -> None:

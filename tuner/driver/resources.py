@@ -1,8 +1,9 @@
-"""What each trial asks Ray for, and whether the cluster can ever give it.
+"""What each trial asks Ray for, and whether the cluster can ever give it: the preflight.
 
 Ray leaves a trial whose request no node can satisfy PENDING forever; we compare first and
 refuse in seconds, naming the request and what the cluster has. `gpus_per_worker: pack`
 turns a measured peak into a GPU fraction here (arithmetic in `tuner.packing`).
+`precheck_local` runs before a local Ray starts, `resolve` once Ray is up.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from tuner import packing
-from tuner.config import ConfigError, ResourcesSection
+from tuner.cluster import _ray_internals
+from tuner.cluster.connect import Runtime
+from tuner.config import ConfigError, ResourcesSection, SweepConfig
+from tuner.space import values_of
+from tuner.trial.spec import TrialSpec
 
 # A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.
 # Ray refuses an empty bundle, so the driver asks for one byte of memory: effectively free.
@@ -228,3 +233,73 @@ def _visible_gpus() -> int:
     if visible:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+def precheck_local(cfg: SweepConfig, runtime: Runtime) -> None:
+    """When we are about to start our own local Ray, refuse an impossible request first."""
+    if runtime.joins_cluster():
+        return
+    have = local_resources(runtime.num_cpus)
+    if cfg.resources.gpus_per_worker == "pack" and have["GPU"]:
+        return  # measuring the largest configuration needs Ray: it is checked after start-up
+    plan(cfg.resources, have, [have])
+
+
+def resolve(cfg: SweepConfig) -> TrialResources:
+    """The per-trial request on the cluster Ray is connected to; a ConfigError if no trial
+    could ever run there (called before anything is written)."""
+    import ray
+
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    groups = _ray_internals.autoscaler_node_groups()
+    res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
+    amp = cfg.hyperparameters()["amp"]
+    path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
+    check_amp(values_of(amp) or [], res.gpus_per_worker, path)
+    return res
+
+
+def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
+    """What every trial of the sweep is told besides its configuration."""
+    return TrialSpec(
+        model=cfg.task.model,
+        data=cfg.task.data,
+        data_args=dict(cfg.task.data_args),
+        max_epochs=cfg.schedule.max_epochs,
+        metric=cfg.metric,
+        mode=str(cfg.mode),
+        workers=res.workers,
+        cpus_per_worker=res.cpus_per_worker,
+        gpus_per_worker=res.gpus_per_worker,
+        strategy=cfg.resources.strategy,
+        gpu_memory_margin=cfg.resources.gpu_memory_margin,
+        gpu_context_bytes=res.profile.context if res.profile else None,
+        max_failures=cfg.failure.max_failures,
+        keep_checkpoints=cfg.failure.keep_checkpoints,
+        trial_timeout=cfg.schedule.trial_timeout,
+        search_path=os.getcwd(),
+        storage=storage,
+        sweep_dir=sweep_dir,
+    )
+
+
+def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryProfile:
+    """gpus_per_worker: pack: the peak memory of the space's largest configuration, measured
+    in a Ray task that holds one whole GPU (nothing else runs on it meanwhile). A failure
+    propagates; `plan` reports it against the field."""
+    import ray
+
+    spec = trial_spec(cfg, probe_request(cfg.resources), "", None)
+    hp = packing.probe_config(cfg.hyperparameters())
+    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(_measure)
+    profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
+    return replace(profile, label=packing.label(hp, cfg.search.params))
+
+
+def _measure(hp: dict[str, Any], spec: TrialSpec) -> packing.MemoryProfile:
+    from tuner.trial.probe import measure  # torch: imported in the task, not in the driver
+
+    return measure(hp, spec)

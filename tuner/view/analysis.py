@@ -2,7 +2,7 @@
 
 The numbers come from tuner.results (each trial's record and metrics journal), not from
 summary.json, so a running or interrupted sweep reads as well as a finished one.
-`tuner.report` turns them into a document.
+`tuner.view.report` turns them into a document.
 """
 
 from __future__ import annotations
@@ -14,23 +14,11 @@ from typing import Any, Optional
 
 import yaml
 
-from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep, read_yaml
-from tuner.results import (
-    CONFIG_FILE,
-    FINISHED,
-    SUMMARY_FILE,
-    TrialRecord,
-    best,
-    check_sweep_dir,
-    finite,
-    records,
-    resources_of,
-)
+from tuner.config import ConfigError, SweepConfig
+from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
 from tuner.space import Choice, Fixed, Grid, LogRandInt, LogUniform, ParamT, RandInt, Uniform
+from tuner.sweepdir import CONFIG_FILE, check_sweep_dir, has_summary, read_config, resources_of
 
-# Stand-ins that pass validation when a sweep's own model/data module cannot be imported
-# from here (user modules import from where the sweep started); the report never runs them.
-_STANDIN = {"model": "tuner.trial.models:build_model", "data": "tuner.trial.data:load_data"}
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
 
 
@@ -57,27 +45,10 @@ class SweepData:
         return {k: p for k, p in self.cfg.search.params.items() if not isinstance(p, Fixed)}
 
 
-def read_config(sweep_dir: str) -> SweepConfig:
-    """The sweep's resolved sweep.yaml; a ConfigError when `sweep_dir` is not a sweep."""
-    path = os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE)
-    try:
-        return load_sweep(path)
-    except ConfigError as err:
-        if not err.path.startswith("task."):
-            raise
-    raw = read_yaml(path)
-    task = dict(raw.get("task") or {})
-    cfg = parse_sweep({**raw, "task": {**task, **_STANDIN}})
-    real = {k: task[k] for k in _STANDIN if k in task}
-    return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
-
-
 def load(sweep_dir: str) -> SweepData:
     """Read a sweep directory (finished, running or interrupted)."""
-    from tuner.sweep import expected_trials
-
     sweep_dir = check_sweep_dir(sweep_dir)
-    cfg = read_config(sweep_dir)
+    cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
     trials = records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
     if not trials:
@@ -86,7 +57,7 @@ def load(sweep_dir: str) -> SweepData:
         sweep_dir=sweep_dir,
         cfg=cfg,
         records=trials,
-        state=_state(sweep_dir, trials, expected_trials(cfg)),
+        state=_state(sweep_dir, trials, cfg.expected_trials()),
         gpus_per_worker=_gpus_per_worker(cfg, trials),
     )
 
@@ -95,7 +66,7 @@ def _state(sweep_dir: str, trials: list[TrialRecord], expected: int) -> str:
     # Judged from the trials themselves, which summary.json may not have seen yet.
     if len(trials) >= expected and all(r.status in FINISHED for r in trials):
         return "completed"
-    if os.path.isfile(os.path.join(sweep_dir, SUMMARY_FILE)):
+    if has_summary(sweep_dir):
         return "interrupted"  # the driver wrote its summary and left trials unfinished
     return "running or interrupted"
 
@@ -112,23 +83,6 @@ def _gpus_per_worker(cfg: SweepConfig, trials: list[TrialRecord]) -> Optional[fl
 
 
 # ----------------------------------------------------------------------------- analysis
-
-
-def outcome(r: TrialRecord) -> str:
-    """One word (or two) for how a trial ended: completed, stopped early, diverged, oom, ..."""
-    if r.failure:
-        return r.failure.split(":")[0]
-    if r.stopped_early:
-        return "stopped early"
-    if r.status == "RUNNING":  # it started and never ended: running now, or interrupted
-        return "unfinished"
-    return "completed" if r.status == "TERMINATED" else r.status.lower()
-
-
-def ranked(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
-    """Trials with a usable result, best first (the order of summary.json's best)."""
-    ok = [r for r in records if r.failure is None and r.best_value is not None]
-    return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
 
 
 def failure_detail(r: TrialRecord) -> str:

@@ -1,6 +1,6 @@
-"""`ray job submit` a sweep, checked and set up to stop cleanly: what scripts/submit.sh runs.
+"""`ray job submit` a sweep, checked and set up to stop cleanly: `python -m tuner submit`.
 
-    scripts/submit.sh SWEEP.yaml [ray job submit options] [-- tuner sweep options]
+    python -m tuner submit SWEEP.yaml [ray job submit options] [-- tuner sweep options]
 
 Before anything is sent, the sweep file and flags are validated, and the cluster's dashboard
 is asked its authentication mode (it answers anyone): a cluster without authentication that
@@ -15,6 +15,7 @@ other machines can reach is refused unless --allow-insecure-cluster is given. Th
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -28,11 +29,15 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tuner import cluster
-from tuner.config import ConfigError
+from tuner.cluster import join as cluster
+from tuner.cluster.connect import add_runtime_flags
+from tuner.config import ConfigError, load_sweep
+from tuner.config.flags import add_overrides, overrides_from
+from tuner.errors import ExitCode
+from tuner.sweepdir import refuse_existing
 
 INSECURE = "--allow-insecure-cluster"
-USAGE = "usage: scripts/submit.sh SWEEP.yaml [ray job submit options] [-- tuner sweep options]"
+USAGE = "usage: python -m tuner submit SWEEP.yaml [ray job submit options] [-- tuner sweep options]"
 
 
 def take(args: list[str], flag: str) -> Optional[str]:
@@ -49,19 +54,21 @@ def take(args: list[str], flag: str) -> Optional[str]:
 
 
 def default_address() -> str:
-    """RAY_API_SERVER_ADDRESS or RAY_ADDRESS when they are http(s), else scripts/cluster.sh's."""
+    """RAY_API_SERVER_ADDRESS or RAY_ADDRESS when they are http(s), else that of the cluster
+    `python -m tuner cluster start` started."""
     for name in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
         value = os.environ.get(name, "")
         if value.startswith(("http://", "https://")):
             return value
-    from tuner.local_cluster import default_state_dir, load_state
+    from tuner.cluster.local import default_state_dir, load_state
 
     state = load_state(default_state_dir())
     if state:
         return str(state["dashboard"])
     raise ConfigError(
         "--address",
-        "no cluster to submit to: start one with scripts/cluster.sh start, or give --address http://HEAD:8265",
+        "no cluster to submit to: start one with `python -m tuner cluster start`, or give "
+        "--address http://HEAD:8265",
     )
 
 
@@ -112,13 +119,12 @@ def runtime_env(ray_args: list[str], working_dir: Path) -> dict[str, Any]:
 
 def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
     """The checks `tuner sweep` makes before Ray starts, here, before anything is submitted."""
-    from tuner.cli import build_parser, overrides_from
-    from tuner.config import load_sweep
-    from tuner.sweepdir import refuse_existing
-
     if "--address" in tuner_args or any(a.startswith("--address=") for a in tuner_args):
         raise ConfigError("--address", "give the cluster's address before `--` (ray job submit --address)")
-    args = build_parser().parse_args(["sweep", sweep, *tuner_args])
+    parser = argparse.ArgumentParser(prog="python -m tuner submit SWEEP.yaml ... --")
+    add_overrides(parser)
+    add_runtime_flags(parser)
+    args = parser.parse_args([sweep, *tuner_args])
     cfg = load_sweep(args.file, overrides_from(args))
     if "://" not in cfg.output:  # relative: to the working directory, as in the job
         refuse_existing(str(working_dir / os.path.expanduser(cfg.output) / cfg.name))
@@ -169,20 +175,31 @@ def _shell_safe(arg: str) -> str:
     return arg
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        return 0
-    try:
-        cmd, env, line = command(argv)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def add_parser(sub: Any) -> None:
+    """`submit SWEEP.yaml [ray job submit options] [-- tuner sweep options]` under the CLI."""
+    p = sub.add_parser(
+        "submit",
+        help="ray job submit a sweep to a cluster, checked first, set up to stop cleanly",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sweep", metavar="SWEEP.yaml", help="the sweep file, inside the working directory")
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="ray job submit options (--address, --working-dir, --no-wait, ...), "
+        "then -- and tuner sweep options",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, then replace this process with `ray job submit` (a ConfigError: exit 2)."""
+    # The words as given: argparse drops a `--` that directly follows SWEEP.yaml, and that
+    # `--` is what separates ray's options from tuner's.
+    words = args.argv[args.argv.index("submit") + 1 :] if "argv" in args else [args.sweep, *args.rest]
+    cmd, env, line = command(words)
     print(line, flush=True)
     os.execvpe(cmd[0], cmd, {**os.environ, **env})
-    return 0  # not reached: exec replaced this process
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ExitCode.OK  # not reached: exec replaced this process

@@ -12,10 +12,10 @@ import sys
 import threading
 from typing import Any
 
+from tuner.cluster.join import LOOPBACK
 from tuner.config import ConfigError
-from tuner.results import check_sweep_dir
-
-LOOPBACK = "127.0.0.1"
+from tuner.errors import ExitCode
+from tuner.sweepdir import check_sweep_dir
 
 
 def tensorboard_flags(sweep_dir: str, bind_all: bool = False, port: int = 0) -> list[str]:
@@ -74,4 +74,4 @@ def serve(sweep_dir: str, bind_all: bool = False, port: int = 0) -> int:
             pass
     except KeyboardInterrupt:
         pass
-    return 0
+    return ExitCode.OK

@@ -8,92 +8,22 @@ is refused before anything heavy starts.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import math
-import re
-from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args
+from typing import Any, Literal, Optional, Union
 
-import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from tuner import yamlfile
+from tuner import catalogue
+from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section
+from tuner.config.checks import check_param
+from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
-BUILTIN_MODELS = ("mlp", "cnn", "vit")
-BUILTIN_DATA = ("digits", "synthetic", "synthetic_images")
-OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
-AMP_MODES = ("off", "bf16", "fp16", "auto")
-# Metrics every trial reports each epoch; `metric` must be one of the first three.
-OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
-# Most trials one sweep may plan: the driver lists grid and random configurations up front
-# (a 10^11-point grid took 4 GB before its first trial), and no sweep here needs more.
-MAX_TRIALS = 10_000
-# Seeds reach numpy's RandomState (searchers) and torch: both take 0..2**32-1 in common.
-MAX_SEED = 2**32 - 1
 
-# Hyperparameters the built-in models read: name -> (type, smallest, largest).
-MODEL_PARAMS: dict[str, dict[str, tuple[type, float, float]]] = {
-    "mlp": {"width": (int, 1, math.inf), "depth": (int, 0, 64), "dropout": (float, 0, 0.99)},
-    "cnn": {"channels": (int, 1, 4096), "blocks": (int, 1, 16), "dropout": (float, 0, 0.99)},
-    "vit": {
-        "patch_size": (int, 1, 1024),
-        "width": (int, 8, math.inf),
-        "depth": (int, 1, 128),
-        "heads": (int, 1, 256),
-        "mlp_ratio": (float, 0.25, 16),
-        "dropout": (float, 0, 0.99),
-    },
-}
-
-
-class ConfigError(Exception):
-    """A user mistake in a sweep file or flag; `str()` is one line naming the field path.
-
-    Not a ValueError on purpose: pydantic would wrap it and lose the path.
-    """
-
-    def __init__(self, path: str, message: str):
-        self.path, self.message = path, message
-        super().__init__(f"{path}: {message}" if path else message)
-
-
-class _Section(BaseModel):
-    # validate_default: a float field's int default (warmup_epochs: 0) is 0.0 from the start,
-    # as it is once sweep.yaml is read back; allow_inf_nan: `lr: .inf` is no learning rate.
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, validate_default=True, allow_inf_nan=False
-    )
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # pydantic takes true as 1: `num_samples: true` is a mistake, not one trial.
-        if (
-            isinstance(value, bool)
-            and info.field_name
-            and _numeric_only(cls.model_fields[info.field_name].annotation)
-        ):
-            raise ValueError(f"must be a number, not {str(value).lower()}")
-        return value
-
-
-def _numeric_only(annotation: Any) -> bool:
-    """A field that takes numbers and no bool (int, float, Optional[float], "auto" or float)."""
-    kinds = get_args(annotation) or (annotation,)
-    return bool({int, float} & set(kinds)) and bool not in kinds
-
-
-class TaskSection(_Section):
+class TaskSection(Section):
     """What is trained: a model family and a dataset."""
 
     model: str = Field(
@@ -113,7 +43,7 @@ class TaskSection(_Section):
     @field_validator("model", "data")
     @classmethod
     def _known_or_importable(cls, value: str, info: Any) -> str:
-        builtin = BUILTIN_MODELS if info.field_name == "model" else BUILTIN_DATA
+        builtin = tuple(catalogue.MODELS) if info.field_name == "model" else catalogue.DATA
         if ":" not in value:
             if value not in builtin:
                 raise ValueError(
@@ -121,11 +51,11 @@ class TaskSection(_Section):
                     "or 'package.module:function')"
                 )
             return value
-        check_importable(value)
+        catalogue.check_importable(value)
         return value
 
 
-class SearchSection(_Section):
+class SearchSection(Section):
     """How configurations are chosen."""
 
     algorithm: str = Field(
@@ -168,7 +98,7 @@ class SearchSection(_Section):
         return self
 
 
-class ScheduleSection(_Section):
+class ScheduleSection(Section):
     """Epoch budget and early stopping."""
 
     max_epochs: int = Field(10, ge=1, description="Epochs a trial trains at most.")
@@ -204,7 +134,7 @@ class ScheduleSection(_Section):
         return self
 
 
-class ResourcesSection(_Section):
+class ResourcesSection(Section):
     """What each trial gets from Ray."""
 
     workers_per_trial: int = Field(
@@ -277,7 +207,7 @@ class ResourcesSection(_Section):
         return self
 
 
-class TrainingSection(_Section):
+class TrainingSection(Section):
     """Training-loop defaults. Any of them can also be searched or fixed in search.params."""
 
     batch_size: int = Field(64, ge=1, description="Samples per optimizer step, summed over workers.")
@@ -299,7 +229,7 @@ class TrainingSection(_Section):
         "that support it, else fp16; off on CPU).",
     )
     lr: float = Field(1e-3, gt=0, description="Learning rate.")
-    optimizer: str = Field("adam", description=f"One of: {', '.join(OPTIMIZERS)}.")
+    optimizer: str = Field("adam", description=f"One of: {', '.join(catalogue.OPTIMIZERS)}.")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD/RMSprop momentum.")
     weight_decay: Optional[float] = Field(
         None,
@@ -356,8 +286,8 @@ class TrainingSection(_Section):
     @field_validator("optimizer")
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
-        if value not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer '{value}' (valid: {', '.join(OPTIMIZERS)})")
+        if value not in catalogue.OPTIMIZERS:
+            raise ValueError(f"unknown optimizer '{value}' (valid: {', '.join(catalogue.OPTIMIZERS)})")
         return value
 
 
@@ -370,7 +300,7 @@ def amp_from_yaml(value: Any) -> Any:
     return value
 
 
-class FailureSection(_Section):
+class FailureSection(Section):
     """Checkpoints and retries."""
 
     max_failures: int = Field(
@@ -379,7 +309,7 @@ class FailureSection(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept per trial (newest).")
 
 
-class SweepConfig(_Section):
+class SweepConfig(Section):
     """A whole sweep: what to train, how to search, and where results go."""
 
     name: str = Field(
@@ -444,7 +374,7 @@ class SweepConfig(_Section):
         elif self.mode != natural:
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
-            _check_param(name, param, self.task.model, self.training)
+            check_param(name, param, self.task.model, self.training)
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
@@ -453,6 +383,12 @@ class SweepConfig(_Section):
             raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
 
+    def expected_trials(self) -> int:
+        """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
+        if self.search.algorithm == "grid":
+            return grid_size(self.hyperparameters(), self.search.grid_points)
+        return self.search.num_samples
+
     def hyperparameters(self) -> dict[str, ParamT]:
         """The trial-facing parameters: training defaults, overlaid by search.params."""
         base: dict[str, ParamT] = {
@@ -460,220 +396,3 @@ class SweepConfig(_Section):
         }
         base.update(self.search.params)
         return base
-
-
-def _check_param(name: str, param: ParamT, model: str, training: TrainingSection) -> None:
-    path = f"search.params.{name}"
-    if name in TrainingSection.model_fields:
-        for value in _probe_values(param):
-            try:
-                setattr(training.model_copy(), name, value)  # validate_assignment checks it
-            except ValidationError as err:
-                raise ConfigError(path, _message(err.errors()[0], value)) from None
-        return
-    known = MODEL_PARAMS.get(model)
-    if known is None:  # a user model reads whatever it likes
-        return
-    if name not in known:
-        valid = sorted(set(known) | set(TrainingSection.model_fields))
-        raise ConfigError(path, f"not a parameter of model '{model}' or training (valid: {', '.join(valid)})")
-    kind, low, high = known[name]
-    for value in _probe_values(param):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"must be a number, got {value!r}")
-        if kind is int and value != int(value):
-            raise ConfigError(path, f"must be an integer, got {value!r}")
-        if not low <= value <= high:
-            raise ConfigError(path, f"{value!r} is outside {low}..{high}")
-
-
-def _probe_values(param: ParamT) -> list[Any]:
-    listed = values_of(param)
-    if listed is not None:
-        return listed
-    return [param.low, param.high]  # type: ignore[union-attr]
-
-
-def check_importable(spec: str) -> None:
-    """Refuse a 'package.module:function' that cannot be found, without importing torch.
-
-    The module is located (its parent packages are imported, as Python must) and its source
-    scanned for a top-level definition of the name; the module itself runs only in trials.
-    """
-    module, _, attr = spec.partition(":")
-    if not module or not attr.isidentifier():
-        raise ValueError(f"'{spec}' is not of the form package.module:function")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as err:
-        raise ValueError(f"cannot import module '{module}' ({err})") from None
-    if found is None:
-        raise ValueError(f"cannot import module '{module}' (not found from {Path.cwd()})")
-    origin = found.origin
-    if origin and origin.endswith(".py"):
-        tree = ast.parse(Path(origin).read_text(), filename=origin)
-        if attr not in _top_level_names(tree):
-            raise ValueError(f"module '{module}' has no function '{attr}'")
-
-
-def _top_level_names(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-def load_sweep(path: Union[str, Path], overrides: Optional[dict[str, Any]] = None) -> SweepConfig:
-    """Read, override and validate a sweep file; raises ConfigError with the field path."""
-    raw = read_yaml(path)
-    for dotted, value in (overrides or {}).items():
-        set_dotted(raw, dotted, value)
-    return parse_sweep(raw)
-
-
-def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
-    """The file's top-level mapping, or a ConfigError saying what is wrong with it."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("", f"{p}: no such file")
-    try:
-        raw = yamlfile.load(p.read_text())
-    except yamlfile.YAMLRefused as err:
-        raise ConfigError("", f"{p}: {err}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise ConfigError("", f"{p}: YAML syntax error{where}: {problem}") from None
-    if raw is None:
-        raise ConfigError("", f"{p}: the file is empty")
-    if not isinstance(raw, dict):
-        raise ConfigError("", f"{p}: expected a mapping of keys (name:, task:, ...) at the top")
-    return raw
-
-
-def parse_sweep(raw: dict[str, Any]) -> SweepConfig:
-    """Validate a raw mapping; the first problem becomes a ConfigError."""
-    try:
-        return SweepConfig.model_validate(raw)
-    except ConfigError:
-        raise
-    except ValidationError as err:
-        first = err.errors()[0]
-        path, message = _path(first["loc"]), _message(first)
-        # Range checks span two fields, so they name theirs in the message ("low: ...").
-        field = re.match(r"^(low|high|values): (.*)$", message)
-        if field:
-            path, message = f"{path}.{field.group(1)}", field.group(2)
-        raise ConfigError(path, message) from None
-
-
-def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `a.b.c` in a nested mapping, creating mappings on the way."""
-    keys = dotted.split(".")
-    node = raw
-    for key in keys[:-1]:
-        nxt = node.get(key)
-        if nxt is None:
-            nxt = node[key] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(dotted, f"cannot set inside '{key}', which is not a mapping")
-        node = nxt
-    node[keys[-1]] = value
-
-
-_PARAM_TAGS = {"uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed"}
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc]
-    # The discriminated union puts the parameter type in the location; users never wrote it.
-    if len(parts) >= 4 and parts[:2] == ["search", "params"] and parts[3] in _PARAM_TAGS:
-        del parts[3]
-        if parts[-1] == "value":
-            parts.pop()
-    return ".".join(parts)
-
-
-def _message(error: dict[str, Any], value: Any = None) -> str:
-    kind, msg = error["type"], error["msg"]
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "extra_forbidden":
-        return "unknown key (check the spelling; `tuner schema` lists the valid keys)"
-    msg = re.sub(r"^(Value|Assertion) error, ", "", msg)
-    msg = msg[:1].lower() + msg[1:]
-    if value is not None and repr(value) not in msg:
-        msg = f"{msg} (got {value!r})"
-    return msg
-
-
-def to_yaml(cfg: SweepConfig) -> str:
-    """The resolved config as YAML (what a trial really ran with)."""
-    data = cfg.model_dump(mode="json", exclude_none=False)
-    data["search"]["params"] = {
-        k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
-        for k, p in cfg.search.params.items()
-    }
-    return yamlfile.dump(data)
-
-
-def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
-    """(the config as its sweep.yaml reads back, that file's text).
-
-    A sweep runs with the read-back config, so `resume`, which has only the file, rebuilds
-    exactly the configurations the first run planned and started (a float field's int
-    default once came back as 0.0 and matched no started trial).
-    """
-    text = to_yaml(cfg)
-    return parse_sweep(yamlfile.load(text)), text
-
-
-def reference_markdown() -> str:
-    """The sweep-file reference as a Markdown table, from the field descriptions."""
-    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            path = f"{prefix}{name}"
-            sub = field.annotation
-            if isinstance(sub, type) and issubclass(sub, BaseModel):
-                rows.append(f"| **`{path}`** | | {_md(model_doc(sub))} |")
-                walk(sub, path + ".")
-                continue
-            if field.is_required():
-                default = "required"
-            elif field.default_factory is not None:
-                default = f"`{field.default_factory()}`"
-            else:
-                default = f"`{field.default}`"
-            rows.append(f"| `{path}` | {default} | {_md(field.description or '')} |")
-
-    walk(SweepConfig, "")
-    return "\n".join(rows) + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def model_doc(model: type[BaseModel]) -> str:
-    return (model.__doc__ or "").strip().splitlines()[0]
-
-
-def json_schema() -> dict[str, Any]:
-    """JSON Schema of the sweep file, for editors (yaml-language-server)."""
-    schema = SweepConfig.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "tuner sweep file"
-    return schema

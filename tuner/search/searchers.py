@@ -9,8 +9,8 @@ from typing import Any, Optional
 import cloudpickle
 from ray.tune.search import Searcher
 
-from tuner.algorithms import TIME_ATTR
 from tuner.results import finite
+from tuner.search.plan import TIME_ATTR
 
 
 class _SavesState:

@@ -1,7 +1,7 @@
-"""A Ray cluster on this machine, secure by default: what scripts/cluster.sh runs.
+"""A Ray cluster on this machine, secure by default: `python -m tuner cluster ...`.
 
-    python -m tuner.local_cluster start [--workers N] [--num-cpus N] [--object-store-mb MB]
-    python -m tuner.local_cluster status | env | stop
+    python -m tuner cluster start [--workers N] [--num-cpus N] [--object-store-mb MB]
+    python -m tuner cluster status | env | stop
 
 Every listening socket is on 127.0.0.1, at random free ports, and token authentication is
 on: the token is made (mode 0600) where Ray looks for it if there is none, and never
@@ -16,31 +16,20 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from tuner import cluster
+from tuner.cluster import join as cluster
+from tuner.cluster.join import LOOPBACK
+from tuner.cluster.nodes import node_args, node_env
+from tuner.errors import ExitCode
 
 STATE_FILE = "cluster.json"
-LOOPBACK = "127.0.0.1"
-WORKER_PORTS = 200  # ports each node's raylet hands its worker processes
 READY_TIMEOUT_S = 180.0
-# Ports a node listens on besides the worker range, in `ray start` flag names.
-NODE_PORTS = [
-    "node-manager-port",
-    "object-manager-port",
-    "metrics-export-port",
-    "dashboard-agent-listen-port",
-    "dashboard-agent-grpc-port",
-    "runtime-env-agent-port",
-]
-HEAD_PORTS = ["port", "dashboard-port", "ray-client-server-port"]
 
 
 def default_state_dir() -> Path:
@@ -55,88 +44,12 @@ def read_token() -> str:
     return cluster.token_path().read_text().strip()
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct ports free on loopback now (held together so none repeats)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def worker_port_range(taken: set[int]) -> tuple[int, int]:
-    """A free block of WORKER_PORTS ports below Linux's ephemeral range and above Ray's default."""
-    import random
-
-    for _ in range(100):
-        low = random.randrange(20000, 32000 - WORKER_PORTS)
-        block = range(low, low + WORKER_PORTS)
-        if not taken.intersection(block) and all(_is_free(p) for p in block):
-            taken.update(block)
-            return low, low + WORKER_PORTS - 1
-    raise RuntimeError("found no free block of ports for Ray workers")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((LOOPBACK, port))
-            return True
-        except OSError:
-            return False
-
-
-def node_args(
-    head: Optional[dict[str, Any]], cpus: int, object_store_mb: Optional[int], taken: set[int]
-) -> tuple[list[str], dict[str, int]]:
-    """`ray start` arguments of one node (the head when `head` is None) and its ports."""
-    names = NODE_PORTS + (HEAD_PORTS if head is None else [])
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    low, high = worker_port_range(taken | set(ports.values()))
-    args = [f"--{k}={v}" for k, v in ports.items()]
-    args += ["--block", f"--node-ip-address={LOOPBACK}", f"--num-cpus={cpus}", "--disable-usage-stats"]
-    args += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
-    if object_store_mb:
-        args.append(f"--object-store-memory={object_store_mb * 1024 * 1024}")
-    if head is None:
-        args += ["--head", f"--dashboard-host={LOOPBACK}", "--include-dashboard=true"]
-    else:
-        args.append(f"--address={head['gcs']}")
-    return args, ports
-
-
-def node_env(head: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
-    env.update(
-        RAY_AUTH_MODE="token",
-        # Keeps 127.0.0.1 the node address in every process of the cluster: see _ray_start.
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_USAGE_STATS_ENABLED="0",
-        # Jobs are stopped with SIGINT, which Tune turns into a final snapshot, and get a
-        # minute for it before SIGKILL (read by the job supervisor, on this machine).
-        RAY_JOB_STOP_SIGNAL=os.environ.get("RAY_JOB_STOP_SIGNAL", "SIGINT"),
-        RAY_JOB_STOP_WAIT_TIME_S=os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "60"),
-        # `python` in a job's entrypoint is the Python this cluster runs on.
-        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-    )
-    if head:
-        # The head's metrics servers default to fixed ports that any other Ray here holds too.
-        dashboard, autoscaler = free_ports(2)
-        env.update(DASHBOARD_METRIC_PORT=str(dashboard), AUTOSCALER_METRIC_PORT=str(autoscaler))
-    return env
-
-
 def spawn(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
     import psutil
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tuner.local_cluster", "_ray-start", *args],
+            [sys.executable, "-m", "tuner.cluster._ray_internals", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -195,10 +108,11 @@ def start(args: argparse.Namespace) -> int:
     old = load_state(state_dir)
     if old and any(leader(n) for n in old["nodes"]):
         print(
-            f"error: a cluster started from {state_dir} is running; stop it first: scripts/cluster.sh stop",
+            f"error: a cluster started from {state_dir} is running; stop it first: "
+            "python -m tuner cluster stop",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     if old:
         _stop(old, state_dir, quiet=True)
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -237,10 +151,10 @@ def start(args: argparse.Namespace) -> int:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         _stop(state, state_dir, quiet=True)
-        return 1
+        return ExitCode.ERRORS
     print(f"[cluster] started {len(state['nodes'])} node(s) on {LOOPBACK} with token authentication")
     _describe(state, state_dir)
-    return 0
+    return ExitCode.OK
 
 
 def _wait_ready(state: dict[str, Any], nodes: int) -> None:
@@ -276,8 +190,8 @@ def _describe(state: dict[str, Any], state_dir: Path) -> None:
     print(f"  Ray client:      {state['client']}")
     print(f"  token:           {state['token']} (never printed)")
     print(f"  state and logs:  {state_dir}, {state['temp_dir']}")
-    print("  submit a sweep:  scripts/submit.sh search_spaces/debug.yaml")
-    print('  ray CLI here:    eval "$(scripts/cluster.sh env)"; ray job list; ray status')
+    print("  submit a sweep:  python -m tuner submit search_spaces/debug.yaml")
+    print('  ray CLI here:    eval "$(python -m tuner cluster env)"; ray job list; ray status')
 
 
 def status(args: argparse.Namespace, state: dict[str, Any]) -> int:
@@ -289,7 +203,7 @@ def status(args: argparse.Namespace, state: dict[str, Any]) -> int:
     except Exception as err:  # noqa: BLE001 - report, whatever the GCS says
         up = f"{len(alive)} of {len(state['nodes'])} node processes alive"
         print(f"[cluster] not answering at {state['gcs']} ({up}): {err}")
-        return 1
+        return ExitCode.ERRORS
     cpus = sum(n.resources_total.get("CPU", 0) for n in nodes)
     print(f"[cluster] running: {len(nodes)} node(s) alive, {cpus:g} CPUs, token authentication")
     for n in nodes:
@@ -298,7 +212,7 @@ def status(args: argparse.Namespace, state: dict[str, Any]) -> int:
             f"  {n.node_name or role:10s} {role:6s} {n.node_manager_address}  node id {n.node_id.hex()[:12]}"
         )
     _describe(state, args.state_dir)
-    return 0
+    return ExitCode.OK
 
 
 def env(args: argparse.Namespace, state: dict[str, Any]) -> int:
@@ -313,12 +227,12 @@ def env(args: argparse.Namespace, state: dict[str, Any]) -> int:
         exports["RAY_AUTH_TOKEN_PATH"] = os.environ["RAY_AUTH_TOKEN_PATH"]
     for k, v in exports.items():
         print(f"export {k}={v}")
-    return 0
+    return ExitCode.OK
 
 
 def stop(args: argparse.Namespace, state: dict[str, Any]) -> int:
     _stop(state, args.state_dir)
-    return 0
+    return ExitCode.OK
 
 
 def _stop(state: dict[str, Any], state_dir: Path, quiet: bool = False) -> None:
@@ -353,26 +267,8 @@ def _signal(p: Any, kill: bool) -> None:
         pass
 
 
-def _ray_start(argv: list[str]) -> None:
-    """`ray start ARGV`, keeping 127.0.0.1 as this node's address.
-
-    On Linux Ray turns a loopback --node-ip-address (and a loopback --address) into the
-    machine's own address (ray/_private/services.py: resolve_ip_for_localhost), so the GCS,
-    raylet and agents would listen on every interface. It keeps loopback where
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which the node's processes inherit; but with it,
-    `ray start --address` refuses to add a node, hence the two patches of this process only.
-    """
-    import ray._private.ray_constants as ray_constants
-    import ray._private.services as services
-    from ray.scripts.scripts import main
-
-    ray_constants.ENABLE_RAY_CLUSTER = True
-    services.resolve_ip_for_localhost = lambda host: host
-    sys.argv = ["ray", "start", *argv]
-    main()
-
-
-def build_parser() -> argparse.ArgumentParser:
+def add_parser(sub: Any) -> None:
+    """`cluster start|status|env|stop` under the CLI's subcommands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state-dir",
@@ -380,13 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=default_state_dir(),
         help="where the cluster is recorded (default: $TUNER_CLUSTER_DIR or ~/.local/state/tuner/cluster)",
     )
-    parser = argparse.ArgumentParser(
-        prog="scripts/cluster.sh",
+    parser = sub.add_parser(
+        "cluster",
+        help="a Ray cluster on this machine for `submit` (127.0.0.1, token authentication)",
         description="A Ray cluster on this machine for `ray job submit`: every port on 127.0.0.1, "
         "token authentication on. `stop` ends only what `start` started.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("start", parents=[common], help="start a head (and --workers more nodes) on 127.0.0.1")
+    parser.set_defaults(func=run)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "start", parents=[common], help="start a head (and --workers more nodes) on 127.0.0.1"
+    )
     p.add_argument(
         "--workers", type=int, default=0, metavar="N", help="more nodes joining the head (default 0)"
     )
@@ -407,24 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("env", env, "shell exports that point Ray's CLI at the cluster"),
         ("stop", stop, "stop what start started"),
     ]:
-        sub.add_parser(name, parents=[common], help=text).set_defaults(func=func)
-    return parser
+        verbs.add_parser(name, parents=[common], help=text).set_defaults(verb_func=func)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_ray-start"]:
-        _ray_start(argv[1:])
-        return 0
-    args = build_parser().parse_args(argv)
-    if args.command == "start":
+def run(args: argparse.Namespace) -> int:
+    """Run the `cluster` verb of parsed arguments."""
+    if args.verb == "start":
         return start(args)
     state = load_state(args.state_dir)
-    if not state:  # stdout stays empty, for `eval "$(scripts/cluster.sh env)"`
+    if not state:  # stdout stays empty, for `eval "$(python -m tuner cluster env)"`
         print(f"no cluster started from {args.state_dir}", file=sys.stderr)
-        return 0 if args.command == "stop" else 1
-    return int(args.func(args, state))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return ExitCode.OK if args.verb == "stop" else ExitCode.ERRORS
+    return int(args.verb_func(args, state))

@@ -15,14 +15,15 @@ import ipaddress
 import json
 import os
 import socket
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tuner.cluster import _ray_internals
 from tuner.config import ConfigError
+from tuner.errors import warn
 
 # Set by scripts/submit.sh in the job's runtime env: the directory a relative `output` means
 # (the job itself runs in a temporary copy of it) and the machine it is on.
@@ -36,21 +37,12 @@ INSECURE_HELP = (
     "authentication (scripts/cluster.sh start does), or pass --allow-insecure-cluster"
 )
 PROBE_TIMEOUT_S = 10.0
+LOOPBACK = "127.0.0.1"  # where every socket of a local Ray or cluster of ours listens
 
 
 def in_ray_job() -> bool:
     """True when run as the entrypoint of `ray job submit` (the job sets this variable)."""
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-_warned: set[str] = set()
-
-
-def warn(message: str) -> None:
-    """A warning on stderr, once per process (paths are resolved more than once)."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"[tuner] warning: {message}", file=sys.stderr, flush=True)
 
 
 def is_loopback(host: str) -> bool:
@@ -109,22 +101,19 @@ def target(address: Optional[str]) -> Optional[Target]:
 
 
 def _auto_address() -> str:
-    from ray._private.services import find_bootstrap_address
-
-    address = os.environ.get("RAY_ADDRESS") or find_bootstrap_address(None)
+    address = os.environ.get("RAY_ADDRESS") or _ray_internals.find_bootstrap_address()
     if not address:
         raise ConfigError(
             "--address",
             "auto: no running cluster found (RAY_ADDRESS is unset and no `ray start` recorded "
-            'one); for scripts/cluster.sh run `eval "$(scripts/cluster.sh env)"` first',
+            "one); for a cluster of `python -m tuner cluster start` run "
+            '`eval "$(python -m tuner cluster env)"` first',
         )
     return address
 
 
 def local_token() -> Optional[str]:
     """The token Ray itself would send (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)."""
-    from ray._raylet import AuthenticationTokenLoader
-
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
     if path and not os.environ.get("RAY_AUTH_TOKEN"):  # Ray raises on a missing file
         try:
@@ -133,10 +122,7 @@ def local_token() -> Optional[str]:
             readable = False
         if not readable:
             raise ConfigError("RAY_AUTH_TOKEN_PATH", f"{path} is missing or empty: {TOKEN_HELP}")
-    loader = AuthenticationTokenLoader.instance()
-    if not loader.has_token(ignore_auth_mode=True):
-        return None
-    return loader.get_raw_token(ignore_auth_mode=True)
+    return _ray_internals.ray_token()
 
 
 def probe(t: Target, token: Optional[str]) -> Optional[list[str]]:
@@ -146,7 +132,7 @@ def probe(t: Target, token: Optional[str]) -> Optional[list[str]]:
 
     try:
         if t.client:
-            return _client_nodes(t, token)
+            return _ray_internals.client_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S)
         return [n.node_manager_address for n in gcs_nodes(t, token)]
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -158,37 +144,11 @@ def probe(t: Target, token: Optional[str]) -> Optional[list[str]]:
 
 def gcs_nodes(t: Target, token: Optional[str]) -> list[Any]:
     """The GCS's alive nodes (GcsNodeInfo messages); raises grpc.RpcError."""
-    import grpc
-    from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
-
-    with grpc.insecure_channel(t.hostport) as channel:
-        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-        reply = stub.GetAllNodeInfo(
-            gcs_service_pb2.GetAllNodeInfoRequest(), timeout=PROBE_TIMEOUT_S, metadata=_metadata(token)
-        )
-    return [n for n in reply.node_info_list if n.state == gcs_pb2.GcsNodeInfo.ALIVE]
+    return _ray_internals.gcs_alive_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S)
 
 
 def _metadata(token: Optional[str]) -> Optional[list[tuple[str, str]]]:
     return [("authorization", f"Bearer {token}")] if token else None
-
-
-def _client_nodes(t: Target, token: Optional[str]) -> list[str]:
-    """Node addresses from a Ray Client server (empty where it will not say: unknown)."""
-    import grpc
-    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
-
-    kinds = ray_client_pb2.ClusterInfoType
-    with grpc.insecure_channel(t.hostport) as channel:
-        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
-        ping = ray_client_pb2.ClusterInfoRequest(type=kinds.PING)
-        stub.ClusterInfo(ping, timeout=PROBE_TIMEOUT_S, metadata=_metadata(token))  # raises if refused
-        try:
-            request = ray_client_pb2.ClusterInfoRequest(type=kinds.NODES)
-            reply = stub.ClusterInfo(request, timeout=PROBE_TIMEOUT_S, metadata=_metadata(token))
-            return [n["NodeManagerAddress"] for n in json.loads(reply.json) if n.get("Alive")]
-        except (grpc.RpcError, ValueError, KeyError, TypeError):
-            return []
 
 
 def require_safe(where: str, loopback_only: bool, allow_insecure: bool) -> None:
@@ -226,25 +186,14 @@ def check(t: Target, allow_insecure: bool = False) -> None:
 
 
 def _speak_token_auth() -> None:
-    # ray.init turns token auth on by itself only for clusters it finds on its own, never for
-    # an explicit address (ray/_private/worker.py, "address in (None, 'auto')").
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-
-        _enable_token_auth()
+        _ray_internals.enable_token_auth()
 
 
 def _keep_loopback() -> None:
-    """Let this process reach a cluster whose nodes live at 127.0.0.1.
-
-    On Linux Ray rewrites a loopback address to the machine's own
-    (ray/_private/services.py: resolve_ip_for_localhost), where a loopback-only cluster
-    does not listen; it keeps loopback only where multi-node clusters are "unsupported".
-    """
-    import ray._private.ray_constants as ray_constants
-
+    """Let this process reach a cluster whose nodes live at 127.0.0.1 (see _ray_internals)."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    _ray_internals.keep_loopback()
 
 
 def token_path() -> Path:

@@ -15,94 +15,28 @@ cannot restore BOHB at all: ray-project/ray#39900.)
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import product
 from typing import TYPE_CHECKING, Any, Optional
 
+from tuner.cluster import _ray_internals
 from tuner.results import finite
+from tuner.search.plan import (
+    TIME_ATTR,
+    Prior,
+    PriorTrial,
+    SearchPlan,
+    SearchRequest,
+    budgets,
+    key,
+    rungs,
+)
 from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, grid_size, grid_values, to_configspace, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
 
-TIME_ATTR = "epoch"
-
-
-@dataclass
-class PriorTrial:
-    """A trial of an earlier run: what it ran with and what it reported each epoch."""
-
-    config: dict[str, Any]
-    history: list[dict[str, Any]]
-    error: bool = False
-
-
-@dataclass
-class Prior:
-    """What a resumed sweep starts from."""
-
-    finished: list[PriorTrial] = field(default_factory=list)
-    resumed: list[dict[str, Any]] = field(default_factory=list)  # run again, from checkpoints
-    new: Optional[int] = None  # fresh trials still to run (None: the whole budget)
-
-
-@dataclass
-class SearchPlan:
-    """What `tune.Tuner` needs from the algorithm side."""
-
-    param_space: dict[str, Any]
-    search_alg: Optional[Any]
-    scheduler: Optional[Any]
-    num_samples: int
-    description: str
-    points: Optional[list[dict[str, Any]]] = None  # grid/random: exactly the trials to run
-
-
-Builder = Callable[..., SearchPlan]
-
-
-def key(config: dict[str, Any]) -> str:
-    """A configuration's identity, comparable across a JSON or YAML round trip.
-
-    Numbers count by value, as Python compares them (0 == 0.0): sweeps written before
-    sweep.yaml was read back by the first run recorded `warmup_epochs: 0` in their trials and
-    0.0 in the file, and they resume correctly too.
-    """
-    return json.dumps(_by_value(config), sort_keys=True, default=str)
-
-
-def _by_value(value: Any) -> Any:
-    if hasattr(value, "item") and not isinstance(value, (dict, list)):
-        value = value.item()  # numpy scalars from searchers
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _by_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_by_value(v) for v in value]
-    return value
-
-
-def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
-    """The epochs at which ASHA compares a trial with those that reached them before it.
-
-    Ray's milestones (AsyncHyperBandScheduler, one bracket) are grace_epochs * factor**k for
-    k < int(log(max/grace) / log(factor) + 1), in floating point as here; one at max_epochs
-    compares nothing (a trial stops there first). A trial reports whole epochs, so it meets a
-    milestone at the first epoch at or past it.
-    """
-    count = int(math.log(max_epochs / grace_epochs) / math.log(reduction_factor) + 1)
-    milestones = (grace_epochs * reduction_factor**k for k in range(count))
-    return sorted({math.ceil(m) for m in milestones if m < max_epochs})
-
-
-def budgets(schedule: ScheduleSection) -> list[int]:
-    """The budgets (epochs) at which BOHB's model learns: ASHA's rungs, then max_epochs."""
-    s = schedule
-    return rungs(s.grace_epochs, s.max_epochs, s.reduction_factor) + [s.max_epochs]
+__all__ = ["ALGORITHMS", "Prior", "PriorTrial", "SearchPlan", "build", "key", "random_configs", "rungs"]
 
 
 def _asha(schedule: ScheduleSection, metric: str, mode: str, prior: Optional[Prior] = None) -> Any:
@@ -129,13 +63,12 @@ def _seed_rungs(scheduler: Any, finished: list[PriorTrial], metric: str, mode: s
     (milestone, {trial_id: value * metric_op}) from the top down; tested in test_bohb.)
     """
     op = 1.0 if mode == "max" else -1.0
-    for bracket in scheduler._brackets:
-        for milestone, recorded in bracket._rungs:
-            for i, t in enumerate(finished):
-                # The value it reported on meeting the milestone, as Ray records it (-inf too).
-                values = [r.get(metric) for r in t.history if (r.get(TIME_ATTR) or 0) >= milestone]
-                if values and isinstance(values[0], (int, float)):
-                    recorded[f"prior-{i}"] = op * values[0]
+    for milestone, recorded in _ray_internals.asha_rungs(scheduler):
+        for i, t in enumerate(finished):
+            # The value it reported on meeting the milestone, as Ray records it (-inf too).
+            values = [r.get(metric) for r in t.history if (r.get(TIME_ATTR) or 0) >= milestone]
+            if values and isinstance(values[0], (int, float)):
+                recorded[f"prior-{i}"] = op * values[0]
 
 
 def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
@@ -214,38 +147,40 @@ def _listed(configs: list[dict[str, Any]], max_concurrent: Optional[int]) -> Any
     return BasicVariantGenerator(points_to_evaluate=configs, max_concurrent=max_concurrent or 0)
 
 
-def _grid(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
-    todo = prior.resumed + _not_started(grid_configs(params, search.grid_points), prior)
-    stop_early = schedule.early_stopping is True
-    return SearchPlan(
-        param_space=_space(params),
-        search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
-        num_samples=len(todo),
-        points=todo,
-        description=f"grid over {grid_size(params, search.grid_points)} combinations"
-        + (" + ASHA" if stop_early else ""),
-    )
+def _grid(r: SearchRequest) -> SearchPlan:
+    points = r.search.grid_points
+    todo = r.prior.resumed + _not_started(grid_configs(r.params, points), r.prior)
+    stop_early = r.schedule.early_stopping is True
+    return _listed_plan(r, todo, stop_early, f"grid over {grid_size(r.params, points)} combinations")
 
 
-def _random(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
-    fresh = _not_started(random_configs(params, search.num_samples, search.seed), prior)
+def _random(r: SearchRequest) -> SearchPlan:
+    prior = r.prior
+    fresh = _not_started(random_configs(r.params, r.search.num_samples, r.search.seed), prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
-    stop_early = schedule.early_stopping is not False
+    return _listed_plan(r, todo, r.schedule.early_stopping is not False, "random search")
+
+
+def _listed_plan(
+    r: SearchRequest, todo: list[dict[str, Any]], stop_early: bool, description: str
+) -> SearchPlan:
+    """Exactly the configurations `todo`, in order (grid and random search)."""
     return SearchPlan(
-        param_space=_space(params),
-        search_alg=_listed(todo, max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
+        param_space=_space(r.params),
+        search_alg=_listed(todo, r.max_concurrent),
+        scheduler=_asha(r.schedule, r.metric, r.mode, r.prior) if stop_early else None,
         num_samples=len(todo),
         points=todo,
-        description="random search" + (" + ASHA" if stop_early else ""),
+        description=description + (" + ASHA" if stop_early else ""),
     )
 
 
 # ----------------------------------------------------------------------------- model-based
 
 
-def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
+def _bohb(r: SearchRequest) -> SearchPlan:
+    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
+    max_concurrent, prior = r.max_concurrent, r.prior
     # Asynchronous BOHB: hpbandster's model proposes, ASHA stops. Ray's HyperBandForBOHB sizes
     # its synchronous brackets from max_t and the reduction factor alone (98 configurations
     # in the first bracket for 150 epochs, factor 3), starts at 1 epoch whatever grace_epochs
@@ -254,7 +189,7 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     # at grace_epochs, the first trial to reach a rung always goes on (so, at any
     # num_samples, at least one trains to max_epochs, as does the best at every rung), and
     # no trial waits, paused, for a rung to fill.
-    from tuner.searchers import AsyncBOHB, ResumeFirst
+    from tuner.search.searchers import AsyncBOHB, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
     seed = _searcher_seed(search.seed, prior)
@@ -271,11 +206,13 @@ def _bohb(search, schedule, params, metric, mode, max_concurrent, prior) -> Sear
     )
 
 
-def _optuna(search, schedule, params, metric, mode, max_concurrent, prior) -> SearchPlan:
+def _optuna(r: SearchRequest) -> SearchPlan:
+    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
+    max_concurrent, prior = r.max_concurrent, r.prior
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    from tuner.searchers import ResumeFirst
+    from tuner.search.searchers import ResumeFirst
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}
@@ -317,6 +254,8 @@ def _budget(search: SearchSection, prior: Prior) -> int:
     return len(prior.resumed) + max(0, new)
 
 
+Builder = Callable[[SearchRequest], SearchPlan]
+
 ALGORITHMS: dict[str, Builder] = {
     "grid": _grid,
     "random": _random,
@@ -344,4 +283,4 @@ def build(
         builder = ALGORITHMS[search.algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm '{search.algorithm}' (valid: {', '.join(ALGORITHMS)})") from None
-    return builder(search, schedule, params, metric, mode, max_concurrent, prior or Prior())
+    return builder(SearchRequest(search, schedule, params, metric, mode, max_concurrent, prior or Prior()))

@@ -16,15 +16,16 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from tuner.results import Outcome
 from tuner.space import Choice, Grid, LogRandInt, LogUniform, ParamT
 
 DPI = 100
 OUTCOME_COLORS = {
-    "completed": "#2da44e",
-    "stopped early": "#8c959f",
-    "diverged": "#e16f24",
-    "oom": "#8250df",
-    "error": "#cf222e",
+    Outcome.COMPLETED.value: "#2da44e",
+    Outcome.STOPPED_EARLY.value: "#8c959f",
+    Outcome.DIVERGED.value: "#e16f24",
+    Outcome.OOM.value: "#8250df",
+    Outcome.ERROR.value: "#cf222e",
 }
 FAILED_Y = -0.12  # where failed trials end on the metric axis of the parallel coordinates
 

@@ -1,6 +1,6 @@
 """`tuner report`: a sweep directory as report.html (self-contained), report.md and PNGs.
 
-Works on a finished, running or interrupted sweep (see `tuner.analysis`). Sections: the best
+Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
 time, learning curves of the top trials, parallel coordinates, hyperparameter importance
 (fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds).
@@ -13,15 +13,14 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import analysis, document, plots
-from tuner.analysis import SweepData, outcome, ranked
-from tuner.document import Block, Code, Heading, Image, Table, Text
-from tuner.results import finite, short
+from tuner.results import Outcome, clock, config_label, counts, finite, ranked, short
+from tuner.view import analysis, document, plots
+from tuner.view.analysis import SweepData
+from tuner.view.document import Block, Code, Heading, Image, Table, Text
 
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
 LEADERBOARD_ROWS = 10
 CURVES_TOP = 5
-OUTCOME_ORDER = ("completed", "stopped early", "diverged", "oom", "error", "unfinished", "paused", "pending")
 
 
 @dataclass
@@ -29,7 +28,6 @@ class Written:
     """What `write_report` wrote."""
 
     html: str
-    markdown_file: str
     markdown: str
     images: list[str]
 
@@ -48,7 +46,7 @@ def write_report(sweep_dir: str, out_dir: Optional[str] = None) -> Written:
     with open(html_path, "w") as f:
         f.write(document.to_html(title, blocks))
     images = [b.path for b in blocks if isinstance(b, Image)]
-    return Written(html=html_path, markdown_file=md_path, markdown=markdown, images=images)
+    return Written(html=html_path, markdown=markdown, images=images)
 
 
 def build(data: SweepData, out: str) -> list[Block]:
@@ -72,22 +70,14 @@ def build(data: SweepData, out: str) -> list[Block]:
 
 def _overview(data: SweepData) -> str:
     cfg, res = data.cfg, data.cfg.resources
-    counts = ", ".join(f"{n} {k}" for k, n in _counts(data).items()) or "none yet"
+    ended = ", ".join(f"{n} {k}" for k, n in counts(data.records).items()) or "none yet"
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (
-        f"Sweep {data.state}: {len(data.records)} trials ({counts}). {cfg.search.algorithm} search, "
+        f"Sweep {data.state}: {len(data.records)} trials ({ended}). {cfg.search.algorithm} search, "
         f"metric {data.metric} ({data.mode}), up to {cfg.schedule.max_epochs} epochs per trial, "
         f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU each. "
         f"Directory: {data.sweep_dir}. Report made {when}."
     )
-
-
-def _counts(data: SweepData) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for r in data.records:
-        found[outcome(r)] = found.get(outcome(r), 0) + 1
-    known = {k: found.pop(k) for k in OUTCOME_ORDER if k in found}
-    return {**known, **found}
 
 
 def _best(data: SweepData) -> list[Block]:
@@ -100,7 +90,7 @@ def _best(data: SweepData) -> list[Block]:
         Heading("Best trial"),
         Text(
             f"Trial {b.trial_id}: {data.metric} {b.best_value:.4f} at epoch {b.best_epoch} "
-            f"({b.epochs} trained, {outcome(b)}); {config}."
+            f"({b.epochs} trained, {b.outcome.value}); {config}."
         ),
         Text(
             "Train this configuration again, alone (run it from the directory the sweep was "
@@ -121,7 +111,7 @@ def _leaderboard(data: SweepData) -> list[Block]:
             str(r.best_epoch),
             str(r.epochs),
             _duration(r.time_s),
-            outcome(r),
+            r.outcome.value,
             *(short(r.config.get(n)) for n in names),
         ]
         for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
@@ -138,7 +128,7 @@ def _curves(data: SweepData, path: str) -> str:
     top_ids = [r.trial_id for r in ranked(data.records, data.mode)[:CURVES_TOP]]
     series = {t.trial_id: _series(t.history, data.metric) for t in data.records}
     configs = {r.trial_id: {k: r.config.get(k) for k in data.searched()} for r in data.records}
-    top = [(f"{tid} " + _config_label(configs[tid]), series[tid]) for tid in top_ids if series[tid]]
+    top = [(f"{tid} " + config_label(configs[tid]), series[tid]) for tid in top_ids if series[tid]]
     others = [s for tid, s in series.items() if tid not in top_ids and s]
     return plots.curves(top, others, data.metric, path)
 
@@ -177,11 +167,11 @@ def _importance(data: SweepData, path: str) -> list[Block]:
 def _failures(data: SweepData, path: str) -> list[Block]:
     blocks: list[Block] = [
         Heading("Failures by cause"),
-        Image(plots.outcomes(_counts(data), path), "outcomes"),
+        Image(plots.outcomes(counts(data.records), path), "outcomes"),
     ]
     failed = [r for r in data.records if r.failure]
     early = sum(1 for r in data.records if r.stopped_early)
-    unfinished = sum(1 for r in data.records if outcome(r) == "unfinished")
+    unfinished = sum(1 for r in data.records if r.outcome is Outcome.UNFINISHED)
     parts = [
         f"{len(failed)} trial(s) failed (diverged: loss became NaN/inf; oom: out of memory at the "
         "smallest micro-batch; error: an exception, see the trial's error.txt)"
@@ -196,10 +186,10 @@ def _failures(data: SweepData, path: str) -> list[Block]:
         rows = [
             [
                 r.trial_id,
-                outcome(r),
+                r.outcome.value,
                 str(r.epochs),
                 analysis.failure_detail(r),
-                _config_label(r.config),
+                config_label(r.config),
             ]
             for r in failed
         ]
@@ -223,7 +213,7 @@ def _compute(data: SweepData) -> list[Block]:
         "went to trials that were stopped early or failed."
     )
     rows = [
-        [r.trial_id, outcome(r), _duration(r.time_s), _num(cpu), "-" if gpu is None else _num(gpu)]
+        [r.trial_id, r.outcome.value, _duration(r.time_s), _num(cpu), "-" if gpu is None else _num(gpu)]
         for r, cpu, gpu in sorted(c.per_trial, key=lambda t: -t[1])
     ]
     return [
@@ -237,10 +227,6 @@ def _gpu_text(data: SweepData) -> str:
     return "?" if data.gpus_per_worker is None else f"{data.gpus_per_worker:g}"
 
 
-def _config_label(config: dict[str, Any]) -> str:
-    return " ".join(f"{k}={short(v)}" for k, v in config.items())
-
-
 def _num(v: Optional[float]) -> str:
     if v is None:
         return "-"
@@ -250,6 +236,4 @@ def _num(v: Optional[float]) -> str:
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return clock(round(seconds))

@@ -12,19 +12,26 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from tuner.results import (
-    DiskFull,
+from tuner.errors import DiskFull
+from tuner.results import clock
+from tuner.space import Choice, Fixed, Grid, ParamT, values_of
+from tuner.sweepdir import (
+    HPARAMS_EXPERIMENT_MARKER,
+    HPARAMS_SESSION_MARKER,
+    NOTICE,
     error_file,
     error_line,
     json_safe,
+    read_metrics,
     read_record,
     trial_disk_full,
     write_record,
 )
 from tuner.trial import tb
-from tuner.trial.journal import NOTICE, read_metrics
 
 STATUS_FILE_SUFFIX = ".tuner-status"
+# Metrics a trial reports whose last value the HParams table shows.
+METRIC_TAGS = ["val_acc", "val_loss", "train_loss", "samples_per_s", "epoch"]
 
 
 class TrialRecordCallback(Callback):
@@ -69,6 +76,17 @@ class TrialRecordCallback(Callback):
             write_record(trial.path, record)
 
 
+def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
+    """Domains for TensorBoard's HParams: a list of values, or a (low, high) interval."""
+    domains: dict[str, Any] = {}
+    for name, p in params.items():
+        if isinstance(p, (Fixed, Choice, Grid)):
+            domains[name] = values_of(p)
+        else:
+            domains[name] = (p.low, p.high)  # type: ignore[union-attr]
+    return domains
+
+
 class HParamsCallback(Callback):
     """Writes TensorBoard HParams: experiment at the sweep root, a session per trial.
 
@@ -82,7 +100,7 @@ class HParamsCallback(Callback):
         self._started: set[str] = set()
 
     def setup(self, **info: Any) -> None:
-        marker = os.path.join(self.sweep_dir, ".hparams-experiment")
+        marker = os.path.join(self.sweep_dir, HPARAMS_EXPERIMENT_MARKER)
         if os.path.exists(marker):  # resumed: the experiment is already described
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
@@ -94,7 +112,7 @@ class HParamsCallback(Callback):
         if trial.trial_id in self._started or not path:
             return
         self._started.add(trial.trial_id)
-        marker = os.path.join(path, ".hparams-session")
+        marker = os.path.join(path, HPARAMS_SESSION_MARKER)
         if os.path.exists(marker):  # paused and resumed, or a resumed sweep
             return
         os.makedirs(path, exist_ok=True)
@@ -222,10 +240,10 @@ class Progress(Callback):
         if self.best:
             parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
         elapsed = time.monotonic() - self.t0
-        parts.append(_clock(elapsed))
+        parts.append(clock(elapsed))
         done_here = done - self.done_before
         if 0 < done_here and done < self.total:
-            parts.append(f"eta ~{_clock(elapsed / done_here * (self.total - done))}")
+            parts.append(f"eta ~{clock(elapsed / done_here * (self.total - done))}")
         return ("[tuner] " if prefix else "") + " · ".join(parts)
 
     @staticmethod
@@ -268,9 +286,3 @@ def one_line_ray_errors() -> None:
     for handler in logging.getLogger("ray").handlers:
         if not any(isinstance(f, _OneLineErrors) for f in handler.filters):
             handler.addFilter(_OneLineErrors())
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -1,0 +1,135 @@
+"""Every use of Ray's private API, in one place: what to re-check on a Ray upgrade.
+
+Each function names the Ray version its use was checked against (RAY_CHECKED) and the Ray
+source it relies on. Callers get plain values and never import `ray._private`, `ray._raylet`,
+`ray.core.generated` or a scheduler's private attributes themselves; a function that cannot
+work on another Ray version fails here, in one line that names it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any, Optional
+
+RAY_CHECKED = "2.60"  # every function below was checked against this Ray version
+
+
+def find_bootstrap_address() -> Optional[str]:
+    """The GCS address a `ray start` on this machine recorded (Ray 2.60:
+    ray._private.services.find_bootstrap_address), or None."""
+    from ray._private.services import find_bootstrap_address as find
+
+    return find(None)
+
+
+def ray_token() -> Optional[str]:
+    """The token Ray itself would send (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token),
+    whatever RAY_AUTH_MODE says (Ray 2.60: ray._raylet.AuthenticationTokenLoader)."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    loader = AuthenticationTokenLoader.instance()
+    if not loader.has_token(ignore_auth_mode=True):
+        return None
+    return loader.get_raw_token(ignore_auth_mode=True)
+
+
+def enable_token_auth() -> None:
+    """Make this process's `ray.init` send the token (Ray 2.60:
+    ray._private.authentication.authentication_token_setup._enable_token_auth). ray.init turns
+    it on by itself only for clusters it finds on its own, never for an explicit address
+    (ray/_private/worker.py, "address in (None, 'auto')")."""
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+    _enable_token_auth()
+
+
+def keep_loopback() -> None:
+    """Let this process reach a cluster whose nodes live at 127.0.0.1 (Ray 2.60:
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER). On Linux Ray rewrites a loopback address
+    to the machine's own (ray/_private/services.py: resolve_ip_for_localhost), where a
+    loopback-only cluster does not listen; it keeps loopback only where multi-node clusters
+    are "unsupported"."""
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def ray_start_on_loopback(argv: list[str]) -> None:
+    """`ray start ARGV` keeping a loopback --node-ip-address (Ray 2.60: patches
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER and ray._private.services.
+    resolve_ip_for_localhost in this process only, then runs ray.scripts.scripts.main).
+
+    The node's processes inherit RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and keep loopback; with
+    it, though, `ray start --address` refuses to add a node: hence ENABLE_RAY_CLUSTER here.
+    """
+    import ray._private.ray_constants as ray_constants
+    import ray._private.services as services
+    from ray.scripts.scripts import main
+
+    ray_constants.ENABLE_RAY_CLUSTER = True
+    services.resolve_ip_for_localhost = lambda host: host
+    sys.argv = ["ray", "start", *argv]
+    main()
+
+
+def autoscaler_node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
+    """The (resources, max nodes) of each node type an autoscaler may add, or None on a
+    fixed-size cluster (Ray 2.60: ray._private.state.state.get_cluster_config()). Any failure
+    means "fixed", which at worst refuses a request the autoscaler could have served."""
+    try:
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+    except Exception:  # noqa: BLE001 - an absent or changed private API: treat as fixed
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    return [(dict(g.resources), int(g.max_count)) for g in config.node_group_configs if g.max_count != 0]
+
+
+def asha_rungs(scheduler: Any) -> Iterator[tuple[float, dict[str, float]]]:
+    """(milestone, {trial_id: value * metric_op}) of every rung of an AsyncHyperBandScheduler,
+    from the top down (Ray 2.60: `_brackets[i]._rungs`; tests/test_bohb.py checks it)."""
+    for bracket in scheduler._brackets:
+        yield from bracket._rungs
+
+
+def gcs_alive_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float) -> list[Any]:
+    """The GCS's alive nodes (GcsNodeInfo messages) over its gRPC API (Ray 2.60:
+    ray.core.generated NodeInfoGcsService.GetAllNodeInfo); raises grpc.RpcError."""
+    import grpc
+    from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(hostport) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        reply = stub.GetAllNodeInfo(
+            gcs_service_pb2.GetAllNodeInfoRequest(), timeout=timeout, metadata=metadata
+        )
+    return [n for n in reply.node_info_list if n.state == gcs_pb2.GcsNodeInfo.ALIVE]
+
+
+def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float) -> list[str]:
+    """Node addresses from a Ray Client server (Ray 2.60: ray.core.generated RayletDriver.
+    ClusterInfo); raises grpc.RpcError when the ping is refused, and gives [] (unknown) where
+    the server will not list its nodes."""
+    import json
+
+    import grpc
+    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+
+    kinds = ray_client_pb2.ClusterInfoType
+    with grpc.insecure_channel(hostport) as channel:
+        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
+        ping = ray_client_pb2.ClusterInfoRequest(type=kinds.PING)
+        stub.ClusterInfo(ping, timeout=timeout, metadata=metadata)  # raises if refused
+        try:
+            request = ray_client_pb2.ClusterInfoRequest(type=kinds.NODES)
+            reply = stub.ClusterInfo(request, timeout=timeout, metadata=metadata)
+            return [n["NodeManagerAddress"] for n in json.loads(reply.json) if n.get("Alive")]
+        except (grpc.RpcError, ValueError, KeyError, TypeError):
+            return []
+
+
+if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
+    ray_start_on_loopback(sys.argv[1:])

@@ -1,0 +1,148 @@
+"""Connect this driver to Ray: join a cluster (checked first) or start a private local Ray.
+
+`Runtime` says where and how a sweep runs (not part of the sweep file); the CLI builds it
+once from its flags. Ray is imported only inside these functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tuner.cluster import join
+from tuner.cluster.join import LOOPBACK
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how a sweep runs: the --address, --num-cpus, --verbose and
+    --allow-insecure-cluster flags, built once by the CLI."""
+
+    address: Optional[str] = None  # a cluster to join (auto, host:port, ray://host:port)
+    num_cpus: Optional[int] = None  # CPUs of the local Ray tuner starts (ignored when joining)
+    verbose: bool = False  # Ray's own logs and worker output instead of our progress line
+    allow_insecure_cluster: bool = False  # join an open cluster other machines can reach
+
+    def joins_cluster(self) -> bool:
+        """True when the sweep joins a cluster (--address, or the job's); False: a local Ray."""
+        return join.target(self.address) is not None
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    """The flags a Runtime is built from (where and how a sweep runs)."""
+    p.add_argument("--address", help="join this Ray cluster (auto, ray://host:10001, host:6379)")
+    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray it starts")
+    p.add_argument(
+        "--allow-insecure-cluster",
+        action="store_true",
+        help="join a cluster without authentication that other machines can reach (unsafe)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray's own logs and worker output")
+
+
+def runtime_from(args: argparse.Namespace) -> Runtime:
+    """The one Runtime of a command, from its flags."""
+    return Runtime(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        verbose=args.verbose,
+        allow_insecure_cluster=args.allow_insecure_cluster,
+    )
+
+
+def connect(runtime: Runtime, dashboard: bool = True) -> str:
+    """Join the cluster at `runtime.address` (or the job's cluster), else start a private
+    local Ray; returns "existing", "job", "local" or the address joined.
+
+    A cluster is checked first (join.check): reachable, our token accepted, and not open to
+    other machines without authentication unless `allow_insecure_cluster`. Without an
+    address we always start our own (`address="local"`): never a leftover cluster whose
+    address a killed `ray start` left behind in Ray's temp directory, or RAY_ADDRESS.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return "existing"
+    common: dict[str, Any] = dict(
+        logging_level=logging.INFO if runtime.verbose else logging.ERROR,
+        log_to_driver=runtime.verbose,
+    )
+    joining = join.target(runtime.address)
+    if joining is not None:
+        join.check(joining, runtime.allow_insecure_cluster)
+        if runtime.num_cpus:
+            join.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
+        if runtime.address:
+            ray.init(address=str(joining), **common)
+            return str(joining)
+        ray.init(**common)  # the job's cluster, from RAY_ADDRESS
+        return "job"
+    # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
+    # without it a finished DDP trial's resources were never handed back and the next
+    # trial's workers waited forever (Ray 2.60). Sweeps of 1-worker trials use no Ray Train
+    # and skip it: it and its module processes cost seconds of CPU.
+    ray.init(
+        address="local",
+        num_cpus=runtime.num_cpus,
+        include_dashboard=dashboard,
+        dashboard_host=LOOPBACK,
+        **join.prepare_local(),  # token 0600, every socket on loopback
+        **common,
+    )
+    return "local"
+
+
+def quiet_ray(verbose: bool) -> None:
+    """Ray's console output and loggers as tuner wants them (all of it with `verbose`)."""
+    if not verbose:
+        # Tune's new console output prints a configuration box at any verbosity; the legacy
+        # reporter at verbose=0 prints nothing, and our Progress callback reports instead.
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    # Our callbacks write the CSV/JSON results and TensorBoard files; Ray's TensorBoardX
+    # logger would add a second set of event files to every trial.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    for name in ("ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
+    stops = logging.getLogger("ray.tune.tune")
+    stops.setLevel(logging.WARNING)
+    if not any(isinstance(f, _StopMessages) for f in stops.filters):
+        stops.addFilter(_StopMessages())
+
+
+class _StopMessages(logging.Filter):
+    """Of Tune's driver warnings, keep the one a first Ctrl-C gives, in our words, and drop
+    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Stop signal received"):
+            return False
+        record.msg = (
+            "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
+        )
+        record.args = ()
+        return True
+
+
+class sigterm_as_sigint:
+    """SIGTERM (e.g. `ray job stop`) stops the sweep like Ctrl-C: Tune catches SIGINT only,
+    finishing gracefully on the first and at once on the second."""
+
+    def __enter__(self) -> None:
+        self.previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+
+def warn_unshared(storage: str) -> None:
+    """Warn when a local `storage` path would leave results on other machines."""
+    import ray
+
+    warning = join.storage_warning(storage, ray.nodes())
+    if warning:
+        join.warn(warning)

@@ -1,0 +1,44 @@
+"""What every section of the sweep file shares: strict fields, no bools for numbers, and the
+limits a sweep must stay within."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+# Metrics every trial reports each epoch; `metric` must be one of the first three.
+OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
+# Most trials one sweep may plan: the driver lists grid and random configurations up front
+# (a 10^11-point grid took 4 GB before its first trial), and no sweep here needs more.
+MAX_TRIALS = 10_000
+# Seeds reach numpy's RandomState (searchers) and torch: both take 0..2**32-1 in common.
+MAX_SEED = 2**32 - 1
+
+
+class Section(BaseModel):
+    """A section of the sweep file: unknown keys refused, assignments validated."""
+
+    # validate_default: a float field's int default (warmup_epochs: 0) is 0.0 from the start,
+    # as it is once sweep.yaml is read back; allow_inf_nan: `lr: .inf` is no learning rate.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, validate_default=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic takes true as 1: `num_samples: true` is a mistake, not one trial.
+        if (
+            isinstance(value, bool)
+            and info.field_name
+            and _numeric_only(cls.model_fields[info.field_name].annotation)
+        ):
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
+
+
+def _numeric_only(annotation: Any) -> bool:
+    """A field that takes numbers and no bool (int, float, Optional[float], "auto" or float)."""
+    kinds = get_args(annotation) or (annotation,)
+    return bool({int, float} & set(kinds)) and bool not in kinds

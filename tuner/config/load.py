@@ -1,0 +1,105 @@
+"""Reading a sweep file: YAML, `--set` overrides, validation into a SweepConfig; and back."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+from pydantic import ValidationError
+
+import tuner.config.yamlfile as yamlfile
+from tuner.config.sections import SweepConfig
+from tuner.errors import ConfigError, validation_message
+from tuner.space import KINDS, Fixed
+
+
+def load_sweep(path: Union[str, Path], overrides: Optional[dict[str, Any]] = None) -> SweepConfig:
+    """Read, override and validate a sweep file; raises ConfigError with the field path."""
+    raw = read_yaml(path)
+    for dotted, value in (overrides or {}).items():
+        set_dotted(raw, dotted, value)
+    return parse_sweep(raw)
+
+
+def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
+    """The file's top-level mapping, or a ConfigError saying what is wrong with it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("", f"{p}: no such file")
+    try:
+        raw = yamlfile.load(p.read_text())
+    except yamlfile.YAMLRefused as err:
+        raise ConfigError("", f"{p}: {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise ConfigError("", f"{p}: YAML syntax error{where}: {problem}") from None
+    if raw is None:
+        raise ConfigError("", f"{p}: the file is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError("", f"{p}: expected a mapping of keys (name:, task:, ...) at the top")
+    return raw
+
+
+def parse_sweep(raw: dict[str, Any]) -> SweepConfig:
+    """Validate a raw mapping; the first problem becomes a ConfigError."""
+    try:
+        return SweepConfig.model_validate(raw)
+    except ConfigError:
+        raise
+    except ValidationError as err:
+        first = err.errors()[0]
+        path, message = _path(first["loc"]), validation_message(first)
+        # Range checks span two fields, so they name theirs in the message ("low: ...").
+        field = re.match(r"^(low|high|values): (.*)$", message)
+        if field:
+            path, message = f"{path}.{field.group(1)}", field.group(2)
+        raise ConfigError(path, message) from None
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested mapping, creating mappings on the way."""
+    keys = dotted.split(".")
+    node = raw
+    for key in keys[:-1]:
+        nxt = node.get(key)
+        if nxt is None:
+            nxt = node[key] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(dotted, f"cannot set inside '{key}', which is not a mapping")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    # The discriminated union puts the parameter type in the location; users never wrote it.
+    if len(parts) >= 4 and parts[:2] == ["search", "params"] and parts[3] in KINDS:
+        del parts[3]
+        if parts[-1] == "value":
+            parts.pop()
+    return ".".join(parts)
+
+
+def to_yaml(cfg: SweepConfig) -> str:
+    """The resolved config as YAML (what a trial really ran with)."""
+    data = cfg.model_dump(mode="json", exclude_none=False)
+    data["search"]["params"] = {
+        k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
+        for k, p in cfg.search.params.items()
+    }
+    return yamlfile.dump(data)
+
+
+def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
+    """(the config as its sweep.yaml reads back, that file's text).
+
+    A sweep runs with the read-back config, so `resume`, which has only the file, rebuilds
+    exactly the configurations the first run planned and started (a float field's int
+    default once came back as 0.0 and matched no started trial).
+    """
+    text = to_yaml(cfg)
+    return parse_sweep(yamlfile.load(text)), text

@@ -1,0 +1,293 @@
+"""The Ray driver: one run function behind `run_sweep` and `resume_sweep`.
+
+A run: refuse what cannot run (before a local Ray starts), connect, resolve each trial's
+resources, build the Tuner, run it to the end (or to Ctrl-C / SIGTERM), read the sweep
+directory back and write summary.json. Ray is imported only inside these functions: the CLI
+validates a file and refuses bad input before paying for Ray's start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tuner import sweepdir
+from tuner.cluster import join
+from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.config import SweepConfig, settled
+from tuner.driver import resources
+from tuner.errors import DiskFull, ExitCode, disk_full
+from tuner.results import TrialRecord, leaderboard, records, summarize
+from tuner.search import algorithms
+from tuner.search.algorithms import Prior, PriorTrial
+from tuner.sweepdir import full_config, remove_temporaries
+
+
+@dataclass
+class SweepOutcome:
+    """What a finished (or stopped) sweep left behind."""
+
+    sweep_dir: str
+    summary: dict[str, Any]
+    table: str
+    exit_code: int
+
+
+class AlreadyFinished(Exception):
+    """`resume` on a sweep that has nothing left to run."""
+
+
+def locate(output: str, name: str) -> tuple[str, Optional[str]]:
+    """(storage path or URI for Ray, local sweep directory or None for URIs).
+
+    Under `ray job submit` a relative path means the directory the job was submitted from.
+    """
+    if "://" in output:
+        return output, None
+    storage = os.path.abspath(os.path.expanduser(join.output_base(output)))
+    return storage, sweepdir.resolve(storage, name)
+
+
+@dataclass
+class Start:
+    """Where a run starts from: a new sweep, or the earlier trials of a resumed one."""
+
+    storage: str  # Ray's storage path (or URI): the sweep directory's parent
+    sweep_dir: Optional[str]  # None for URI storage
+    prior: Optional[Prior] = None  # None: a new sweep
+    resumed_dirs: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    done: int = 0  # trials finished before
+    announce: Optional[str] = None  # a line printed once Ray is up
+    config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
+
+
+def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
+    cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
+    storage, sweep_dir = locate(cfg.output, cfg.name)
+    with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
+        return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
+
+
+def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
+    their checkpoints in their own directories, and the searcher (rebuilt from every earlier
+    result) proposes the rest, so the sweep ends with exactly its planned number of trials.
+
+    Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
+    planned trial has finished.
+    """
+    sweep_dir = os.path.abspath(sweep_dir)
+    sweepdir.refuse_if_held(sweep_dir)
+    cfg = sweepdir.read_config(sweep_dir)
+    _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
+    with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
+        finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
+        return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
+
+
+def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
+    trials = _records(cfg, sweep_dir)
+    finished = [t for t in trials if t.finished]
+    unfinished = [t for t in trials if not t.finished]
+    if not unfinished and len(finished) >= cfg.expected_trials():
+        status = _status(sweep_dir)
+        if status is None:  # cut short by a crash: rewritten from the trials' own records
+            with sweepdir.claim(sweep_dir, new=False, command="resume"):
+                status = finish(cfg, sweep_dir).summary["status"] + "; its damaged summary.json is rewritten"
+        raise AlreadyFinished(
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+        )
+    return finished, unfinished
+
+
+def _status(sweep_dir: str) -> Optional[str]:
+    """The status summary.json records; None if the file is damaged."""
+    try:
+        summary = sweepdir.read_summary(sweep_dir)
+    except (OSError, ValueError):
+        return None
+    return str(summary.get("status", "completed")) if isinstance(summary, dict) else None
+
+
+def _resumed(
+    cfg: SweepConfig, sweep_dir: str, finished: list[TrialRecord], unfinished: list[TrialRecord]
+) -> Start:
+    """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
+    prior = Prior(
+        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        resumed=[full_config(t.path) for t in unfinished],
+        new=cfg.expected_trials() - len(finished) - len(unfinished),
+    )
+    return Start(
+        storage=os.path.dirname(sweep_dir),
+        sweep_dir=sweep_dir,
+        prior=prior,
+        resumed_dirs=[(full_config(t.path), os.path.basename(t.path)) for t in unfinished],
+        done=len(finished),
+        announce=f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
+        f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
+    )
+
+
+def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
+    """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
+    resources.precheck_local(cfg, runtime)
+    quiet_ray(runtime.verbose)
+    # Trials with several workers run Ray Train, which needs the dashboard's State API.
+    connect(runtime, dashboard=cfg.resources.workers_per_trial > 1)
+    warn_unshared(start.storage)
+    if start.announce:
+        print(start.announce, flush=True)
+    res = resources.resolve(cfg)  # a refused sweep leaves no directory: claim removes it
+    if start.config_text is not None:
+        held.write_config(start.config_text)
+    with _disk_full_stops(start.sweep_dir):
+        _launch(cfg, res, start, runtime.verbose)
+        return finish(cfg, start.sweep_dir or start.storage)
+
+
+class _disk_full_stops:
+    """A full disk stops the sweep like an interrupt (DiskFull: one line, exit 130, resumable)
+    instead of a crash: half-written temporaries are removed, the rest is kept."""
+
+    def __init__(self, sweep_dir: Optional[str]):
+        self.sweep_dir = sweep_dir
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        cause = disk_full(err) if err is not None and self.sweep_dir else None
+        if cause is None or self.sweep_dir is None:
+            return
+        remove_temporaries(self.sweep_dir)
+        if isinstance(err, DiskFull):
+            raise err
+        raise DiskFull(self.sweep_dir, cause) from None
+
+
+class TrialNames:
+    """Trial (and directory) names: the trial id, or for a trial continued by `resume`, the
+    directory it ran in, so it finds its checkpoints, journal and TensorBoard run there."""
+
+    def __init__(self, resumed: Optional[list[tuple[dict[str, Any], str]]] = None):
+        self.pending = [(algorithms.key(c), name) for c, name in (resumed or [])]
+        self.given: dict[str, str] = {}
+
+    def __call__(self, trial: Any) -> str:
+        if trial.trial_id not in self.given:
+            name = trial.trial_id
+            k = algorithms.key(trial.config)
+            for i, (config_key, old) in enumerate(self.pending):
+                if config_key == k:
+                    name = old
+                    del self.pending[i]
+                    break
+            self.given[trial.trial_id] = name
+        return self.given[trial.trial_id]
+
+
+def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbose: bool) -> None:
+    """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM)."""
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    from tuner.driver.callbacks import (
+        METRIC_TAGS,
+        HParamsCallback,
+        Progress,
+        TrialRecordCallback,
+        hparam_domains,
+    )
+    from tuner.trial.runner import trainable_for
+
+    storage, sweep_dir = start.storage, start.sweep_dir
+    spec = resources.trial_spec(cfg, res, storage, sweep_dir)
+    plan = algorithms.build(
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.metric,
+        str(cfg.mode),
+        res.max_concurrent,
+        start.prior,
+    )
+    per_trial = {
+        "workers": res.workers,
+        "cpus_per_worker": res.cpus_per_worker,
+        "gpus_per_worker": res.gpus_per_worker,
+    }
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
+    if sweep_dir:
+        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
+    if not verbose:
+        callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
+    names = TrialNames(start.resumed_dirs)
+    reuse = res.workers == 1
+    trainable = tune.with_resources(
+        tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space=plan.param_space,
+        tune_config=tune.TuneConfig(
+            search_alg=plan.search_alg,
+            scheduler=plan.scheduler,
+            num_samples=plan.num_samples,
+            # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
+            # actor only drives a TorchTrainer, and its reset waits on the Train run's
+            # teardown (Tune gives up after 2 s, then stalled here): no reuse for those.
+            reuse_actors=reuse,
+            trial_name_creator=names,
+            trial_dirname_creator=names,
+        ),
+        run_config=tune.RunConfig(
+            # The directory's own name: a resumed copy of a sweep writes into itself, never
+            # into the sweep its sweep.yaml was first written for.
+            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
+            storage_path=storage,
+            callbacks=callbacks,
+            # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
+            # matter only for checkpoints handed to Tune with URI storage.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
+            failure_config=tune.FailureConfig(
+                max_failures=cfg.failure.max_failures if res.workers == 1 else 0
+            ),
+            verbose=2 if verbose else 0,
+        ),
+    )
+    where = sweep_dir or storage
+    print(
+        f"[tuner] {cfg.name}: {plan.description}, {cfg.expected_trials()} trials of up to "
+        f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
+        flush=True,
+    )
+    with sigterm_as_sigint():
+        tuner.fit()
+
+
+def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
+    return records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
+
+
+def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
+    """Read the sweep directory back, write summary.json, decide the exit code."""
+    trials = _records(cfg, sweep_dir) if "://" not in sweep_dir else []
+    summary = summarize(
+        trials,
+        name=cfg.name,
+        metric=cfg.metric,
+        mode=str(cfg.mode),
+        algorithm=cfg.search.algorithm,
+        expected_trials=cfg.expected_trials(),
+    )
+    if "://" not in sweep_dir:
+        sweepdir.write_summary(sweep_dir, summary)
+    code = ExitCode.OK
+    if summary["status"] == "interrupted":
+        code = ExitCode.INTERRUPTED
+    elif any(r.status == "ERROR" for r in trials) or summary["best"] is None:
+        code = ExitCode.ERRORS
+    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.metric, str(cfg.mode)), int(code))

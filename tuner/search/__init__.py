@@ -1,0 +1,1 @@
+"""What to try next: search algorithms by name, Ray searchers and ASHA's schedule."""

@@ -1,0 +1,100 @@
+"""What a search plan is made of: the earlier run of a resumed sweep, the request a builder
+gets, the plan it returns, and ASHA's rungs (Ray-free)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from tuner.space import ParamT
+
+if TYPE_CHECKING:
+    from tuner.config import ScheduleSection, SearchSection
+
+TIME_ATTR = "epoch"
+
+
+@dataclass
+class PriorTrial:
+    """A trial of an earlier run: what it ran with and what it reported each epoch."""
+
+    config: dict[str, Any]
+    history: list[dict[str, Any]]
+    error: bool = False
+
+
+@dataclass
+class Prior:
+    """What a resumed sweep starts from."""
+
+    finished: list[PriorTrial] = field(default_factory=list)
+    resumed: list[dict[str, Any]] = field(default_factory=list)  # run again, from checkpoints
+    new: Optional[int] = None  # fresh trials still to run (None: the whole budget)
+
+
+@dataclass
+class SearchPlan:
+    """What `tune.Tuner` needs from the algorithm side."""
+
+    param_space: dict[str, Any]
+    search_alg: Optional[Any]
+    scheduler: Optional[Any]
+    num_samples: int
+    description: str
+    points: Optional[list[dict[str, Any]]] = None  # grid/random: exactly the trials to run
+
+
+def key(config: dict[str, Any]) -> str:
+    """A configuration's identity, comparable across a JSON or YAML round trip.
+
+    Numbers count by value, as Python compares them (0 == 0.0): sweeps written before
+    sweep.yaml was read back by the first run recorded `warmup_epochs: 0` in their trials and
+    0.0 in the file, and they resume correctly too.
+    """
+    return json.dumps(_by_value(config), sort_keys=True, default=str)
+
+
+def _by_value(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (dict, list)):
+        value = value.item()  # numpy scalars from searchers
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_value(v) for v in value]
+    return value
+
+
+def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
+    """The epochs at which ASHA compares a trial with those that reached them before it.
+
+    Ray's milestones (AsyncHyperBandScheduler, one bracket) are grace_epochs * factor**k for
+    k < int(log(max/grace) / log(factor) + 1), in floating point as here; one at max_epochs
+    compares nothing (a trial stops there first). A trial reports whole epochs, so it meets a
+    milestone at the first epoch at or past it.
+    """
+    count = int(math.log(max_epochs / grace_epochs) / math.log(reduction_factor) + 1)
+    milestones = (grace_epochs * reduction_factor**k for k in range(count))
+    return sorted({math.ceil(m) for m in milestones if m < max_epochs})
+
+
+def budgets(schedule: ScheduleSection) -> list[int]:
+    """The budgets (epochs) at which BOHB's model learns: ASHA's rungs, then max_epochs."""
+    s = schedule
+    return rungs(s.grace_epochs, s.max_epochs, s.reduction_factor) + [s.max_epochs]
+
+
+@dataclass
+class SearchRequest:
+    """What an algorithm's builder is given."""
+
+    search: SearchSection
+    schedule: ScheduleSection
+    params: dict[str, ParamT]  # every trial-facing parameter, fixed values included
+    metric: str
+    mode: str
+    max_concurrent: Optional[int]  # trials running at once (None: as many as resources allow)
+    prior: Prior  # the earlier run of a resumed sweep (empty for a new sweep)

@@ -1,0 +1,301 @@
+"""The sweep directory's files: every file name in it, and every read and write of them.
+
+    <output>/<name>/            sweep.yaml  summary.json  (Ray Tune's experiment state)
+      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+                                trial.log  traceback.txt  error.txt (Tune's)  events.out.*
+
+Each file is written at once by the process that knows its facts: `tuner_trial.json`
+(configuration and status) by the driver, `metrics.jsonl` (one line per epoch), checkpoints
+and `traceback.txt` by the trial itself. Readers (results, the report, the benchmark) go
+through here. Torch- and Ray-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any, Optional
+
+from tuner.errors import FULL_WORDS, ConfigError, warn
+
+if TYPE_CHECKING:
+    from tuner.config import SweepConfig
+
+CONFIG_FILE = "sweep.yaml"  # the resolved configuration the sweep ran with
+SUMMARY_FILE = "summary.json"
+RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
+METRICS_FILE = "metrics.jsonl"  # a trial's epochs (the trial's)
+TRACEBACK_FILE = "traceback.txt"  # the trial's own traceback when its code raised
+TUNE_ERROR_FILE = "error.txt"  # Tune's, written by the driver
+TRIAL_LOG = "trial.log"
+CHECKPOINT_FILE = "state.pt"  # a checkpoint handed to Ray (Train, or Tune with URI storage)
+CHECKPOINT_PATTERN = r"^checkpoint_e(\d{6})\.pt$"  # a trial's own, one per epoch
+TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
+HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
+HPARAMS_SESSION_MARKER = ".hparams-session"
+# A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
+NOTICE = "notice"
+
+
+def checkpoint_name(epoch: int) -> str:
+    return f"checkpoint_e{epoch:06d}.pt"
+
+
+def finite(v: Any) -> bool:
+    """A real, finite number (not a bool, NaN or inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` at once: readers never see half a file, and a failed write
+    (a full disk) leaves neither half a file nor its temporary behind."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def remove_temporaries(sweep_dir: str) -> None:
+    """Temporary files of writes a full disk cut short (ours end in .tmp)."""
+    for pattern in ("*.tmp", ".*.tmp"):  # glob leaves hidden names out of "*"
+        for path in glob.glob(os.path.join(glob.escape(sweep_dir), "**", pattern), recursive=True):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def check_sweep_dir(sweep_dir: str) -> str:
+    """`sweep_dir` made absolute, or a ConfigError saying why it is not a sweep directory."""
+    path = os.path.abspath(sweep_dir)
+    if not os.path.isdir(path):
+        raise ConfigError("", f"{sweep_dir}: no such directory")
+    if not os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        raise ConfigError("", f"{sweep_dir} is not a sweep directory (it has no {CONFIG_FILE})")
+    return path
+
+
+def empty_config_message(path: str) -> Optional[str]:
+    """What to do about a sweep directory whose sweep.yaml is empty (None if it is not)."""
+    config = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(config) or os.path.getsize(config) > 0:
+        return None
+    if not trial_dirs(path):
+        return (
+            f"{config} is empty and no trial ran (a run of an older tuner stopped while writing "
+            "it): delete the directory and start the sweep again"
+        )
+    return (
+        f"{config} is empty (written by an older tuner, not atomically): write it again from the "
+        "sweep file and flags the sweep was started with (`python -m tuner validate` checks "
+        "them), then resume"
+    )
+
+
+def config_path(sweep_dir: str) -> str:
+    """The sweep's sweep.yaml; a ConfigError when `sweep_dir` is not a sweep directory."""
+    return os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE)
+
+
+# Stand-ins that pass validation when a sweep's own model/data module cannot be imported
+# from here (user modules import from where the sweep started); readers never run them.
+_STANDIN = {"model": "tuner.trial.models:build_model", "data": "tuner.trial.data:load_data"}
+
+
+def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
+    """The sweep's resolved configuration; a ConfigError if it is not a sweep directory.
+
+    `standins`: for readers that never train (the report), accept a task whose user module
+    cannot be imported from here; the config keeps the real names.
+    """
+    from tuner.config import load_sweep, parse_sweep, read_yaml
+
+    path = config_path(sweep_dir)
+    empty = empty_config_message(os.path.dirname(path))
+    if empty:
+        raise ConfigError("", empty)
+    try:
+        return load_sweep(path)
+    except ConfigError as err:
+        if not standins or not err.path.startswith("task."):
+            raise
+    raw = read_yaml(path)
+    task = dict(raw.get("task") or {})
+    cfg = parse_sweep({**raw, "task": {**task, **_STANDIN}})
+    real = {k: task[k] for k in _STANDIN if k in task}
+    return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
+
+
+def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
+    path = os.path.join(sweep_dir, SUMMARY_FILE)
+    write_atomic(path, json.dumps(summary, indent=2, default=str))
+    return path
+
+
+def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:
+    path = os.path.join(sweep_dir, SUMMARY_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def has_summary(sweep_dir: str) -> bool:
+    return os.path.isfile(os.path.join(sweep_dir, SUMMARY_FILE))
+
+
+# ----------------------------------------------------------------------------- trials
+
+
+def json_default(o: Any) -> Any:
+    """`json.dumps(default=...)`: numpy scalars (from searchers) as Python ones, else str."""
+    return o.item() if hasattr(o, "item") else str(o)
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON types (numpy scalars from searchers become Python ones)."""
+    return json.loads(json.dumps(value, default=json_default))
+
+
+def read_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    """The trial's record, or None when it is missing, unreadable or not a record."""
+    return _read_object(os.path.join(trial_dir, RECORD_FILE))[0]
+
+
+def _read_object(path: str) -> tuple[Optional[dict[str, Any]], str]:
+    """(the JSON object in `path`, "") or (None, why not)."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as err:
+        return None, f"unreadable: {type(err).__name__}"
+    if not isinstance(value, dict) or not isinstance(value.get("config", {}), dict):
+        return None, f"not a record (a JSON {type(value).__name__})"
+    return value, ""
+
+
+def write_record(trial_dir: str, record: dict[str, Any]) -> None:
+    os.makedirs(trial_dir, exist_ok=True)
+    write_atomic(os.path.join(trial_dir, RECORD_FILE), json.dumps(record))
+
+
+def recovered_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    """The trial's record; when that is damaged or missing, one rebuilt from the params.json
+    Tune wrote when the trial started (said in one line: its status is then unknown, so it
+    counts as unfinished and `resume` continues it from its newest checkpoint). None for a
+    directory that is no trial's."""
+    record, why = _read_object(os.path.join(trial_dir, RECORD_FILE))
+    if record is not None:
+        return record
+    params_path = os.path.join(trial_dir, TUNE_PARAMS_FILE)
+    params, params_why = _read_object(params_path)
+    if params is None:
+        if why != "missing" or params_why != "missing":
+            warn(
+                f"{trial_dir}: {RECORD_FILE} is {why} and {TUNE_PARAMS_FILE} is {params_why}: "
+                "this trial is left out"
+            )
+        return None
+    warn(
+        f"{os.path.join(trial_dir, RECORD_FILE)} is {why}: trial read from its {TUNE_PARAMS_FILE} "
+        "(status unknown: counted unfinished, `resume` continues it from its newest checkpoint)"
+    )
+    return {
+        "trial_id": os.path.basename(trial_dir),
+        "config": json_safe(params),
+        "status": "RUNNING",
+        "started": os.path.getmtime(params_path),
+    }
+
+
+def trial_dirs(sweep_dir: str) -> list[str]:
+    """Directories of the sweep's trials, oldest first."""
+    if not os.path.isdir(sweep_dir):
+        return []
+    found = []
+    for name in os.listdir(sweep_dir):
+        path = os.path.join(sweep_dir, name)
+        record = recovered_record(path) if os.path.isdir(path) else None
+        if record is not None:
+            started = record.get("started")
+            found.append((started if finite(started) else 0.0, name, path))
+    return [path for _, _, path in sorted(found)]
+
+
+def full_config(trial_dir: str) -> dict[str, Any]:
+    """Everything the trial ran with (searched and fixed values, training defaults)."""
+    return dict((recovered_record(trial_dir) or {}).get("config") or {})
+
+
+def resources_of(trial_dir: str) -> dict[str, Any]:
+    """What one worker of the trial had (workers, cpus_per_worker, gpus_per_worker), as the
+    driver resolved it (gpus_per_worker: auto depends on the cluster)."""
+    found = (read_record(trial_dir) or {}).get("resources")
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def read_metrics(trial_dir: Optional[str]) -> list[dict[str, Any]]:
+    """The epochs a trial recorded, oldest first (a line cut short by a kill is skipped)."""
+    if not trial_dir:
+        return []
+    path = os.path.join(trial_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if _is_row(row):
+                rows.append(row)
+    return rows
+
+
+def _is_row(row: Any) -> bool:
+    """An epoch's record as the loop writes it: an object with an integer epoch (valid JSON of
+    another shape, written by hand or by another tool, is skipped like a cut-short line)."""
+    epoch = row.get("epoch") if isinstance(row, dict) else None
+    return isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0
+
+
+def error_file(trial_dir: str) -> str:
+    """The file with the trial's full traceback: ours (the trial's), else Tune's."""
+    ours = os.path.join(trial_dir, TRACEBACK_FILE)
+    return ours if os.path.isfile(ours) else os.path.join(trial_dir, TUNE_ERROR_FILE)
+
+
+def error_line(trial_dir: str) -> str:
+    """The last line of the trial's error (its exception), at most 200 characters."""
+    lines = [ln.strip() for ln in error_text(trial_dir).splitlines() if ln.strip()]
+    exc = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Exit|OOM)\b", ln)]
+    return (exc or lines or ["unknown error (see the trial's error.txt)"])[-1][:200]
+
+
+def trial_disk_full(trial_dir: str) -> bool:
+    """Whether the trial's saved error says the disk was full."""
+    return any(w in error_line(trial_dir) for w in FULL_WORDS)
+
+
+def error_text(trial_dir: str) -> str:
+    """The traceback of a trial that ended in an error: its own, else Tune's ("" if none)."""
+    for name in (TRACEBACK_FILE, TUNE_ERROR_FILE):
+        try:
+            with open(os.path.join(trial_dir, name)) as f:
+                return f.read()
+        except OSError:
+            continue
+    return ""

@@ -1,0 +1,1 @@
+"""A sweep directory read back: analysis, the report (document, plots), TensorBoard."""
