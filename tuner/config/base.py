@@ -3,6 +3,7 @@ limits a sweep must stay within."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
@@ -42,3 +43,11 @@ def _numeric_only(annotation: Any) -> bool:
     """A field that takes numbers and no bool (int, float, Optional[float], "auto" or float)."""
     kinds = get_args(annotation) or (annotation,)
     return bool({int, float} & set(kinds)) and bool not in kinds
+
+
+def one_of(value: str, valid: Iterable[str], what: str) -> str:
+    """`value` if it is one of `valid`, else a ValueError listing them."""
+    valid = list(valid)
+    if value not in valid:
+        raise ValueError(f"unknown {what} '{value}' (valid: {', '.join(valid)})")
+    return value

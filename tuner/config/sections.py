@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from tuner import catalogue
-from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section
+from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_param
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
@@ -76,9 +76,7 @@ class SearchSection(Section):
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
-        if value not in ALGORITHM_KINDS:
-            raise ValueError(f"unknown algorithm '{value}' (valid: {', '.join(ALGORITHM_KINDS)})")
-        return value
+        return one_of(value, ALGORITHM_KINDS, "algorithm")
 
     @model_validator(mode="after")
     def _expressible(self) -> SearchSection:
@@ -286,9 +284,7 @@ class TrainingSection(Section):
     @field_validator("optimizer")
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
-        if value not in catalogue.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer '{value}' (valid: {', '.join(catalogue.OPTIMIZERS)})")
-        return value
+        return one_of(value, catalogue.OPTIMIZERS, "optimizer")
 
 
 def amp_from_yaml(value: Any) -> Any:
@@ -357,9 +353,7 @@ class SweepConfig(Section):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, value: str) -> str:
-        if value not in OBJECTIVES:
-            raise ValueError(f"unknown metric '{value}' (valid: {', '.join(OBJECTIVES)})")
-        return value
+        return one_of(value, OBJECTIVES, "metric")
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
