@@ -258,14 +258,17 @@ class Bench:
         run = dict(gpu=self.gpu, epochs=self.epochs, amp="bf16")
         self.add("pipeline", f"{ref['label']} bf16 + torch.compile", trial(ref, **run, compile=True))
         loader = dict(in_memory=False, loader_workers=workers)
-        self.add(
-            "pipeline",
-            f"bf16, DataLoader({workers}), no prefetch",
-            trial(ref, **run, **loader, prefetch=False),
-        )
-        self.add(
-            "pipeline", f"bf16, DataLoader({workers}), prefetch", trial(ref, **run, **loader, prefetch=True)
-        )
+        # ABBA order, each row the mean of its two runs: run back to back once each, the
+        # second row read some 16% lower on an H100 whichever it was (BENCHMARKS.md).
+        runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for prefetch in (False, True, True, False):
+            runs[prefetch].append(trial(ref, **run, **loader, prefetch=prefetch))
+        for prefetch, pair in runs.items():
+            mean = dict(pair[0], samples_per_s=statistics.fmean(r["samples_per_s"] for r in pair))
+            mean["failure"] = next((r["failure"] for r in pair if r["failure"]), None)
+            mean["note"] = "mean of 2, ABBA: " + ", ".join(f"{r['samples_per_s']:.1f}" for r in pair)
+            name = f"bf16, DataLoader({workers}), " + ("prefetch" if prefetch else "no prefetch")
+            self.add("pipeline", name, mean)
 
     def packing(self, counts: list[int]) -> None:
         small = self.size("small")
@@ -290,16 +293,21 @@ class Bench:
             self.checks.append((f"{counts[-1]} packed / {counts[0]} samples/s", ratio, TARGETS["packing"]))
 
     def mfu(self, device_name: str) -> None:
+        """Eager and compiled (`training.compile: true`); the target is judged on the better."""
         size = self.size("mfu")
-        result = self.add(
-            "mfu", f"{size['label']} bf16", trial(size, gpu=self.gpu, epochs=self.epochs, amp="bf16")
-        )
-        peak = peak_tflops(device_name)
-        achieved = flops_per_sample(size) * result["samples_per_s"]
-        result["note"] = f"{achieved / 1e12:.3g} TFLOPS"
+        peak, per_sample = peak_tflops(device_name), flops_per_sample(size)
+        best = 0.0
+        for compiled in (False, True):
+            label = f"{size['label']} bf16" + (" + torch.compile" if compiled else "")
+            run = dict(gpu=self.gpu, epochs=self.epochs, amp="bf16", compile=compiled)
+            result = self.add("mfu", label, trial(size, **run))
+            achieved = per_sample * result["samples_per_s"]
+            result["note"] = f"{achieved / 1e12:.3g} TFLOPS"
+            if peak is not None:
+                result["note"] += f" = {achieved / (peak * 1e12):.1%} MFU of {peak:g}"
+                best = max(best, achieved / (peak * 1e12))
         if peak is not None:
-            result["note"] += f" = {achieved / (peak * 1e12):.1%} MFU of {peak:g}"
-            self.checks.append(("bf16 MFU", achieved / (peak * 1e12), TARGETS["mfu"]))
+            self.checks.append(("bf16 MFU (the better of eager and compiled)", best, TARGETS["mfu"]))
 
     def table(self) -> str:
         lines = ["| section | run | samples/s | peak GiB | note |", "| --- | --- | ---: | ---: | --- |"]

@@ -20,6 +20,7 @@ from tuner.trial.amp import make_amp
 from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.gpu import Gpu, GpuMemoryUnavailable, make_gpu
 from tuner.trial.loop import build_parts, optimizer_step
+from tuner.trial.memory import release
 from tuner.trial.optim import build_optimizer
 from tuner.trial.prefetch import CudaPrefetcher, Feed, make_feed
 from tuner.trial.session import LocalSession
@@ -209,11 +210,10 @@ def test_a_whole_gpu_claim_lifts_an_earlier_share_cap() -> None:
 
 def test_a_capped_trial_grows_expandable_segments() -> None:
     Gpu(CUDA, wait_s=0).claim(0.5, 0.1, context=0)
-    assert "expandable_segments:True" in torch._C._accelerator_getAllocatorSettings()
     x = torch.empty(64 << 20, dtype=torch.uint8, device=CUDA)
     segments = torch.cuda.memory._snapshot()["segments"]
     mine = [seg for seg in segments if seg["address"] <= x.data_ptr() < seg["address"] + seg["total_size"]]
-    assert mine and mine[0].get("is_expandable", True)
+    assert len(mine) == 1 and mine[0]["is_expandable"]
 
 
 def test_two_trials_in_one_process_hand_back_their_memory(tmp_path: Path) -> None:
@@ -221,12 +221,14 @@ def test_two_trials_in_one_process_hand_back_their_memory(tmp_path: Path) -> Non
         TrialSpec(model="mlp", data="synthetic", data_args={"samples": 4096, "features": 1024}, max_epochs=1)
     )
     params = hp(width=4096, depth=4, batch_size=512, optimizer="adam")
+    release(CUDA)
+    allocated, reserved = torch.cuda.memory_allocated(CUDA), torch.cuda.memory_reserved(CUDA)
     first = train(tmp_path / "a", big, params)
     assert first.metrics[-1]["gpu_mem_reserved_gb"] > 0.5  # weights, grads, Adam: ~0.8 GiB
-    # Nothing of the trial is left, and its cache is handed back: what remains is at most
-    # cuBLAS's workspaces, which it keeps per handle (tens of MiB, not the trial's 0.8 GiB).
-    assert torch.cuda.memory_allocated(CUDA) < 64 * 2**20
-    assert torch.cuda.memory_reserved(CUDA) < 128 * 2**20
+    # Nothing of the trial is left and its cache is handed back, cuBLAS's workspaces included
+    # (32 MiB or more per handle and stream on Hopper: not the trial's 0.8 GiB either way).
+    assert torch.cuda.memory_allocated(CUDA) - allocated < 16 * 2**20
+    assert torch.cuda.memory_reserved(CUDA) - reserved < 64 * 2**20
     second = train(tmp_path / "b", on_gpu(big, 0.5), params)  # claims half the GPU
     assert "failure" not in second.metrics[-1]
 

@@ -90,9 +90,11 @@ class Gpu(NoGpu):
         torch.backends.cudnn.benchmark = True
 
     def _available(self) -> tuple[int, int]:
-        """Free device memory plus what this process's allocator holds, and the total."""
+        """Free device memory plus this process's cached blocks (reserved but not allocated:
+        tensors still alive in this process are not available), and the total."""
         free, total = torch.cuda.mem_get_info(self.device)
-        return free + torch.cuda.memory_reserved(self.device), total
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return free + max(cached, 0), total
 
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
