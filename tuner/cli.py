@@ -1,4 +1,4 @@
-"""`python -m tuner`: sweep, resume, validate, report, board, schema, cluster, submit.
+"""`python -m tuner`: sweep, resume, extend, validate, report, board, schema, cluster, submit.
 
 The one command-line program. User mistakes (a bad file, an impossible request, an existing
 sweep directory) print one line naming the field and exit 2, before Ray or torch start.
@@ -17,6 +17,7 @@ from tuner.cluster import local, submit
 from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 from tuner.config.flags import add_overrides, overrides_from
+from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
 
 __all__ = ["build_parser", "main", "overrides_from"]
@@ -38,20 +39,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
+    from tuner.driver.notify import Notifying
     from tuner.driver.sweep import locate, run_sweep
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
-    with _resume_hint_on_interrupt(where):
+    with Notifying(cfg.notify.webhook, cfg.name, where) as note, _resume_hint_on_interrupt(where):
         outcome = run_sweep(cfg, runtime_from(args))
+        note.done(outcome.summary)
     return _print_outcome(outcome)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tuner.driver.sweep import AlreadyFinished, resume_sweep
+    from tuner.driver.sweep import resume_sweep
 
+    return _continue(args, lambda runtime: resume_sweep(args.sweep_dir, runtime))
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    from tuner.driver.sweep import extend_sweep
+
+    return _continue(args, lambda runtime: extend_sweep(args.sweep_dir, args.num_samples, runtime))
+
+
+def _continue(args: argparse.Namespace, go: Callable[[Any], Any]) -> int:
+    """resume and extend: a sweep directory run on, notifying its webhook (or --notify's)."""
+    from tuner.driver.notify import Notifying
+    from tuner.driver.sweep import AlreadyFinished
+    from tuner.sweepdir import read_config
+
+    cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
+    url = webhook_url(args.notify, "--notify") if args.notify else cfg.notify.webhook
     try:
-        with _resume_hint_on_interrupt(args.sweep_dir):
-            outcome = resume_sweep(args.sweep_dir, runtime_from(args))
+        with Notifying(url, cfg.name, args.sweep_dir) as note, _resume_hint_on_interrupt(args.sweep_dir):
+            outcome = go(runtime_from(args))
+            note.done(outcome.summary)
     except AlreadyFinished as done:
         print(done)
         return ExitCode.OK
@@ -139,8 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
     p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
+    p.add_argument("--notify", metavar="URL", help="notify.webhook for this run (default: the sweep's)")
     add_runtime_flags(p)
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("extend", help="add trials to a sweep (not grid), its searcher told every result")
+    p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
+    p.add_argument("--num-samples", type=int, required=True, metavar="N", help="trials to add (>= 1)")
+    p.add_argument("--notify", metavar="URL", help="notify.webhook for this run (default: the sweep's)")
+    add_runtime_flags(p)
+    p.set_defaults(func=cmd_extend)
 
     p = sub.add_parser("validate", help="check a sweep file and flags; start nothing")
     add_overrides(p)

@@ -152,6 +152,11 @@ def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
     return top[0] if top else None
 
 
+# Summary statuses of a sweep that ended before its planned trials, every started one ended.
+BUDGET = "budget"  # schedule.time_budget was spent
+TARGET = "target_reached"  # a trial reported schedule.stop_at
+
+
 def summarize(
     trials: list[TrialRecord],
     *,
@@ -160,11 +165,16 @@ def summarize(
     mode: str,
     algorithm: str,
     expected_trials: int,
+    ended: Optional[str] = None,
 ) -> dict[str, Any]:
-    """The summary.json document. status: completed, or interrupted (resume continues it)."""
+    """The summary.json document. status: completed; interrupted (resume continues it); or,
+    every started trial having ended, why the sweep ended before its planned trials: `ended`
+    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met)."""
     top = best(trials, mode)
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
+    if ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
+        status = ended
     hidden = ("path", "best_metrics", "history", "outcome")
     return {
         "name": name,

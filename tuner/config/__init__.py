@@ -9,11 +9,11 @@ without a circle.
 
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES
 from tuner.config.load import load_sweep, parse_sweep, read_yaml, set_dotted, settled, to_yaml
+from tuner.config.schedule import NotifySection, ScheduleSection
 from tuner.config.schema import json_schema, reference_markdown
 from tuner.config.sections import (
     FailureSection,
     ResourcesSection,
-    ScheduleSection,
     SearchSection,
     SweepConfig,
     TaskSection,
@@ -28,6 +28,7 @@ __all__ = [
     "OBJECTIVES",
     "ConfigError",
     "FailureSection",
+    "NotifySection",
     "ResourcesSection",
     "ScheduleSection",
     "SearchSection",

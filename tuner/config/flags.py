@@ -19,6 +19,7 @@ OVERRIDES = {
     "max_epochs": "schedule.max_epochs",
     "output": "output",
     "name": "name",
+    "notify": "notify.webhook",
 }
 
 
@@ -31,6 +32,7 @@ def add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-epochs", type=int, metavar="N", help="schedule.max_epochs")
     p.add_argument("--output", metavar="DIR", help="output: results go to DIR/<name>")
     p.add_argument("--name", help="name of the sweep (its directory under output)")
+    p.add_argument("--notify", metavar="URL", help="notify.webhook: POST a JSON summary here when it ends")
     p.add_argument(
         "--set",
         action="append",

@@ -19,6 +19,7 @@ from pydantic import (
 from tuner import catalogue
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_param
+from tuner.config.schedule import NotifySection, ScheduleSection
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
@@ -93,42 +94,6 @@ class SearchSection(Section):
                     f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
                     "may run (fewer values, a smaller grid_points, or random search)",
                 )
-        return self
-
-
-class ScheduleSection(Section):
-    """Epoch budget and early stopping."""
-
-    max_epochs: int = Field(10, ge=1, description="Epochs a trial trains at most.")
-    grace_epochs: int = Field(
-        1,
-        ge=1,
-        description="Epochs every trial gets before it can be stopped early: ASHA's first rung, and "
-        "for bohb also the smallest budget its model learns from.",
-    )
-    reduction_factor: float = Field(
-        3,
-        ge=1.1,
-        description="ASHA: 1/reduction_factor of trials go on at each rung. At least 1.1: "
-        "closer to 1 the rungs (one per power of the factor) grow without bound.",
-    )
-    early_stopping: Optional[bool] = Field(
-        None,
-        description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
-        "for grid; bohb always uses it (asynchronous BOHB).",
-    )
-    trial_timeout: Optional[float] = Field(
-        None,
-        gt=0,
-        description="Seconds a trial may go without finishing an epoch (counted from its start, "
-        "then from each epoch) before it is ended as failure: timeout; the sweep goes on. "
-        "Default: no limit.",
-    )
-
-    @model_validator(mode="after")
-    def _grace_fits(self) -> ScheduleSection:
-        if self.grace_epochs > self.max_epochs:
-            raise ConfigError("schedule.grace_epochs", "must be <= schedule.max_epochs")
         return self
 
 
@@ -324,6 +289,7 @@ class SweepConfig(Section):
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     failure: FailureSection = Field(default_factory=FailureSection)
+    notify: NotifySection = Field(default_factory=NotifySection)
     output: str = Field("runs", description="Directory (or storage URI) under which <name>/ is written.")
 
     @model_validator(mode="before")

@@ -34,6 +34,15 @@ STATUS_FILE_SUFFIX = ".tuner-status"
 METRIC_TAGS = ["val_acc", "val_loss", "train_loss", "samples_per_s", "epoch"]
 
 
+def trial_dir(trial: Any) -> Optional[str]:
+    """The trial's directory; None for a trial that never started (Tune names it on start,
+    and asking an unnamed trial for its path raises)."""
+    try:
+        return trial.path
+    except RuntimeError:
+        return None
+
+
 class TrialRecordCallback(Callback):
     """Keeps each trial's record file (tuner_trial.json) in its directory.
 
@@ -49,31 +58,34 @@ class TrialRecordCallback(Callback):
         self.resources = resources or {}  # per trial, as resolved for this cluster
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if not trial.path:
+        path = trial_dir(trial)
+        if not path:
             return
-        record = read_record(trial.path) or {
-            "trial_id": os.path.basename(trial.path.rstrip("/")),
+        record = read_record(path) or {
+            "trial_id": os.path.basename(path.rstrip("/")),
             "config": json_safe(trial.config),
             "resources": self.resources,
             "started": time.time(),
         }
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
-        write_record(trial.path, record)
+        write_record(path, record)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if trial.path and trial_disk_full(trial.path):
+        path = trial_dir(trial)
+        if path and trial_disk_full(path):
             # Not the trial's fault: it stays unfinished, and the sweep stops to be resumed.
-            raise DiskFull(os.path.dirname(trial.path.rstrip("/")), "No space left on device")
+            raise DiskFull(os.path.dirname(path.rstrip("/")), "No space left on device")
         self._end(trial, "ERROR")
 
     def _end(self, trial: Any, status: str) -> None:
-        record = read_record(trial.path) if trial.path else None
-        if record is not None:
+        path = trial_dir(trial)
+        record = read_record(path) if path else None
+        if path and record is not None:
             record.update(status=status, ended=time.time())
-            write_record(trial.path, record)
+            write_record(path, record)
 
 
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
@@ -108,7 +120,7 @@ class HParamsCallback(Callback):
         open(marker, "w").close()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial.path
+        path = trial_dir(trial)
         if trial.trial_id in self._started or not path:
             return
         self._started.add(trial.trial_id)
@@ -128,8 +140,9 @@ class HParamsCallback(Callback):
         self._end(trial, "failure")
 
     def _end(self, trial: Any, status: str) -> None:
-        if trial.path and os.path.isdir(trial.path):
-            _write(trial.path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
+        path = trial_dir(trial)
+        if path and os.path.isdir(path):
+            _write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
 
 
 def _write(logdir: str, summary: Any, suffix: str) -> None:
@@ -153,6 +166,7 @@ class Progress(Callback):
         self.failed: set[str] = set()  # crashed, diverged or out of memory
         self.t0 = time.monotonic()
         self._last_draw = 0.0
+        self.started: set[str] = set()
 
     def setup(self, **info: Any) -> None:
         self.t0 = time.monotonic()
@@ -192,11 +206,16 @@ class Progress(Callback):
         self.failed.add(trial.trial_id)
         self._ended(trials, trial, "ERROR")
 
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.started.add(trial.trial_id)
+
     def _ended(self, trials: list, trial: Any, how: str) -> None:
+        if trial.trial_id not in self.started:  # removed before it started (a spent time budget)
+            return
         last = trial.last_result or {}
         if how == "ERROR":  # one line instead of Ray's traceback (--verbose shows that)
             status = "" if self.live else f" · {self.line(trials, prefix=False)}"
-            self.say(f"[tuner] trial {trial.trial_id} failed: {failed_line(trial.path)}{status}")
+            self.say(f"[tuner] trial {trial.trial_id} failed: {failed_line(trial_dir(trial))}{status}")
             return
         if self.live:
             # Failures are news worth a line of their own; other endings show in the status.

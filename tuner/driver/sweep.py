@@ -15,10 +15,10 @@ from typing import Any, Optional
 from tuner import sweepdir
 from tuner.cluster import join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
-from tuner.config import SweepConfig, settled
+from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
-from tuner.results import TrialRecord, leaderboard, records, summarize
+from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.sweepdir import full_config, remove_temporaries
@@ -87,13 +87,40 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
         return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
 
 
+def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """Add `more` trials to a sweep (finished, interrupted or ended by its budget or target):
+    sweep.yaml's num_samples grows by `more`, then it runs on as `resume` does, its searcher
+    rebuilt from every earlier result, unfinished trials continued from their checkpoints.
+    Grid search has nothing to add: a ConfigError."""
+    sweep_dir = os.path.abspath(sweep_dir)
+    sweepdir.refuse_if_held(sweep_dir)
+    cfg = sweepdir.read_config(sweep_dir)
+    if cfg.search.algorithm == "grid":
+        raise ConfigError("--num-samples", "a grid sweep runs every combination once: nothing to add")
+    if more < 1:
+        raise ConfigError("--num-samples", f"must be >= 1, got {more}")
+    total = cfg.search.num_samples + more
+    if total > MAX_TRIALS:
+        raise ConfigError("--num-samples", f"the sweep would plan {total} trials; at most {MAX_TRIALS}")
+    with sweepdir.claim(sweep_dir, new=False, command="extend") as held:
+        cfg = sweepdir.read_config(sweep_dir)  # again, under the lock
+        cfg.search.num_samples += more
+        cfg, text = settled(cfg)
+        held.write_config(text)
+        trials = _records(cfg, sweep_dir)
+        finished = [t for t in trials if t.finished]
+        unfinished = [t for t in trials if not t.finished]
+        start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
+        return run(cfg, runtime or Runtime(), start, held)
+
+
 def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
     """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
     trials = _records(cfg, sweep_dir)
     finished = [t for t in trials if t.finished]
     unfinished = [t for t in trials if not t.finished]
-    if not unfinished and len(finished) >= cfg.expected_trials():
-        status = _status(sweep_dir)
+    status = _status(sweep_dir) if not unfinished else None
+    if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
             with sweepdir.claim(sweep_dir, new=False, command="resume"):
                 status = finish(cfg, sweep_dir).summary["status"] + "; its damaged summary.json is rewritten"
@@ -113,7 +140,11 @@ def _status(sweep_dir: str) -> Optional[str]:
 
 
 def _resumed(
-    cfg: SweepConfig, sweep_dir: str, finished: list[TrialRecord], unfinished: list[TrialRecord]
+    cfg: SweepConfig,
+    sweep_dir: str,
+    finished: list[TrialRecord],
+    unfinished: list[TrialRecord],
+    doing: str = "resuming",
 ) -> Start:
     """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
     prior = Prior(
@@ -127,7 +158,7 @@ def _resumed(
         prior=prior,
         resumed_dirs=[(full_config(t.path), os.path.basename(t.path)) for t in unfinished],
         done=len(finished),
-        announce=f"[tuner] resuming {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
+        announce=f"[tuner] {doing} {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
         f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
     )
 
@@ -145,8 +176,8 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     if start.config_text is not None:
         held.write_config(start.config_text)
     with _disk_full_stops(start.sweep_dir):
-        _launch(cfg, res, start, runtime.verbose)
-        return finish(cfg, start.sweep_dir or start.storage)
+        ended = _launch(cfg, res, start, runtime.verbose)
+        return finish(cfg, start.sweep_dir or start.storage, ended)
 
 
 class _disk_full_stops:
@@ -189,8 +220,9 @@ class TrialNames:
         return self.given[trial.trial_id]
 
 
-def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbose: bool) -> None:
-    """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM)."""
+def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbose: bool) -> Optional[str]:
+    """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
+    (`results.BUDGET`, `results.TARGET`), or None."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
@@ -201,6 +233,7 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
         TrialRecordCallback,
         hparam_domains,
     )
+    from tuner.driver.limits import Budgeted, SweepLimits
     from tuner.trial.runner import trainable_for
 
     storage, sweep_dir = start.storage, start.sweep_dir
@@ -224,6 +257,9 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
         callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
     if not verbose:
         callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
+    limits = SweepLimits.wanted(cfg.metric, str(cfg.mode), cfg.schedule.time_budget, cfg.schedule.stop_at)
+    if limits is not None:
+        callbacks.append(limits)
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1
     trainable = tune.with_resources(
@@ -234,7 +270,7 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
             search_alg=plan.search_alg,
-            scheduler=plan.scheduler,
+            scheduler=plan.scheduler if limits is None else Budgeted(plan.scheduler, limits),
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
             # actor only drives a TorchTrainer, and its reset waits on the Train run's
@@ -255,6 +291,7 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if res.workers == 1 else 0
             ),
+            stop=limits,
             verbose=2 if verbose else 0,
         ),
     )
@@ -266,14 +303,16 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
     )
     with sigterm_as_sigint():
         tuner.fit()
+    return None if limits is None else limits.reason
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
     return records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
 
 
-def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
-    """Read the sweep directory back, write summary.json, decide the exit code."""
+def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
+    """Read the sweep directory back, write summary.json, decide the exit code. `ended`: why
+    the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`), if it did."""
     trials = _records(cfg, sweep_dir) if "://" not in sweep_dir else []
     summary = summarize(
         trials,
@@ -282,6 +321,7 @@ def finish(cfg: SweepConfig, sweep_dir: str) -> SweepOutcome:
         mode=str(cfg.mode),
         algorithm=cfg.search.algorithm,
         expected_trials=cfg.expected_trials(),
+        ended=ended,
     )
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)

@@ -1,0 +1,233 @@
+"""A sweep's life (issue 15): time budget, target, extending, notifying a webhook."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEBUG, debug_config, run_cli
+from tuner.config import ConfigError
+from tuner.config.schedule import redacted, seconds
+from tuner.driver.sweep import extend_sweep, resume_sweep, run_sweep
+from tuner.search.algorithms import random_configs
+from tuner.search.plan import key
+from tuner.sweepdir import read_metrics, read_record, trial_dirs
+
+SEARCHED = ("lr", "optimizer", "width")
+
+
+# ----------------------------------------------------------------------------- no Ray
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [(90, 90.0), ("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1h30m", 5400.0)],
+)
+def test_durations(text: Any, expected: float) -> None:
+    assert seconds(text) == expected
+
+
+def test_a_webhook_url_prints_as_its_host_alone() -> None:
+    url = "https://user:s3cret@hooks.example.com:8443/services/T0KEN?key=QQ"
+    assert redacted(url) == "https://hooks.example.com:8443/..."
+
+
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--set", "schedule.time_budget=soon"], "schedule.time_budget"),
+        (["--set", "schedule.time_budget=0"], "schedule.time_budget"),
+        (["--set", "schedule.stop_at=high"], "schedule.stop_at"),
+        (["--notify", "ftp://user:s3cret@example.com/x"], "notify.webhook"),
+    ],
+)
+def test_bad_life_settings_get_one_line(flags: list[str], field: str) -> None:
+    done = run_cli("validate", str(DEBUG), *flags, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {field}:") and done.stderr.count("\n") == 1, done.stderr
+    assert "s3cret" not in done.stderr
+
+
+# ----------------------------------------------------------------------------- real sweeps
+
+
+def _starts_and_ends(sweep_dir: str) -> list[tuple[float, float]]:
+    out = []
+    for path in trial_dirs(sweep_dir):
+        record = read_record(path)
+        assert record is not None
+        out.append((record["started"], record["ended"]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_path: Path) -> None:
+    budget, max_epochs = 15.0, 200
+    cfg = debug_config(
+        tmp_path,
+        task__model="tests.chaos:slow",
+        search__num_samples=8,
+        search__params={
+            "lr": 0.01,
+            "optimizer": "adam",
+            "width": {"type": "randint", "low": 8, "high": 32},
+            "depth": 1,
+            "step_sleep_s": 0.02,
+        },  # ~0.3 s an epoch: 200 far past the budget
+        schedule__max_epochs=max_epochs,
+        schedule__early_stopping=False,
+        schedule__time_budget=budget,
+        resources__max_concurrent_trials=2,
+    )
+    began = time.time()
+    out = run_sweep(cfg)
+    wall = time.time() - began
+    assert out.summary["status"] == "budget" and out.exit_code == 0, out.summary["counts"]
+    trials = out.summary["trials"]
+    assert 0 < len(trials) < 8  # 8 trials x 200 epochs would take minutes on 2 slots
+    assert all(t["epochs"] < max_epochs and t["status"] == "TERMINATED" for t in trials)
+    times = _starts_and_ends(out.sweep_dir)
+    first = min(s for s, _ in times)
+    # The budget runs from just before the first trial starts: nothing starts after it, and
+    # what ran stopped at its next report: at most one epoch each after first + budget.
+    assert max(s for s, _ in times) <= first + budget
+    for t in out.summary["trials"]:
+        rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
+        assert sum(1 for r in rows if r["wall_time"] > first + budget) <= 1, rows
+    # Trials removed unstarted leave no directory behind.
+    assert sorted(p.name for p in Path(out.sweep_dir).iterdir() if p.is_dir()) == sorted(
+        t["trial_id"] for t in trials
+    )
+    assert wall < budget + 60
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_a_reached_target_ends_the_sweep(tmp_path: Path) -> None:
+    target = 0.6
+    cfg = debug_config(
+        tmp_path,
+        search__num_samples=12,
+        schedule__max_epochs=10,
+        schedule__early_stopping=False,
+        schedule__stop_at=target,
+        resources__max_concurrent_trials=1,
+    )
+    out = run_sweep(cfg)
+    assert out.summary["status"] == "target_reached" and out.exit_code == 0
+    trials = out.summary["trials"]
+    assert out.summary["best"]["metrics"]["val_acc"] >= target
+    # It ended at the first report that met the target: the last trial started is the one that
+    # met it, at its last epoch, and no earlier trial ever met it.
+    reached = [t for t in trials if t["best_value"] is not None and t["best_value"] >= target]
+    assert len(reached) == 1 and len(trials) < 12
+    assert reached[0]["last_metrics"]["val_acc"] >= target
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_extend_adds_the_trials_a_bigger_sweep_would_have_run(tmp_path: Path) -> None:
+    def configs(outcome: Any) -> list[str]:
+        return sorted(key({k: t["config"][k] for k in SEARCHED}) for t in outcome.summary["trials"])
+
+    small = run_sweep(debug_config(tmp_path / "a", search__num_samples=2))
+    grown = extend_sweep(small.sweep_dir, 2)
+    assert grown.summary["status"] == "completed" and grown.summary["expected_trials"] == 4
+    whole = run_sweep(debug_config(tmp_path / "b", search__num_samples=4))
+    assert configs(grown) == configs(whole)
+    cfg = debug_config(tmp_path, search__num_samples=4)
+    planned = random_configs(cfg.hyperparameters(), 4, cfg.search.seed)
+    assert configs(grown) == sorted(key({k: c[k] for k in SEARCHED}) for c in planned)
+    # The first two trials were kept as they were, not run again.
+    assert {t["trial_id"] for t in small.summary["trials"]} <= {
+        t["trial_id"] for t in grown.summary["trials"]
+    }
+    # extend after extend, and resume of a finished extended sweep: nothing to run
+    with pytest.raises(Exception, match="nothing to resume"):
+        resume_sweep(grown.sweep_dir)
+    grid = run_sweep(
+        debug_config(
+            tmp_path / "g",
+            search__algorithm="grid",
+            search__params={"lr": {"type": "grid", "values": [0.01]}},
+        )
+    )
+    with pytest.raises(ConfigError, match="nothing to add"):
+        extend_sweep(grid.sweep_dir, 1)
+
+
+class _Hook(BaseHTTPRequestHandler):
+    got: list[dict[str, Any]] = []
+    answer = 200
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).got.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), **json.loads(body)}
+        )
+        self.send_response(type(self).answer)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None: ...
+
+
+@pytest.mark.slow
+def test_a_webhook_gets_the_outcome_and_its_secret_is_never_printed(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    secret_url = f"http://hookuser:s3cret@127.0.0.1:{port}/hook/T0KEN?key=QQ"
+    try:
+        done = run_cli(
+            "sweep",
+            str(DEBUG),
+            "--output",
+            str(tmp_path),
+            "--num-samples",
+            "2",
+            "--max-epochs",
+            "1",
+            "--notify",
+            secret_url,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert len(_Hook.got) == 1
+        note = _Hook.got[0]
+        summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
+        assert note["path"] == "/hook/T0KEN?key=QQ" and note["status"] == "completed"
+        assert note["auth"] == "Basic " + base64.b64encode(b"hookuser:s3cret").decode()
+        assert note["name"] == "debug" and note["results"].endswith("debug")
+        assert note["best"]["trial_id"] == summary["best"]["trial_id"]
+        assert note["counts"] == summary["counts"] and note["trials"] == 2
+        for secret in ("s3cret", "T0KEN", "QQ"):
+            assert secret not in done.stdout + done.stderr
+        # A webhook that fails: a warning naming only its host, and the sweep's own exit code.
+        _Hook.answer = 500
+        again = run_cli(
+            "sweep",
+            str(DEBUG),
+            "--output",
+            str(tmp_path),
+            "--name",
+            "second",
+            "--num-samples",
+            "1",
+            "--max-epochs",
+            "1",
+            "--notify",
+            secret_url,
+        )
+        assert again.returncode == 0
+        assert f"warning: notify.webhook http://127.0.0.1:{port}/...: not notified (HTTP 500)" in again.stderr
+        for secret in ("s3cret", "T0KEN", "QQ"):
+            assert secret not in again.stdout + again.stderr
+    finally:
+        server.shutdown()

@@ -1,0 +1,127 @@
+"""The sweep's life in the sweep file: its epoch budget and early stopping (`schedule`), its
+time budget and target, and who is told when it ends (`notify`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Union
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from tuner.config.base import Section
+from tuner.errors import ConfigError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def seconds(value: Union[str, float, int]) -> float:
+    """A duration: seconds as a number, or a string of hours, minutes and seconds such as
+    `30m`, `2h`, `1h30m` or `90s` (a bare number in the string is seconds)."""
+    if isinstance(value, (int, float)):
+        out = float(value)
+    else:
+        text = str(value).strip().replace(" ", "")
+        try:
+            out = float(text)
+        except ValueError:
+            parts = _DURATION.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"'{value}' is not a duration (e.g. 90, 90s, 30m, 2h, 1h30m)") from None
+            out = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not out > 0:
+        raise ValueError("must be > 0")
+    return out
+
+
+class ScheduleSection(Section):
+    """Epoch budget, early stopping, and when the sweep as a whole ends."""
+
+    max_epochs: int = Field(10, ge=1, description="Epochs a trial trains at most.")
+    grace_epochs: int = Field(
+        1,
+        ge=1,
+        description="Epochs every trial gets before it can be stopped early: ASHA's first rung, and "
+        "for bohb also the smallest budget its model learns from.",
+    )
+    reduction_factor: float = Field(
+        3,
+        ge=1.1,
+        description="ASHA: 1/reduction_factor of trials go on at each rung. At least 1.1: "
+        "closer to 1 the rungs (one per power of the factor) grow without bound.",
+    )
+    early_stopping: Optional[bool] = Field(
+        None,
+        description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
+        "for grid; bohb always uses it (asynchronous BOHB).",
+    )
+    trial_timeout: Optional[float] = Field(
+        None,
+        gt=0,
+        description="Seconds a trial may go without finishing an epoch (counted from its start, "
+        "then from each epoch) before it is ended as failure: timeout; the sweep goes on. "
+        "Default: no limit.",
+    )
+    time_budget: Optional[float] = Field(
+        None,
+        description="Wall-clock budget of the sweep: seconds, or e.g. 30m, 2h, 1h30m. Once spent, "
+        "no trial starts and running ones stop at their next report; status budget, exit 0. "
+        "Counted from the start of this run (a resumed or extended sweep gets it afresh).",
+    )
+    stop_at: Optional[float] = Field(
+        None,
+        description="Target of the metric (in its direction: >= for max, <= for min): the sweep "
+        "ends as soon as a trial reports it; status target_reached, exit 0.",
+    )
+
+    @field_validator("time_budget", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Optional[float]:
+        if value is None or isinstance(value, bool):
+            return value  # bool: refused by the type check as "must be a number"
+        return seconds(value)
+
+    @model_validator(mode="after")
+    def _grace_fits(self) -> ScheduleSection:
+        if self.grace_epochs > self.max_epochs:
+            raise ConfigError("schedule.grace_epochs", "must be <= schedule.max_epochs")
+        return self
+
+
+class NotifySection(Section):
+    """Who is told when the sweep ends."""
+
+    webhook: Optional[str] = Field(
+        None,
+        description="http(s) URL that gets a JSON POST when the sweep ends, fails or is interrupted "
+        "(name, status, best, counts, where the results are). A failed POST is a warning. "
+        "Also --notify URL.",
+    )
+
+    @field_validator("webhook")
+    @classmethod
+    def _http_url(cls, value: Optional[str]) -> Optional[str]:
+        return value if value is None else webhook_url(value, "notify.webhook")
+
+
+def webhook_url(value: str, field: str) -> str:
+    """`value` if it is an http(s) URL with a host, else a ConfigError naming `field` (the URL
+    itself is not repeated: it may hold credentials)."""
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(field, "must be an http:// or https:// URL with a host")
+    return value
+
+
+def redacted(url: str) -> str:
+    """A webhook URL fit to print: scheme and host only (user, password, path and query of
+    webhook URLs are often their secret)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/..."
