@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
@@ -116,12 +117,19 @@ def _print_outcome(outcome: Any) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner.view.report import write_report
+    if len(args.sweep_dir) > 1:
+        from tuner.view.compare import write_comparison
 
-    written = write_report(args.sweep_dir, args.out)
+        if not args.out:
+            raise ConfigError("--output", "comparing sweeps needs --output DIR (where the comparison goes)")
+        written = write_comparison(args.sweep_dir, args.out)
+    else:
+        from tuner.view.report import write_report
+
+        written = write_report(args.sweep_dir[0], args.out)
     if args.format == "md":
         sys.stdout.write(written.markdown)
-    where = f"{written.html} (+ {len(written.images)} PNGs, report.md)"
+    where = f"{written.html} (+ {len(written.images)} PNGs, {os.path.basename(written.html)[:-5]}.md)"
     print(f"report: {where}", file=sys.stderr if args.format == "md" else sys.stdout)
     return ExitCode.OK
 
@@ -175,14 +183,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_overrides(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("report", help="write report.html, report.md and PNGs for a sweep directory")
-    p.add_argument("sweep_dir", help="a sweep directory (<output>/<name>), finished, running or interrupted")
-    p.add_argument("--out", metavar="DIR", help="write the report here instead of into the sweep directory")
+    p = sub.add_parser(
+        "report", help="write report.html, report.md and PNGs for a sweep directory (several: compare them)"
+    )
+    p.add_argument(
+        "sweep_dir",
+        nargs="+",
+        help="a sweep directory (<output>/<name>), finished, running or interrupted; several: one "
+        "comparison report (compare.html) of sweeps of one metric, into --output",
+    )
+    p.add_argument(
+        "--output", "--out", dest="out", metavar="DIR",
+        help="write the report here instead of into the sweep directory (needed to compare sweeps)",
+    )
     p.add_argument("--format", choices=["html", "md"], default="html", help="md: also print the Markdown")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("board", help="TensorBoard on a sweep directory (127.0.0.1, a free port)")
-    p.add_argument("sweep_dir", help="a sweep directory (<output>/<name>); works while the sweep runs")
+    p = sub.add_parser("board", help="TensorBoard on sweep directories (127.0.0.1, a free port)")
+    p.add_argument(
+        "sweep_dir",
+        nargs="+",
+        help="a sweep directory (<output>/<name>), or several side by side; works while sweeps run",
+    )
     p.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
     p.add_argument(
         "--bind-all", action="store_true", help="serve on every interface (no authentication: beware)"

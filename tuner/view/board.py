@@ -1,4 +1,5 @@
-"""`tuner board`: TensorBoard on a sweep directory, on loopback unless asked otherwise.
+"""`tuner board`: TensorBoard on a sweep directory (or several, side by side), on loopback
+unless asked otherwise.
 
 TensorBoard serves from this process (its own server thread), so the URL printed is the one
 it really bound: port 0 lets the OS pick a free port. It has no authentication, so it binds
@@ -7,10 +8,12 @@ it really bound: port 0 lets the OS pick a free port. It has no authentication, 
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, Union
 
 from tuner.cluster.join import LOOPBACK
 from tuner.config import ConfigError
@@ -18,12 +21,17 @@ from tuner.errors import ExitCode
 from tuner.sweepdir import check_sweep_dir
 
 
-def tensorboard_flags(sweep_dir: str, bind_all: bool = False, port: int = 0) -> list[str]:
-    """TensorBoard's command-line flags for a sweep directory."""
+def tensorboard_flags(sweep_dirs: Union[str, list[str]], bind_all: bool = False, port: int = 0) -> list[str]:
+    """TensorBoard's command-line flags for a sweep directory, or several: each one's runs then
+    appear under the directory's name (`<name>/<trial>`)."""
     where = ["--bind_all"] if bind_all else ["--host", LOOPBACK]
+    dirs = [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs
+    if len(dirs) == 1:
+        logdir = ["--logdir", dirs[0]]
+    else:
+        logdir = ["--logdir_spec", ",".join(f"{n}:{d}" for n, d in zip(run_names(dirs), dirs, strict=True))]
     return [
-        "--logdir",
-        sweep_dir,
+        *logdir,
         *where,
         "--port",
         str(port),
@@ -40,21 +48,29 @@ def tensorboard_flags(sweep_dir: str, bind_all: bool = False, port: int = 0) -> 
     ]
 
 
-def start(sweep_dir: str, bind_all: bool = False, port: int = 0) -> str:
-    """Start TensorBoard on `sweep_dir` in a background thread; returns its URL."""
+def run_names(sweep_dirs: list[str]) -> list[str]:
+    """A name per sweep directory for TensorBoard's run list: the directory's own name,
+    numbered where two are alike (':' and ',' would break TensorBoard's --logdir_spec)."""
+    names = [re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(d.rstrip("/"))) or "sweep" for d in sweep_dirs]
+    return [n if names.count(n) == 1 else f"{n}-{i}" for i, n in enumerate(names, 1)]
+
+
+def start(sweep_dirs: Union[str, list[str]], bind_all: bool = False, port: int = 0) -> str:
+    """Start TensorBoard on the sweep directories in a background thread; returns its URL."""
     from tensorboard import program
 
     board = program.TensorBoard()
-    board.configure(argv=[None, *tensorboard_flags(sweep_dir, bind_all, port)])
+    board.configure(argv=[None, *tensorboard_flags(sweep_dirs, bind_all, port)])
     return str(board.launch())
 
 
-def serve(sweep_dir: str, bind_all: bool = False, port: int = 0) -> int:
+def serve(sweep_dirs: Union[str, list[str]], bind_all: bool = False, port: int = 0) -> int:
     """Serve until interrupted (Ctrl-C or SIGTERM); prints the URL first. Returns the exit code."""
     if not 0 <= port <= 65535:
         raise ConfigError("--port", f"must be 0 (a free port) to 65535, got {port}")
-    path = check_sweep_dir(sweep_dir)
-    url = start(path, bind_all, port)
+    paths = [check_sweep_dir(d) for d in ([sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs)]
+    path = ", ".join(paths)
+    url = start(paths, bind_all, port)
     if bind_all:
         print(
             "warning: TensorBoard is reachable from other machines and has no authentication; "

@@ -68,6 +68,24 @@ def best_so_far(
     return _save(fig, path)
 
 
+def overlaid(series: dict[str, Sequence[tuple[float, float]]], xlabel: str, metric: str, path: str) -> str:
+    """One best-so-far step line per sweep, on shared axes (the comparison report)."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not any(series.values()):
+        _empty(ax, "no results yet")
+        return _save(fig, path)
+    for label, steps in series.items():
+        if steps:
+            ax.step([x for x, _ in steps], [y for _, y in steps], where="post", linewidth=2, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric)
+    ax.set_title(f"Best {metric} so far")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    return _save(fig, path)
+
+
 def curves(
     top: Sequence[tuple[str, list[tuple[int, float]]]],
     others: Sequence[list[tuple[int, float]]],
