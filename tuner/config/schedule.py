@@ -1,8 +1,9 @@
 """The sweep's life in the sweep file: its epoch budget and early stopping (`schedule`), its
-time budget and target, and who is told when it ends (`notify`)."""
+time budget and target, who is told when it ends (`notify`), where it is tracked (`tracking`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Any, Optional, Union
 from urllib.parse import urlsplit
@@ -125,3 +126,29 @@ def redacted(url: str) -> str:
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname}{port}/..."
+
+
+class MLflowSection(Section):
+    """MLflow tracking: a run per trial, nested under a run of the sweep."""
+
+    uri: str = Field(
+        description="Tracking URI: a server (http://127.0.0.1:5000) or a local database "
+        "(sqlite:///mlflow.db). Needs the mlflow extra: pip install 'tuner[mlflow]'.",
+        min_length=1,
+    )
+    experiment: Optional[str] = Field(None, description="MLflow experiment. Default: the sweep's name.")
+
+    @field_validator("uri")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        if importlib.util.find_spec("mlflow") is None:
+            raise ValueError("needs MLflow: pip install 'tuner[mlflow]' (or mlflow-skinny)")
+        return value
+
+
+class TrackingSection(Section):
+    """Experiment trackers the sweep logs to, besides its own directory and TensorBoard."""
+
+    mlflow: Optional[MLflowSection] = Field(
+        None, description="Log every trial to MLflow (params, per-epoch metrics, status)."
+    )

@@ -19,7 +19,7 @@ from pydantic import (
 from tuner import catalogue
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_param
-from tuner.config.schedule import NotifySection, ScheduleSection
+from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
@@ -290,6 +290,7 @@ class SweepConfig(Section):
     training: TrainingSection = Field(default_factory=TrainingSection)
     failure: FailureSection = Field(default_factory=FailureSection)
     notify: NotifySection = Field(default_factory=NotifySection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
     output: str = Field("runs", description="Directory (or storage URI) under which <name>/ is written.")
 
     @model_validator(mode="before")

@@ -257,6 +257,11 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
         callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
     if not verbose:
         callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
+    mlflow = cfg.tracking.mlflow
+    if mlflow is not None and sweep_dir:
+        from tuner.driver.tracking import MLflowTracking
+
+        callbacks.append(MLflowTracking(mlflow.uri, mlflow.experiment or cfg.name, cfg.name, sweep_dir))
     limits = SweepLimits.wanted(cfg.metric, str(cfg.mode), cfg.schedule.time_budget, cfg.schedule.stop_at)
     if limits is not None:
         callbacks.append(limits)
