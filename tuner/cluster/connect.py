@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -113,13 +114,20 @@ def quiet_ray(verbose: bool) -> None:
         stops.addFilter(_StopMessages())
 
 
+# Set when Tune takes a stop signal (a first Ctrl-C, or SIGTERM turned into one): the trials
+# it then stops at their next report were cut short by the user, not finished.
+INTERRUPTED = threading.Event()
+
+
 class _StopMessages(logging.Filter):
     """Of Tune's driver warnings, keep the one a first Ctrl-C gives, in our words, and drop
-    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`."""
+    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`. The
+    one kept is also how tuner learns of the stop (Tune's handler replaces any of ours)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.getMessage().startswith("Stop signal received"):
             return False
+        INTERRUPTED.set()
         record.msg = (
             "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
         )

@@ -12,6 +12,7 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
+from tuner.cluster.connect import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
@@ -51,7 +52,8 @@ class TrialRecordCallback(Callback):
     `tuner.results` and `tuner resume` read; Tune's experiment snapshot can lag the truth
     (a trial HyperBand stops while PAUSED keeps PAUSED there, Ray 2.60) and holds nothing
     created since it was last written. Tune fires no completion for trials it merely tears
-    down on Ctrl-C, so those stay RUNNING here: unfinished, to be resumed.
+    down on Ctrl-C, and the completion it fires for a trial a first Ctrl-C stopped at its next
+    report is not taken as one: those stay RUNNING here, unfinished, to be resumed.
     """
 
     def __init__(self, resources: Optional[dict[str, Any]] = None):
@@ -71,6 +73,10 @@ class TrialRecordCallback(Callback):
         write_record(path, record)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if INTERRUPTED.is_set() and not (trial.last_result or {}).get("done"):
+            # Stopped at its next report by a Ctrl-C, neither finished nor stopped by the
+            # scheduler (Tune marks those done): it stays unfinished, for `resume` to continue.
+            return
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

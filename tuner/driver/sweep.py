@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import join
-from tuner.cluster.connect import Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
@@ -306,6 +306,7 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
+    INTERRUPTED.clear()
     with sigterm_as_sigint():
         tuner.fit()
     return None if limits is None else limits.reason
