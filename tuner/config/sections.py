@@ -83,8 +83,9 @@ class TaskSection(Section):
                         f"task.{name}", "required field is missing (or task.train: your own loop)"
                     )
             return self
-        for name in type(self).model_fields:  # in the file's order: the first one is named
-            if name != "train" and name in self.model_fields_set:
+        for name, field in type(self).model_fields.items():  # in order: the first is named
+            # Any value but the default (sweep.yaml writes model: null, data_args: {} back).
+            if name != "train" and getattr(self, name) != field.get_default(call_default_factory=True):
                 raise ConfigError(
                     f"task.{name}",
                     "task.train runs your own loop, which would ignore it: remove it (your loop "
