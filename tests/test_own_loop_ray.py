@@ -94,6 +94,7 @@ def test_hyperband_pauses_and_resumes_own_loops_without_repeating_an_epoch(tmp_p
         assert starts[0] == 0 and all(s > 0 for s in starts[1:]), (trial.name, starts)
         assert all(s in trained for s in starts[1:])
         resumed += len(starts) - 1
+    print(f"HyperBand resumed trials {resumed} times")
     assert resumed >= 1, "HyperBand paused and resumed at least one trial"
 
 
