@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
+
+# Every model `regress` built, weakly: the memory test checks none outlives its trial.
+MODELS: list[weakref.ref] = []
 
 
 def _data(n: int, seed: int = 0) -> TensorDataset:
@@ -30,6 +34,7 @@ def regress(config: dict[str, Any], ctx: Any) -> None:
     _note(ctx, "starts.txt", ctx.epoch)
     torch.manual_seed(0)
     net = nn.Linear(4, 1)
+    MODELS.append(weakref.ref(net))
     opt = torch.optim.SGD(net.parameters(), lr=float(config["lr"]))
     model, opt = ctx.prepare(net, opt)
     state = ctx.restore()

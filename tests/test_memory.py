@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+import tuner.trial.harness as harness
 import tuner.trial.loop as loop
 from tests.chaos import before_adam_step
 from tests.test_loop import SYNTH, hp, train
@@ -52,7 +53,7 @@ def test_the_trial_is_gone_before_its_memory_is_released(
         alive_at_release.append(any(ref() is not None for ref in models))
 
     monkeypatch.setattr(loop, "build_model", tracked_build)
-    monkeypatch.setattr(loop, "release", spy_release)
+    monkeypatch.setattr(harness, "release", spy_release)  # the trial's frame calls it
 
     class Session(LocalSession):
         def report(self, metrics: dict[str, Any], state: Any) -> None:

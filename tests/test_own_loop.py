@@ -3,6 +3,7 @@ without Ray (LocalSession): resume, divergence, out-of-memory, misuse of ctx."""
 
 from __future__ import annotations
 
+import gc
 import math
 import textwrap
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+import tests.own_loops as own_loops
+import tuner.trial.harness as harness
 from tests.conftest import DEBUG, ROOT, run_cli
 from tests.own_loops import lines
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
@@ -178,3 +181,33 @@ def test_misuse_of_ctx_fails_the_trial_with_a_clear_error(tmp_path: Path) -> Non
         assert "ValueError" in (tmp_path / "a" / "traceback.txt").read_text()
         with pytest.raises(RuntimeError, match="returned without calling ctx.report"):
             run(tmp_path / "b", TrialSpec(**{**SPEC.to_dict(), "train": "tests.own_loops:no_report"}))
+
+
+@pytest.mark.parametrize("ending", ["finished", "raised", "stopped"])
+def test_the_users_model_is_gone_before_the_trials_memory_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    alive_at_release: list[bool] = []
+
+    def spy_release(device: Any) -> None:
+        gc.collect()  # as release does on CUDA
+        alive_at_release.append(any(ref() is not None for ref in own_loops.MODELS))
+
+    monkeypatch.setattr(harness, "release", spy_release)
+    own_loops.MODELS.clear()
+
+    class Session(LocalSession):
+        def report(self, metrics: dict[str, Any], state: Any) -> None:
+            super().report(metrics, state)
+            if ending == "raised":
+                raise KeyError("the user's code failed")
+            if ending == "stopped":
+                raise SystemExit  # what Tune's report raises when the scheduler stops a trial
+
+    session = Session(str(tmp_path))
+    if ending == "finished":
+        run_own_loop(hp(), SPEC, session)
+    else:
+        with pytest.raises((KeyError, SystemExit)):
+            run_own_loop(hp(), SPEC, session)
+    assert own_loops.MODELS and alive_at_release == [False]

@@ -148,8 +148,10 @@ class TrainContext:
         if state is not None and self.is_main:
             payload = {"epoch": self.epoch, "user": state, "scaler": self.scaler.state_dict()}
         self.last = row
-        if not self._progress.epoch(row, lambda m: self._frame.session.report(m, payload)):
+        if not self._progress.record(row):
             raise TrialEnded(row.get("failure"))
+        self._frame.session.report(row, payload)
+        self._progress.kick()
         self._frame.gpu.start_epoch()
         self._t0 = time.perf_counter()
 

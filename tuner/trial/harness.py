@@ -115,9 +115,11 @@ class Progress:
     def note(self, text: str, step: int) -> None:
         self.writer.text("trial/log", text, step)
 
-    def epoch(self, metrics: dict[str, Any], report: Callable[[dict[str, Any]], None]) -> bool:
-        """Record an epoch and `report` it (with its checkpoint); False when it is a failure,
-        which is reported without one and ends the trial."""
+    def record(self, metrics: dict[str, Any]) -> bool:
+        """Record an epoch before it is reported (with its checkpoint, by the caller, then
+        `kick`); False for a failure, which is reported here, without one, and ends the trial."""
+        # (The caller reports, not a callback: a closure over the trial's objects would keep
+        # them alive in the traceback of an error raised while reporting.)
         self.writer.scalars(metrics, int(metrics["epoch"]))
         if self.notice:
             metrics[NOTICE], self.notice = self.notice, None
@@ -128,9 +130,11 @@ class Progress:
             self.note(f"{metrics['failure']}: {metrics.get('failure_detail', '')}", int(metrics["epoch"]))
             self.session.report(metrics, None)
             return False
-        report(metrics)  # (the writer flushes itself every few seconds)
-        self.watchdog.kick()
         return True
+
+    def kick(self) -> None:
+        """The epoch is reported: the watchdog gives the next one its time."""
+        self.watchdog.kick()
 
     def end(self, metrics: dict[str, Any]) -> None:
         """Record and report the failure a trial ends with outside an epoch (oom)."""

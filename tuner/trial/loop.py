@@ -128,8 +128,10 @@ def _train(p: Parts, watchdog: Optional[NoWatchdog] = None) -> Optional[dict[str
             if p.state.oom_backoffs > backoffs:
                 note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
                 progress.note(note, epoch + 1)
-            if not progress.epoch(metrics, lambda m: report_with_checkpoint(p, m)):
+            if not progress.record(metrics):
                 break
+            report_with_checkpoint(p, metrics)  # (the writer flushes itself every few seconds)
+            progress.kick()
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
         metrics = failed(metrics, p.spec, "oom", str(err), p.state.epoch)
