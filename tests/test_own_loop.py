@@ -15,6 +15,7 @@ import tests.own_loops as own_loops
 import tuner.trial.harness as harness
 from tests.conftest import DEBUG, ROOT, run_cli
 from tests.own_loops import lines
+from tests.test_memory import end_trial
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
 from tuner.sweepdir import read_metrics
 from tuner.trial.own_loop import run_own_loop
@@ -196,18 +197,5 @@ def test_the_users_model_is_gone_before_the_trials_memory_is_released(
     monkeypatch.setattr(harness, "release", spy_release)
     own_loops.MODELS.clear()
 
-    class Session(LocalSession):
-        def report(self, metrics: dict[str, Any], state: Any) -> None:
-            super().report(metrics, state)
-            if ending == "raised":
-                raise KeyError("the user's code failed")
-            if ending == "stopped":
-                raise SystemExit  # what Tune's report raises when the scheduler stops a trial
-
-    session = Session(str(tmp_path))
-    if ending == "finished":
-        run_own_loop(hp(), SPEC, session)
-    else:
-        with pytest.raises((KeyError, SystemExit)):
-            run_own_loop(hp(), SPEC, session)
+    end_trial(run_own_loop, SPEC, tmp_path, ending)
     assert own_loops.MODELS and alive_at_release == [False]
