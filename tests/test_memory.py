@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+import tuner.trial.harness as harness
 import tuner.trial.loop as loop
 from tests.chaos import before_adam_step
 from tests.test_loop import SYNTH, hp, train
@@ -52,7 +53,16 @@ def test_the_trial_is_gone_before_its_memory_is_released(
         alive_at_release.append(any(ref() is not None for ref in models))
 
     monkeypatch.setattr(loop, "build_model", tracked_build)
-    monkeypatch.setattr(loop, "release", spy_release)
+    monkeypatch.setattr(harness, "release", spy_release)  # the trial's frame calls it
+
+    end_trial(run_trial, SYNTH, tmp_path, ending)
+    assert models and alive_at_release == [False]
+
+
+def end_trial(run: Any, spec: TrialSpec, root: Path, ending: str) -> None:
+    """Run a trial that ends as `ending`: finished, raised (at its first report: the user's
+    code failed) or stopped (SystemExit, what Tune's report raises when the scheduler stops
+    or pauses it)."""
 
     class Session(LocalSession):
         def report(self, metrics: dict[str, Any], state: Any) -> None:
@@ -60,15 +70,13 @@ def test_the_trial_is_gone_before_its_memory_is_released(
             if ending == "raised":
                 raise _Stop("the user's code failed")
             if ending == "stopped":
-                raise SystemExit  # what Tune's report raises when the scheduler stops a trial
+                raise SystemExit
 
-    session = Session(str(tmp_path))
     if ending == "finished":
-        run_trial(hp(), SYNTH, session)
-    else:
-        with pytest.raises((_Stop, SystemExit)):
-            run_trial(hp(), SYNTH, session)
-    assert models and alive_at_release == [False]
+        run(hp(), spec, Session(str(root)))
+        return
+    with pytest.raises((_Stop, SystemExit)):
+        run(hp(), spec, Session(str(root)))
 
 
 # ----------------------------------------------------------------------------- optimizer state

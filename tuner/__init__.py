@@ -1,20 +1,21 @@
 """tuner: hyperparameter sweeps of PyTorch models on Ray, from one YAML file.
 
-Public surface: `load_sweep` (read and validate a sweep file), `run_sweep` (run it on Ray),
-`SweepConfig` and `ConfigError`. Ray and torch are imported only when a sweep runs.
+Public surface: `load_sweep` (read and validate a sweep file), `parse_sweep` (the same from a
+dict, e.g. in a notebook), `run_sweep` (run it on Ray), `SweepConfig` and `ConfigError`.
+Ray and torch are imported only when a sweep runs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from tuner.config import ConfigError, SweepConfig, load_sweep
+from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep
 
 if TYPE_CHECKING:
     from tuner.cluster.connect import Runtime
     from tuner.driver.sweep import SweepOutcome
 
-__all__ = ["ConfigError", "SweepConfig", "load_sweep", "run_sweep"]
+__all__ = ["ConfigError", "SweepConfig", "load_sweep", "parse_sweep", "run_sweep"]
 __version__ = "0.1.0"
 
 

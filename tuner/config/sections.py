@@ -8,7 +8,7 @@ is refused before anything heavy starts.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 from pydantic import (
     Field,
@@ -19,32 +19,45 @@ from pydantic import (
 from tuner import catalogue
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_param
+from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
 
 
 class TaskSection(Section):
-    """What is trained: a model family and a dataset."""
+    """What is trained: a model family and a dataset, or your own training loop."""
 
-    model: str = Field(
+    model: Optional[str] = Field(
+        None,
         description="Built-in model (mlp, cnn, vit) or 'package.module:function' with "
-        "signature fn(config, input_shape, num_classes) -> torch.nn.Module."
+        "signature fn(config, input_shape, num_classes) -> torch.nn.Module. Required unless "
+        "train is set.",
     )
-    data: str = Field(
+    data: Optional[str] = Field(
+        None,
         description="Built-in dataset (digits, synthetic, synthetic_images) or "
         "'package.module:function' with signature fn(config) -> (train_dataset, val_dataset) "
-        "returning map-style datasets of (x, y)."
+        "returning map-style datasets of (x, y). Required unless train is set.",
     )
     data_args: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of the dataset, e.g. samples/features/classes for synthetic.",
     )
+    train: Optional[str] = Field(
+        None,
+        description="Your own training loop instead of tuner's: 'package.module:function' with "
+        "signature fn(config, ctx), run in every trial (on every worker); it builds its own "
+        "model and data and reports each epoch with ctx.report (README: Your own loop). Not "
+        "with model, data or data_args.",
+    )
 
     @field_validator("model", "data")
     @classmethod
-    def _known_or_importable(cls, value: str, info: Any) -> str:
+    def _known_or_importable(cls, value: Optional[str], info: Any) -> Optional[str]:
         builtin = tuple(catalogue.MODELS) if info.field_name == "model" else catalogue.DATA
+        if value is None:
+            return value
         if ":" not in value:
             if value not in builtin:
                 raise ValueError(
@@ -54,6 +67,32 @@ class TaskSection(Section):
             return value
         catalogue.check_importable(value)
         return value
+
+    @field_validator("train")
+    @classmethod
+    def _train_callable(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            catalogue.check_importable(value, call=("config", "ctx"))
+        return value
+
+    @model_validator(mode="after")
+    def _one_loop(self) -> TaskSection:
+        if self.train is None:
+            for name in ("model", "data"):
+                if getattr(self, name) is None:
+                    raise ConfigError(
+                        f"task.{name}", "required field is missing (or task.train: your own loop)"
+                    )
+            return self
+        for name, field in type(self).model_fields.items():  # in order: the first is named
+            # Any value but the default (sweep.yaml writes model: null, data_args: {} back).
+            if name != "train" and getattr(self, name) != field.get_default(call_default_factory=True):
+                raise ConfigError(
+                    f"task.{name}",
+                    "task.train runs your own loop, which would ignore it: remove it (your loop "
+                    "builds its own model and data; fixed values go in search.params)",
+                )
+        return self
 
 
 class SearchSection(Section):
@@ -94,79 +133,6 @@ class SearchSection(Section):
                     f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
                     "may run (fewer values, a smaller grid_points, or random search)",
                 )
-        return self
-
-
-class ResourcesSection(Section):
-    """What each trial gets from Ray."""
-
-    workers_per_trial: int = Field(
-        1, ge=1, description="1: train inside the Tune trial; >1: DDP (or FSDP) with Ray Train workers."
-    )
-    cpus_per_worker: float = Field(1, gt=0, description="CPUs per worker (torch threads).")
-    gpus_per_worker: Union[Literal["auto", "pack"], float] = Field(
-        "auto",
-        description="GPUs per worker; fractions (0.25) share a GPU. auto: 1 when the cluster "
-        "has GPUs, else 0. pack: measure the peak memory of the space's largest configuration "
-        "on one GPU first, then share each GPU among as many trials as fit (1 worker per trial).",
-    )
-    gpu_memory_margin: float = Field(
-        0.1,
-        ge=0,
-        lt=1,
-        description="Share of each GPU's memory no trial counts on (fragmentation, other "
-        "processes). Shared GPUs: each trial's memory is capped at its part of the rest.",
-    )
-    max_trials_per_gpu: int = Field(
-        4, ge=1, description="pack: most trials sharing one GPU, however small they are."
-    )
-    max_concurrent_trials: Optional[int] = Field(
-        None, ge=1, description="Trials running at once (default: as many as resources allow)."
-    )
-    strategy: Literal["ddp", "fsdp"] = Field(
-        "ddp",
-        description="Multi-worker strategy: ddp (default; every worker holds the whole model) or "
-        "fsdp (FSDP2 shards parameters, gradients and optimizer state over the workers, for "
-        "models that do not fit one GPU).",
-    )
-
-    @field_validator("gpus_per_worker", mode="before")
-    @classmethod
-    def _gpu_word(cls, value: Any) -> Any:
-        # Without this a typo is reported against one member of the union, not the field.
-        if isinstance(value, str) and value not in ("auto", "pack"):
-            raise ValueError(f"must be a number, auto or pack, not '{value}'")
-        return value
-
-    @field_validator("gpus_per_worker")
-    @classmethod
-    def _gpu_amount(cls, value: Union[str, float]) -> Union[str, float]:
-        if isinstance(value, str):
-            return value
-        if value < 0:
-            raise ValueError("must be >= 0, auto or pack")
-        if value > 1 and value != int(value):
-            raise ValueError("above 1 must be a whole number (Ray shares only fractions of one)")
-        return value
-
-    @model_validator(mode="after")
-    def _multi_worker(self) -> ResourcesSection:
-        gpus, workers = self.gpus_per_worker, self.workers_per_trial
-        if gpus == "pack" and workers > 1:
-            raise ConfigError(
-                "resources.gpus_per_worker",
-                "pack shares GPUs between 1-worker trials; set workers_per_trial: 1",
-            )
-        if isinstance(gpus, (int, float)) and 0 < gpus < 1 and workers > 1:
-            # NCCL refuses two ranks of one process group on the same GPU, and Ray may place
-            # two workers of a trial on one GPU when each asks for a fraction.
-            raise ConfigError(
-                "resources.gpus_per_worker",
-                f"{gpus:g}: workers of one multi-worker trial need whole GPUs (NCCL cannot put "
-                "two ranks on one GPU); use 1, or workers_per_trial: 1",
-            )
-        if self.strategy == "fsdp" and workers < 2:
-            raise ConfigError("resources.strategy", "fsdp shards over workers: set workers_per_trial >= 2")
         return self
 
 
@@ -336,6 +302,8 @@ class SweepConfig(Section):
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             check_param(name, param, self.task.model, self.training)
+        if self.task.train is not None:
+            self._own_loop_fits()
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
@@ -343,6 +311,17 @@ class SweepConfig(Section):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
+
+    def _own_loop_fits(self) -> None:
+        """Refuse settings only tuner's own loop can honour, with task.train."""
+        if self.resources.gpus_per_worker == "pack":
+            raise ConfigError(
+                "resources.gpus_per_worker",
+                "pack measures tuner's own loop; with task.train give each trial a share (0.25)",
+            )
+        if True in (values_of(self.hyperparameters()["find_batch_size"]) or []):
+            where = "search.params" if "find_batch_size" in self.search.params else "training"
+            raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
 
     def expected_trials(self) -> int:
         """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""

@@ -265,9 +265,10 @@ def resolve(cfg: SweepConfig) -> TrialResources:
 def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
     """What every trial of the sweep is told besides its configuration."""
     return TrialSpec(
-        model=cfg.task.model,
-        data=cfg.task.data,
+        model=cfg.task.model or "",
+        data=cfg.task.data or "",
         data_args=dict(cfg.task.data_args),
+        train=cfg.task.train,
         max_epochs=cfg.schedule.max_epochs,
         metric=cfg.metric,
         mode=str(cfg.mode),

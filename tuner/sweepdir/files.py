@@ -109,7 +109,11 @@ def config_path(sweep_dir: str) -> str:
 
 # Stand-ins that pass validation when a sweep's own model/data module cannot be imported
 # from here (user modules import from where the sweep started); readers never run them.
-_STANDIN = {"model": "tuner.trial.models:build_model", "data": "tuner.trial.data:load_data"}
+_STANDIN = {
+    "model": "tuner.trial.models:build_model",
+    "data": "tuner.trial.data:load_data",
+    "train": "tuner.trial.own_loop:train_nothing",
+}
 
 
 def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
@@ -131,8 +135,8 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
             raise
     raw = read_yaml(path)
     task = dict(raw.get("task") or {})
-    cfg = parse_sweep({**raw, "task": {**task, **_STANDIN}})
     real = {k: task[k] for k in _STANDIN if k in task}
+    cfg = parse_sweep({**raw, "task": {**task, **{k: _STANDIN[k] for k in real}}})
     return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
 
 

@@ -8,11 +8,8 @@ EventWriter/NullWriter), so the body has no branches on rank, AMP, device or str
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import time
-import traceback
 from typing import Any, Optional
 
 import torch
@@ -20,72 +17,33 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tuner.sweepdir import TRIAL_LOG
 from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.harness import Frame, Progress, failed, guarded, trial_logger
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
 from tuner.trial.parallel import make_strategy
-from tuner.trial.prefetch import make_feed
+from tuner.trial.prefetch import input_format, make_feed
 from tuner.trial.session import Session
 from tuner.trial.settings import Settings
 from tuner.trial.spec import TrialSpec
 from tuner.trial.state import Parts, TrainState, report_with_checkpoint, restore
-from tuner.trial.tb import EventWriter, NullWriter
-from tuner.trial.watchdog import NoWatchdog, make_watchdog
-
-WORST = {"max": -math.inf, "min": math.inf}
+from tuner.trial.watchdog import NoWatchdog
 
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
     """Train one configuration to `spec.max_epochs` (or until stopped); returns last metrics."""
-    device = session.device(spec.gpus_per_worker > 0)
-    # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
-    torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
-    gpu = make_gpu(device)
-    main_dir = session.trial_dir if session.is_main else None
-    log = _trial_logger(session)
-    watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
-    try:
-        # Before anything is built: this trial's share of the GPU must be free (gpu.py).
-        gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        settings = Settings.of(hp)  # the training settings, typed, once
-        gpu.configure(tf32=settings.tf32)
-        return _build_and_train(hp, spec, session, device, gpu, settings, watchdog)
-    except BaseException as err:
-        if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
-            # Tune keeps its own error.txt on the driver; this copy is written by the trial
-            # itself, so it is in the trial's directory even if the driver is gone.
-            write_traceback(session.trial_dir, session.rank)
-        # The traceback's frames hold the trial's model, optimizer and batches: clear their
-        # locals, or the memory they hold goes on living with the error (in Tune's hands).
-        traceback.clear_frames(err.__traceback__)
-        raise
-    finally:
-        watchdog.stop()
-        # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
-        # by now, so this returns their memory before the actor runs its next trial.
-        release(device)
-        _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
+    return guarded(hp, spec, session, lambda frame: _build_and_train(hp, frame))
 
 
-def _build_and_train(
-    hp: dict[str, Any],
-    spec: TrialSpec,
-    session: Session,
-    device: torch.device,
-    gpu: NoGpu,
-    settings: Settings,
-    watchdog: NoWatchdog,
-) -> Optional[dict[str, Any]]:
+def _build_and_train(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
     # The trial's live objects exist only in this frame: when it returns they are gone.
-    parts = build_parts(hp, spec, session, device, gpu, settings)
+    parts = build_parts(hp, f.spec, f.session, f.device, f.gpu, f.settings)
     try:
-        return _train(parts, watchdog)
+        return _train(parts, f.watchdog)
     finally:
         parts.close()
 
@@ -105,11 +63,11 @@ def build_parts(
     """
     s = settings or Settings.of(hp)
     torch.manual_seed(s.seed)
-    log = _trial_logger(session)
+    log = trial_logger(session)
     data = load_data(spec.data, spec.data_args, hp, spec.search_path)
     # Built and formatted on the CPU; the strategy moves it (FSDP: only each rank's shard).
     model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
-    fmt = _memory_format(s.channels_last, data.input_shape, log)
+    fmt = input_format(s.channels_last, data.input_shape, log)
     model = model.to(memory_format=fmt)
     amp = make_amp(s.amp, device)
     strategy = make_strategy(spec.strategy, session.world_size)
@@ -155,63 +113,31 @@ def build_parts(
     )
 
 
-def _memory_format(
-    channels_last: bool, input_shape: tuple[int, ...], log: logging.Logger
-) -> torch.memory_format:
-    if channels_last and len(input_shape) != 3:
-        log.warning("training.channels_last ignored: inputs of shape %s are not images", input_shape)
-    return torch.channels_last if channels_last and len(input_shape) == 3 else torch.contiguous_format
-
-
 def _train(p: Parts, watchdog: Optional[NoWatchdog] = None) -> Optional[dict[str, Any]]:
-    watchdog = watchdog or NoWatchdog()
     resumed = restore(p)
-    main_dir = p.session.trial_dir if p.session.is_main else None
-    writer = EventWriter(main_dir) if main_dir else NullWriter()
-    journal = MetricsLog(main_dir) if main_dir else NullMetricsLog()
-    journal.resume_at(p.state.epoch)
-    if resumed:
-        p.log.info("resumed at epoch %d (micro-batch %d)", p.state.epoch, p.state.micro_batch)
-        writer.text("trial/log", f"resumed at epoch {p.state.epoch}", p.state.epoch)
-    notice = p.session.notice  # passed over a damaged checkpoint: the driver prints it
-    if notice:
-        p.log.warning("%s", notice)
-        writer.text("trial/log", notice, p.state.epoch)
+    progress = Progress(p.session, p.log, watchdog)
+    progress.start(p.state.epoch, resumed, f" (micro-batch {p.state.micro_batch})")
     metrics: Optional[dict[str, Any]] = None
     try:
         if p.find_batch_size and not resumed:  # a resumed trial keeps the micro-batch it had
             p.state.micro_batch = fit_micro_batch(p)
-            writer.text("trial/log", f"find_batch_size: micro-batch {p.state.micro_batch}", 0)
+            progress.note(f"find_batch_size: micro-batch {p.state.micro_batch}", 0)
         for epoch in range(p.state.epoch, p.spec.max_epochs):
             backoffs = p.state.oom_backoffs
             metrics = _epoch(p, epoch)
             if p.state.oom_backoffs > backoffs:
                 note = f"OOM: micro-batch now {p.state.micro_batch} ({p.state.oom_backoffs} back-offs)"
-                writer.text("trial/log", note, epoch + 1)
-            writer.scalars(metrics, epoch + 1)
-            if notice:
-                metrics[NOTICE], notice = notice, None
-            # Journal first, then checkpoint, then report: a kill between any two leaves a
-            # journal that the resumed trial trims back to its checkpoint's epoch.
-            journal.append(metrics)
-            if "failure" in metrics:
-                writer.text(
-                    "trial/log", f"{metrics['failure']}: {metrics.get('failure_detail', '')}", epoch + 1
-                )
-                p.session.report(metrics, None)
+                progress.note(note, epoch + 1)
+            if not progress.record(metrics):
                 break
             report_with_checkpoint(p, metrics)  # (the writer flushes itself every few seconds)
-            watchdog.kick()
+            progress.kick()
     except TrialOOM as err:
         # The trial ends, as a result (not a crash): its config does not fit this device.
-        p.log.warning("%s", err)
-        metrics = {**(metrics or {}), p.spec.metric: WORST[p.spec.mode]}
-        metrics.update(failure="oom", failure_detail=str(err), epoch=p.state.epoch)
-        writer.text("trial/log", f"oom: {err}", p.state.epoch)
-        journal.append(metrics)
-        p.session.report(metrics, None)
+        metrics = failed(metrics, p.spec, "oom", str(err), p.state.epoch)
+        progress.end(metrics)
     finally:
-        writer.close()
+        progress.close()
     return metrics
 
 
@@ -242,9 +168,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
     if not (math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])):
         # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): report
         # the worst value, so a diverged trial is never promoted or chosen as best.
-        metrics[p.spec.metric] = WORST[p.spec.mode]
-        metrics["failure"] = "diverged"
-        metrics["failure_detail"] = f"non-finite loss at epoch {epoch + 1}"
+        metrics = failed(metrics, p.spec, "diverged", f"non-finite loss at epoch {epoch + 1}", epoch + 1)
     return metrics
 
 
@@ -352,26 +276,3 @@ def _all_sum(p: Parts, values: list[Any]) -> list[float]:
     if p.session.world_size > 1:
         dist.all_reduce(t)
     return t.tolist()
-
-
-def _log_name(session: Session) -> str:
-    return f"tuner.trial.{session.trial_id}"
-
-
-def _trial_logger(session: Session) -> logging.Logger:
-    log = logging.getLogger(_log_name(session))
-    log.propagate = False
-    log.setLevel(logging.INFO)
-    _close_files(log)
-    if session.is_main and session.trial_dir:
-        handler = logging.FileHandler(os.path.join(session.trial_dir, TRIAL_LOG))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-    return log
-
-
-def _close_files(log: logging.Logger) -> None:
-    # Only our file handlers: test runners attach their own to non-propagating loggers.
-    for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
-        handler.close()
-        log.removeHandler(handler)

@@ -9,6 +9,7 @@ Each strategy is an object with the same few calls, so the loop never branches o
 - `sync(net, last)`: the context of one micro-batch; DDP reduces gradients on the last only.
 - `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
   same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
+  The optimizer may be None (weights only).
 - `all_agree(ok)`: True only if every rank says so (the batch-size probe moves in lockstep).
 """
 
@@ -41,12 +42,21 @@ class Single:
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         return nullcontext()
 
-    def state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-        return model.state_dict(), optimizer.state_dict()
+    def state(
+        self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
+    ) -> tuple[dict, Optional[dict]]:
+        return model.state_dict(), None if optimizer is None else optimizer.state_dict()
 
-    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: Optional[torch.optim.Optimizer],
+        weights: dict,
+        optim: Optional[dict],
+    ) -> None:
         model.load_state_dict(weights)
-        optimizer.load_state_dict(optim)
+        if optimizer is not None and optim is not None:
+            optimizer.load_state_dict(optim)
 
     def all_agree(self, ok: bool, device: torch.device) -> bool:
         return ok
@@ -123,7 +133,9 @@ class FSDP(DDP):
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         return nullcontext()
 
-    def state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    def state(
+        self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
+    ) -> tuple[dict, Optional[dict]]:
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
             get_optimizer_state_dict,
@@ -132,17 +144,25 @@ class FSDP(DDP):
         # A collective: every rank gathers, rank 0 receives the full tensors (on CPU, so the
         # GPU never holds a second full copy); other ranks get empty dicts.
         opts = _full_options(cpu_offload=True)
-        return get_model_state_dict(model, options=opts), get_optimizer_state_dict(
-            model, optimizer, options=opts
-        )
+        weights = get_model_state_dict(model, options=opts)
+        if optimizer is None:
+            return weights, None
+        return weights, get_optimizer_state_dict(model, optimizer, options=opts)
 
-    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: Optional[torch.optim.Optimizer],
+        weights: dict,
+        optim: Optional[dict],
+    ) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
         # Every rank read the full checkpoint; each keeps its own shard of it.
         opts = _full_options()
         set_model_state_dict(model, weights, options=opts)
-        set_optimizer_state_dict(model, optimizer, optim, options=opts)
+        if optimizer is not None and optim is not None:
+            set_optimizer_state_dict(model, optimizer, optim, options=opts)
 
 
 def _full_options(**kw: Any) -> Any:

@@ -10,12 +10,14 @@ overlap: `make_feed` returns the plain feed, and the results are the same either
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+# (x, y) from tuner's data; a user's own loader (ctx.loader) may also yield (x, y, ...) or x.
+Batch = Union[torch.Tensor, tuple[torch.Tensor, ...]]
 
 
 class Feed:
@@ -29,11 +31,14 @@ class Feed:
             yield self.load(batch)
 
     def load(self, batch: Batch) -> Batch:
-        x, y = batch
         # non_blocking pairs with pinned host memory (the DataLoader pins on CUDA): the copy
-        # is queued and the host goes on.
+        # is queued and the host goes on. The first tensor is the input; the rest (labels,
+        # targets) are only moved.
+        if isinstance(batch, torch.Tensor):
+            return self.prepare(batch.to(self.device, non_blocking=True))
+        x, *rest = batch
         x = self.prepare(x.to(self.device, non_blocking=True))
-        return x, y.to(self.device, non_blocking=True)
+        return (x, *(t.to(self.device, non_blocking=True) for t in rest))
 
 
 class CudaPrefetcher(Feed):
@@ -49,7 +54,7 @@ class CudaPrefetcher(Feed):
         while ahead is not None:
             main = torch.cuda.current_stream(self.device)
             main.wait_stream(self.stream)  # batch N's copy/convert is done before N is used
-            for t in ahead:
+            for t in (ahead,) if isinstance(ahead, torch.Tensor) else ahead:
                 # Allocated on the side stream, used on the main one: without this the
                 # allocator could hand their memory to batch N+1 while N still computes.
                 t.record_stream(main)
@@ -78,3 +83,12 @@ def make_feed(
 
     cls = CudaPrefetcher if prefetch and device.type == "cuda" else Feed
     return cls(device, to_input)
+
+
+def input_format(
+    channels_last: bool, input_shape: tuple[int, ...], log: logging.Logger
+) -> torch.memory_format:
+    """channels_last for image inputs (C, H, W) when asked, else the contiguous format."""
+    if channels_last and len(input_shape) != 3:
+        log.warning("training.channels_last ignored: inputs of shape %s are not images", input_shape)
+    return torch.channels_last if channels_last and len(input_shape) == 3 else torch.contiguous_format

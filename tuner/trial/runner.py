@@ -1,5 +1,7 @@
 """The Tune trainable: the loop in the trial actor (1 worker) or in Ray Train workers (DDP).
 
+The loop is tuner's own (`trial.loop`) or the user's (`task.train`, `trial.own_loop`).
+
 One worker: the loop runs right here, in the (reused) Tune actor, and pays no Ray Train
 start-up. More workers: this actor becomes a small driver that runs a `TorchTrainer` whose
 workers run the same loop; `TuneReportCallback` forwards rank 0's (already reduced) metrics to
@@ -23,10 +25,9 @@ TRAIN_RUN_NAME = "train"
 
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
-    from tuner.trial.loop import run_trial
     from tuner.trial.session import TuneSession
 
-    run_trial(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints))
+    _loop(spec)(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints))
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -66,10 +67,21 @@ def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 
 def _ddp_worker(cfg: dict[str, Any]) -> None:
-    from tuner.trial.loop import run_trial
     from tuner.trial.session import TrainSession
 
-    run_trial(cfg["hp"], cfg["spec"], TrainSession(cfg["trial_dir"], cfg["trial_id"]))
+    spec = cfg["spec"]
+    _loop(spec)(cfg["hp"], spec, TrainSession(cfg["trial_dir"], cfg["trial_id"]))
+
+
+def _loop(spec: TrialSpec) -> Callable[..., Any]:
+    """tuner's own training loop, or the user's (task.train)."""
+    if spec.train:
+        from tuner.trial.own_loop import run_own_loop
+
+        return run_own_loop
+    from tuner.trial.loop import run_trial
+
+    return run_trial
 
 
 def _train_storage(spec: TrialSpec, trial_dir: str) -> str:

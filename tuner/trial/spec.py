@@ -17,6 +17,8 @@ class TrialSpec:
     model: str
     data: str
     data_args: dict[str, Any] = field(default_factory=dict)
+    # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
+    train: Optional[str] = None
     max_epochs: int = 10
     metric: str = "val_acc"
     mode: str = "max"

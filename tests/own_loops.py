@@ -1,0 +1,82 @@
+"""Users' own training loops (`task.train: tests.own_loops:...`) for the task.train tests.
+
+`regress`: least squares on generated data, a plain loop through every ctx call. Each start
+appends `ctx.epoch` to `starts.txt` in the trial's directory (where it began: 0, or the epoch
+it resumed at), and each epoch trained its number to `trained.txt`. `config["behave"]` makes
+one configuration misbehave at epoch 2: "oom" (torch.OutOfMemoryError), "nan" (a non-finite
+val_loss), "boom" (a ValueError); "slow" sleeps `epoch_s` per epoch so a test can catch it
+mid-way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+# Every model `regress` built, weakly: the memory test checks none outlives its trial.
+MODELS: list[weakref.ref] = []
+
+
+def _data(n: int, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(n, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def regress(config: dict[str, Any], ctx: Any) -> None:
+    _note(ctx, "starts.txt", ctx.epoch)
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    MODELS.append(weakref.ref(net))
+    opt = torch.optim.SGD(net.parameters(), lr=float(config["lr"]))
+    model, opt = ctx.prepare(net, opt)
+    state = ctx.restore()
+    if state is not None:
+        ctx.load_state_dict(model, opt, state)
+    train = ctx.loader(_data(256), int(config["batch_size"]))
+    val = ctx.loader(_data(64, seed=1), 64, shuffle=False)
+    behave = config.get("behave", "ok")
+    for epoch in range(ctx.epoch, ctx.max_epochs):
+        if behave == "slow":
+            time.sleep(float(config.get("epoch_s", 0.5)))
+        model.train()
+        for x, y in train:
+            with ctx.autocast():
+                loss = nn.functional.mse_loss(model(x), y)
+            if behave == "oom" and epoch == 1:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (injected)")
+            if behave == "boom" and epoch == 1:
+                raise ValueError("boom: this configuration fails on purpose")
+            opt.zero_grad(set_to_none=True)
+            ctx.scaler.scale(loss).backward()
+            ctx.scaler.step(opt)
+            ctx.scaler.update()
+        model.eval()
+        with torch.no_grad():
+            val_loss = sum(nn.functional.mse_loss(model(x), y, reduction="sum") for x, y in val) / 64
+        if behave == "nan" and epoch == 1:
+            val_loss = torch.tensor(float("nan"))
+        _note(ctx, "trained.txt", epoch + 1)  # never trimmed: every epoch ever trained
+        ctx.report({"val_loss": val_loss, "train_loss": loss.detach()}, state=ctx.state_dict(model, opt))
+
+
+def _note(ctx: Any, name: str, value: int) -> None:
+    if ctx.is_main and ctx.trial_dir:
+        with open(os.path.join(ctx.trial_dir, name), "a") as f:
+            f.write(f"{value}\n")
+
+
+def lines(path: Any) -> list[int]:
+    """The numbers a trial wrote with _note, in order."""
+    return [int(v) for v in open(path).read().split()] if os.path.exists(path) else []
+
+
+def no_report(config: dict[str, Any], ctx: Any) -> None:
+    """Returns without reporting anything."""

@@ -1,0 +1,201 @@
+"""task.train, the user's own loop: refused before Ray when it cannot work, and in a trial
+without Ray (LocalSession): resume, divergence, out-of-memory, misuse of ctx."""
+
+from __future__ import annotations
+
+import gc
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.own_loops as own_loops
+import tuner.trial.harness as harness
+from tests.conftest import DEBUG, ROOT, run_cli
+from tests.own_loops import lines
+from tests.test_memory import end_trial
+from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
+from tuner.sweepdir import read_metrics
+from tuner.trial.own_loop import run_own_loop
+from tuner.trial.session import LocalSession
+from tuner.trial.spec import TrialSpec
+
+BAD_MODULE = "user_loops_refused"  # a name no other test imports
+SOURCE = """
+import torch
+
+CONSTANT = 3
+
+def fine(config, ctx, extra=1): ...
+def flexible(*args): ...
+def one_arg(config): ...
+def three_args(config, ctx, more): ...
+def keyword_only(config, ctx, *, more): ...
+async def later(config, ctx): ...
+"""
+
+
+def own(train: str = "tests.own_loops:regress", **top: Any) -> dict[str, Any]:
+    """debug.yaml's sweep with its task replaced by `task.train`, metric val_loss."""
+    raw = read_yaml(DEBUG)
+    raw.update(task={"train": train}, metric="val_loss", mode="min")
+    raw["search"]["params"] = {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}}
+    for dotted, value in top.items():
+        section, _, key = dotted.partition("__")
+        if key:
+            raw.setdefault(section, {})[key] = value
+        else:
+            raw[section] = value
+    return raw
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / f"{BAD_MODULE}.py").write_text(SOURCE)
+    (tmp_path / "user_loops_broken.py").write_text("def train(config, ctx)\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return BAD_MODULE
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        ("no_such_module_xyz:train", "cannot import module 'no_such_module_xyz'"),
+        ("user_loops_broken:train", "cannot import module 'user_loops_broken' (line 1"),
+        (f"{BAD_MODULE}:missing", "has no function 'missing'"),
+        (f"{BAD_MODULE}:CONSTANT", "'CONSTANT' is a constant value, not a function"),
+        (f"{BAD_MODULE}:one_arg", "'one_arg(config)' cannot be called as one_arg(config, ctx)"),
+        (f"{BAD_MODULE}:three_args", "cannot be called as three_args(config, ctx)"),
+        (f"{BAD_MODULE}:keyword_only", "cannot be called as keyword_only(config, ctx)"),
+        (f"{BAD_MODULE}:later", "'later' is an async function"),
+        ("no_colon", "is not of the form package.module:function"),
+    ],
+)
+def test_a_train_function_that_cannot_be_called_is_refused(
+    user_module: str, train: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_sweep(own(train))
+    assert err.value.path == "task.train" and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["fine", "flexible"])
+def test_functions_that_take_config_and_ctx_pass(user_module: str, name: str) -> None:
+    assert parse_sweep(own(f"{BAD_MODULE}:{name}")).task.train == f"{BAD_MODULE}:{name}"
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"task": {"train": "tests.own_loops:regress", "model": "mlp"}}, "task.model"),
+        ({"task": {"train": "tests.own_loops:regress", "data": "digits"}}, "task.data"),
+        ({"task": {"train": "tests.own_loops:regress", "data_args": {"samples": 9}}}, "task.data_args"),
+        ({"training__find_batch_size": True}, "training.find_batch_size"),
+        ({"resources__gpus_per_worker": "pack"}, "resources.gpus_per_worker"),
+        ({"task": {"data": "digits"}}, "task.model"),
+    ],
+)
+def test_settings_the_own_loop_would_ignore_are_refused(change: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_sweep(own(**change))
+    assert err.value.path == path, str(err.value)
+
+
+def test_the_cli_refuses_in_one_line_before_ray(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (DEBUG.read_text()).replace("  model: mlp\n", "  model: mlp\n  train: tests.own_loops:regress\n")
+    )
+    out = run_cli("sweep", str(bad), "--output", str(tmp_path), cwd=ROOT, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "task.model" in out.stderr, out.stderr
+    assert not list(tmp_path.glob("debug*")), "nothing written: refused before the sweep started"
+
+
+# ----------------------------------------------------------------------------- in a trial
+
+SPEC = TrialSpec(
+    model="", data="", train="tests.own_loops:regress", max_epochs=4, metric="val_loss", mode="min"
+)
+
+
+def hp(**kw: Any) -> dict[str, Any]:
+    return {**TrainingSection().model_dump(), "amp": "off", "lr": 0.05, "batch_size": 32, **kw}
+
+
+def run(tmp: Path, spec: TrialSpec = SPEC, resume: bool = False, **kw: Any) -> LocalSession:
+    session = LocalSession(str(tmp), resume=resume)
+    run_own_loop(hp(**kw), spec, session)
+    return session
+
+
+def test_a_resumed_own_loop_continues_where_it_stopped_and_ends_where_one_run_ends(tmp_path: Path) -> None:
+    straight = run(tmp_path / "straight")
+    half = TrialSpec(**{**SPEC.to_dict(), "max_epochs": 2})
+    run(tmp_path / "resumed", half)
+    resumed = run(tmp_path / "resumed", resume=True)
+    assert [m["epoch"] for m in resumed.metrics] == [3, 4]  # epochs go on, not from 1
+    assert lines(tmp_path / "resumed" / "starts.txt") == [0, 2]
+    assert lines(tmp_path / "resumed" / "trained.txt") == [1, 2, 3, 4]  # none trained twice
+    assert [r["epoch"] for r in read_metrics(str(tmp_path / "resumed"))] == [1, 2, 3, 4]
+    # The shuffle order follows the epoch, weights and optimizer come back: the same numbers.
+    assert [m["val_loss"] for m in resumed.metrics] == [m["val_loss"] for m in straight.metrics[2:]]
+    assert straight.metrics[-1]["val_loss"] < straight.metrics[0]["val_loss"] / 10  # it learns
+    assert "resumed at epoch 2" in (tmp_path / "resumed" / "trial.log").read_text()
+
+
+def test_a_non_finite_metric_ends_the_trial_as_diverged(tmp_path: Path) -> None:
+    s = run(tmp_path, behave="nan")
+    last = s.metrics[-1]
+    assert [m["epoch"] for m in s.metrics] == [1, 2] and last["failure"] == "diverged"
+    assert last["val_loss"] == math.inf and "non-finite val_loss at epoch 2" in last["failure_detail"]
+    assert lines(tmp_path / "trained.txt") == [1, 2]  # report did not return into the loop
+    assert read_metrics(str(tmp_path))[-1]["failure"] == "diverged"
+
+
+def test_out_of_memory_in_the_users_loop_ends_the_trial_as_oom(tmp_path: Path) -> None:
+    s = run(tmp_path, behave="oom")
+    last = s.metrics[-1]
+    assert last["failure"] == "oom" and last["val_loss"] == math.inf and last["epoch"] == 1
+    assert "Tried to allocate 1.00 GiB (injected)" in last["failure_detail"]
+    assert not (tmp_path / "traceback.txt").exists()  # a result, not a crash
+
+
+def test_misuse_of_ctx_fails_the_trial_with_a_clear_error(tmp_path: Path) -> None:
+    module = tmp_path / "misuse_loops.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            def restarts(config, ctx):
+                ctx.report({"val_loss": 1.0, "epoch": 1}, state={"step": 1})
+            """
+        )
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(tmp_path))
+        spec = TrialSpec(**{**SPEC.to_dict(), "train": "misuse_loops:restarts"})
+        run(tmp_path / "a", spec)  # epoch 1 as tuner counts it: fine
+        with pytest.raises(ValueError, match=r"metrics\['epoch'\] is 1 but this is epoch 2"):
+            run(tmp_path / "a", spec, resume=True)
+        assert "ValueError" in (tmp_path / "a" / "traceback.txt").read_text()
+        with pytest.raises(RuntimeError, match="returned without calling ctx.report"):
+            run(tmp_path / "b", TrialSpec(**{**SPEC.to_dict(), "train": "tests.own_loops:no_report"}))
+
+
+@pytest.mark.parametrize("ending", ["finished", "raised", "stopped"])
+def test_the_users_model_is_gone_before_the_trials_memory_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    alive_at_release: list[bool] = []
+
+    def spy_release(device: Any) -> None:
+        gc.collect()  # as release does on CUDA
+        alive_at_release.append(any(ref() is not None for ref in own_loops.MODELS))
+
+    monkeypatch.setattr(harness, "release", spy_release)
+    own_loops.MODELS.clear()
+
+    end_trial(run_own_loop, SPEC, tmp_path, ending)
+    assert own_loops.MODELS and alive_at_release == [False]

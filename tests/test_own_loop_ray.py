@@ -1,0 +1,191 @@
+"""task.train on real Ray: failures end their own trials, a pausing scheduler (HyperBand)
+and a killed driver lose no epoch, the language-model example runs with 2 DDP workers, and
+the notebook example runs through the Python API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.own_loops import lines
+from tests.test_own_loop import own
+from tuner.config import TrainingSection, parse_sweep
+from tuner.sweepdir import read_metrics
+from tuner.trial.checkpoint import DirCheckpoints
+from tuner.trial.spec import TrialSpec
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def _trials(out: Any) -> dict[str, dict[str, Any]]:
+    """Trials of a finished sweep by their `behave` setting."""
+    return {t["config"]["behave"]: t for t in out.summary["trials"]}
+
+
+def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: Path) -> None:
+    from tuner.driver.sweep import run_sweep
+
+    raw = own(schedule={"max_epochs": 3, "early_stopping": False}, output=str(tmp_path))
+    raw["search"] = {
+        "algorithm": "grid",
+        "params": {"behave": {"type": "grid", "values": ["ok", "oom", "nan", "boom"]}, "lr": 0.05},
+    }
+    out = run_sweep(parse_sweep(raw))
+    t = _trials(out)
+    assert t["ok"]["status"] == "TERMINATED" and t["ok"]["epochs"] == 3 and t["ok"]["failure"] is None
+    assert t["oom"]["failure"] == "oom" and t["oom"]["status"] != "ERROR"
+    assert t["nan"]["failure"] == "diverged" and t["nan"]["status"] != "ERROR"
+    assert t["boom"]["status"] == "ERROR" and t["boom"]["failure"].startswith("error: ValueError: boom")
+    boom_dir = Path(out.sweep_dir) / t["boom"]["trial_id"]
+    assert "boom: this configuration fails on purpose" in (boom_dir / "traceback.txt").read_text()
+    assert out.summary["best"]["trial_id"] == t["ok"]["trial_id"]
+    ok_dir = Path(out.sweep_dir) / t["ok"]["trial_id"]
+    assert [r["epoch"] for r in read_metrics(str(ok_dir))] == [1, 2, 3]
+    assert list(ok_dir.glob("events.out.tfevents.*")), "TensorBoard scalars of the own loop"
+
+
+@pytest.mark.slow
+def test_hyperband_pauses_and_resumes_own_loops_without_repeating_an_epoch(tmp_path: Path) -> None:
+    from ray import tune
+    from ray.tune.schedulers import HyperBandScheduler
+
+    from tuner.trial.runner import in_actor_trial
+
+    sweep = tmp_path / "hb"
+    spec = TrialSpec(
+        model="",
+        data="",
+        train="tests.own_loops:regress",
+        max_epochs=6,
+        metric="val_loss",
+        mode="min",
+        search_path=str(ROOT),
+        storage=str(tmp_path),
+        sweep_dir=str(sweep),
+    )
+    lrs = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+    space = {**TrainingSection().model_dump(), "amp": "off", "batch_size": 64, "behave": "slow"}
+    space.update(epoch_s=0.1, lr=tune.grid_search(lrs))
+    # Synchronous HyperBand: a trial that reaches its rung waits, PAUSED, for the bracket.
+    scheduler = HyperBandScheduler(time_attr="epoch", max_t=6, reduction_factor=2)
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(in_actor_trial, spec=spec), {"cpu": 1}),
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="hb", verbose=0),
+    )
+    results = tuner.fit()
+    assert not results.errors
+    resumed = 0
+    for trial in sorted(p for p in sweep.iterdir() if (p / "trained.txt").exists()):
+        trained, starts = lines(trial / "trained.txt"), lines(trial / "starts.txt")
+        assert trained == list(range(1, len(trained) + 1)), (trial.name, trained)  # no repeats
+        assert [r["epoch"] for r in read_metrics(str(trial))] == trained
+        # Every restart began where the epochs so far ended, never at 0 again.
+        assert starts[0] == 0 and all(s > 0 for s in starts[1:]), (trial.name, starts)
+        assert all(s in trained for s in starts[1:])
+        resumed += len(starts) - 1
+    print(f"HyperBand resumed trials {resumed} times")
+    assert resumed >= 1, "HyperBand paused and resumed at least one trial"
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_driver_then_resume_continues_own_loops(tmp_path: Path) -> None:
+    sweep_file = tmp_path / "own.yaml"
+    raw = own(
+        schedule={"max_epochs": 6, "early_stopping": False},
+        output=str(tmp_path),
+        name="own",
+    )
+    raw["search"] = {
+        "algorithm": "random",
+        "num_samples": 3,
+        "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}, "behave": "slow", "epoch_s": 1.0},
+    }
+    raw["resources"]["max_concurrent_trials"] = 2
+    sweep_file.write_text(json.dumps(raw))  # JSON is YAML
+    log = open(tmp_path / "driver.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    sweep = tmp_path / "own"
+    deadline = time.time() + 240
+    while time.time() < deadline:  # until a trial is mid-way with a checkpoint of epoch >= 2
+        epochs = [DirCheckpoints(str(t)).latest_epoch() or 0 for t in sweep.glob("*/") if t.is_dir()]
+        if any(2 <= e < 6 for e in epochs):
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    before = {t.name: lines(t / "trained.txt") for t in sweep.iterdir() if (t / "trained.txt").exists()}
+    assert any(2 <= len(v) < 6 for v in before.values()), before
+    out = run_cli("resume", str(sweep), timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 3
+    for t in summary["trials"]:
+        trial = sweep / t["trial_id"]
+        assert t["epochs"] == 6 and [r["epoch"] for r in read_metrics(str(trial))] == list(range(1, 7))
+        starts = lines(trial / "starts.txt")
+        assert all(s > 0 for s in starts[1:]), (t["trial_id"], starts)  # never from epoch 0 again
+    resumed = [t for t, done in before.items() if 2 <= len(done) < 6]
+    for t in resumed:  # the trial caught mid-way went on from its checkpoint
+        assert lines(sweep / t / "starts.txt")[-1] >= 2
+
+
+LM_TINY = [
+    "--set", "search.num_samples=1", "--set", "schedule.max_epochs=2",
+    "--set", "search.params.chars=20000", "--set", "search.params.lr=0.003",
+    "--set", "search.params.width=64", "--set", "search.params.layers=1",
+    "--set", "search.params.block_size=32", "--set", "training.batch_size=32",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_language_model_example_trains_with_2_ddp_workers(tmp_path: Path) -> None:
+    out = run_cli(
+        "sweep", "search_spaces/char_lm.yaml", "--output", str(tmp_path),
+        "--set", "resources.workers_per_trial=2", *LM_TINY,
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((tmp_path / "char-lm" / "summary.json").read_text())
+    (t,) = summary["trials"]
+    assert t["status"] == "TERMINATED" and t["epochs"] == 2 and t["failure"] is None
+    rows = read_metrics(str(tmp_path / "char-lm" / t["trial_id"]))
+    # It learns: guessing uniformly over the text's ~80 characters scores ln(80) = 4.4 nats.
+    assert rows[-1]["val_loss"] < rows[0]["val_loss"] and rows[-1]["val_loss"] < 3.6, rows
+    assert (tmp_path / "char-lm" / t["trial_id"] / "train").is_dir(), "Ray Train kept its checkpoints"
+
+
+def test_notebook_example_runs_the_language_model_from_python(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    import tuner
+    from search_spaces.notebook_char_lm import sweep_config
+
+    assert sweep_config().task.train == "search_spaces.char_lm:train"
+    params = {"lr": 2e-3, "width": 32, "layers": {"type": "choice", "values": [1, 2]}, "heads": 4}
+    params.update(block_size=32, chars=6000)
+    tiny = sweep_config(
+        output=str(tmp_path),
+        search={"algorithm": "random", "num_samples": 2, "params": params},
+        schedule={"max_epochs": 2, "grace_epochs": 1},
+        resources={"gpus_per_worker": 0},
+        training={"batch_size": 32, "amp": "off"},
+    )
+    out = tuner.run_sweep(tiny)
+    assert out.exit_code == 0 and out.summary["status"] == "completed", out.table
+    best = out.summary["best"]
+    assert best is not None and best["metrics"]["val_loss"] < 4.0
