@@ -268,6 +268,8 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         model=cfg.task.model,
         data=cfg.task.data,
         data_args=dict(cfg.task.data_args),
+        loss=cfg.task.loss,
+        metrics=cfg.task.metrics,
         max_epochs=cfg.schedule.max_epochs,
         metric=cfg.metric,
         mode=str(cfg.mode),

@@ -26,7 +26,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     from tuner.trial.loop import run_trial
     from tuner.trial.session import TuneSession
 
-    run_trial(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints))
+    run_trial(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric))
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -69,7 +69,8 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
     from tuner.trial.loop import run_trial
     from tuner.trial.session import TrainSession
 
-    run_trial(cfg["hp"], cfg["spec"], TrainSession(cfg["trial_dir"], cfg["trial_id"]))
+    spec = cfg["spec"]
+    run_trial(cfg["hp"], spec, TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric))
 
 
 def _train_storage(spec: TrialSpec, trial_dir: str) -> str:

@@ -17,6 +17,9 @@ class TrialSpec:
     model: str
     data: str
     data_args: dict[str, Any] = field(default_factory=dict)
+    # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
+    loss: Optional[str] = None
+    metrics: Optional[str] = None
     max_epochs: int = 10
     metric: str = "val_acc"
     mode: str = "max"
