@@ -236,7 +236,7 @@ def test_a_missing_metric_fails_the_first_report(tmp_path: Path) -> None:
     session = LocalSession(str(tmp_path), metric="val_rmse")
     with pytest.raises(Exception) as err:
         run_trial(hp(), spec, session)
-    assert type(err.value).__name__ == "MetricMissing"
+    assert type(err.value).__name__ == "MissingMetricError"
     assert str(err.value).startswith(
         "metric 'val_rmse' is not among the values the trial reported (epoch, train_loss, val_loss, "
         "val_mse, val_mae, samples_per_s"

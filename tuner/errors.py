@@ -36,7 +36,7 @@ class ConfigError(Exception):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-class MetricMissing(Exception):
+class MissingMetricError(Exception):
     """A trial's first report lacks the sweep's metric: the trial ends at once (ERROR) instead
     of reporting nothing to its scheduler epoch after epoch; `str()` is one line."""
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.errors import MetricMissing
+from tuner.errors import MissingMetricError
 from tuner.trial.checkpoint import DirCheckpoints, load_from_dir, save_to_dir
 from tuner.trial.spec import trial_dir_for
 
@@ -47,10 +47,10 @@ class Session:
         """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first.
 
         Every report of a trial passes here, whoever runs the loop. The first must hold the
-        sweep's metric, or the trial ends with MetricMissing before anything is sent.
+        sweep's metric, or the trial ends with MissingMetricError before anything is sent.
         """
         if not self._reported and self.metric is not None and self.metric not in metrics:
-            raise MetricMissing(self.metric, list(metrics))
+            raise MissingMetricError(self.metric, list(metrics))
         self._reported = True
         self._report(metrics, state)
 
