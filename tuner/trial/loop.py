@@ -242,13 +242,15 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "oom_backoffs": p.state.oom_backoffs,
         **p.gpu.stats(),
     }
-    watched = [metrics["train_loss"], metrics["val_loss"], metrics.get(p.spec.metric, 0.0)]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in watched):
+    losses_ok = math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])
+    value = metrics.get(p.spec.metric, 0.0)  # (a missing metric is the session's to refuse)
+    if not (losses_ok and isinstance(value, (int, float)) and math.isfinite(value)):
         # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): report
         # the worst value, so a diverged trial is never promoted or chosen as best.
         metrics[p.spec.metric] = WORST[p.spec.mode]
         metrics["failure"] = "diverged"
-        metrics["failure_detail"] = f"non-finite loss or {p.spec.metric} at epoch {epoch + 1}"
+        what = "loss" if not losses_ok else p.spec.metric
+        metrics["failure_detail"] = f"non-finite {what} at epoch {epoch + 1}"
     return metrics
 
 
