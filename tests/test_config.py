@@ -144,7 +144,12 @@ BAD_FILES = [
     ("typo-param", _set("search.params.widht", 16), "search.params.widht", "not a parameter of model 'mlp'"),
     ("width-not-int", _set("search.params.width", 12.5), "search.params.width", "integer"),
     ("dropout-out-of-range", _set("search.params.dropout", 1.5), "search.params.dropout", "outside"),
-    ("metric-unknown", _set("metric", "accuracy"), "metric", "unknown metric"),
+    (
+        "metric-unknown-without-mode",
+        lambda raw: (_set("metric", "accuracy")(raw), raw.pop("mode")),
+        "mode",
+        "required for metric 'accuracy'",
+    ),
     ("mode-contradicts-metric", _set("mode", "min"), "mode", "maximised"),
     (
         "fractional-gpus-above-one",

@@ -36,6 +36,18 @@ class ConfigError(Exception):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class MissingMetricError(Exception):
+    """A trial's first report lacks the sweep's metric: the trial ends at once (ERROR) instead
+    of reporting nothing to its scheduler epoch after epoch; `str()` is one line."""
+
+    def __init__(self, metric: str, reported: list[str]):
+        super().__init__(
+            f"metric '{metric}' is not among the values the trial reported ({', '.join(reported)}); "
+            "set metric: to one of them, or report it (task.metrics' {name: value} is reported "
+            "as val_<name>)"
+        )
+
+
 class DiskFull(Exception):
     """The disk under the sweep filled up: the sweep stops as if interrupted, to be resumed."""
 

@@ -8,8 +8,16 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-# Metrics every trial reports each epoch; `metric` must be one of the first three.
-OBJECTIVES = {"val_acc": "max", "val_loss": "min", "train_loss": "min"}
+# Metrics whose direction tuner knows: `metric` may name any value a trial reports, but one
+# not listed here needs `mode`. Built-in trials report the first three every epoch.
+OBJECTIVES = {
+    "val_acc": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "val_mse": "min",
+    "val_rmse": "min",
+    "val_mae": "min",
+}
 # Most trials one sweep may plan: the driver lists grid and random configurations up front
 # (a 10^11-point grid took 4 GB before its first trial), and no sweep here needs more.
 MAX_TRIALS = 10_000

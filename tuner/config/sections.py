@@ -19,6 +19,7 @@ from pydantic import (
 from tuner import catalogue
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_param
+from tuner.config.functions import check_function
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.errors import ConfigError
@@ -26,30 +27,43 @@ from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupp
 
 
 class TaskSection(Section):
-    """What is trained: a model family and a dataset, or your own training loop."""
+    """What is trained: a model family and a dataset (optionally your loss and metrics), or
+    your own training loop."""
 
     model: Optional[str] = Field(
         None,
         description="Built-in model (mlp, cnn, vit) or 'package.module:function' with "
-        "signature fn(config, input_shape, num_classes) -> torch.nn.Module. Required unless "
-        "train is set.",
+        "signature fn(config, input_shape, num_classes) -> torch.nn.Module (num_classes is "
+        "None when the targets are not class indices). Required unless train is set.",
     )
     data: Optional[str] = Field(
         None,
         description="Built-in dataset (digits, synthetic, synthetic_images) or "
         "'package.module:function' with signature fn(config) -> (train_dataset, val_dataset) "
-        "returning map-style datasets of (x, y). Required unless train is set.",
+        "returning map-style datasets of (x, y), y of any dtype and shape. Required unless "
+        "train is set.",
     )
     data_args: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of the dataset, e.g. samples/features/classes for synthetic.",
+    )
+    loss: Optional[str] = Field(
+        None,
+        description="'package.module:function' with signature fn(output, target) -> scalar "
+        "tensor, the mean over the batch. Default: cross-entropy (class targets).",
+    )
+    metrics: Optional[str] = Field(
+        None,
+        description="'package.module:function' with signature fn(output, target) -> {name: "
+        "scalar tensor}, means over the batch; reported as val_<name>, weighted by batch size "
+        "over all evaluation batches and workers. Default: acc for class targets.",
     )
     train: Optional[str] = Field(
         None,
         description="Your own training loop instead of tuner's: 'package.module:function' with "
         "signature fn(config, ctx), run in every trial (on every worker); it builds its own "
         "model and data and reports each epoch with ctx.report (README: Your own loop). Not "
-        "with model, data or data_args.",
+        "with model, data, data_args, loss or metrics.",
     )
 
     @field_validator("model", "data")
@@ -65,14 +79,22 @@ class TaskSection(Section):
                     "or 'package.module:function')"
                 )
             return value
-        catalogue.check_importable(value)
+        args = ("config", "input_shape", "num_classes") if info.field_name == "model" else ("config",)
+        check_function(f"task.{info.field_name}", value, None, args)
+        return value
+
+    @field_validator("loss", "metrics")
+    @classmethod
+    def _hook(cls, value: Optional[str], info: Any) -> Optional[str]:
+        if value is not None:
+            check_function(f"task.{info.field_name}", value, None, ("output", "target"))
         return value
 
     @field_validator("train")
     @classmethod
     def _train_callable(cls, value: Optional[str]) -> Optional[str]:
         if value is not None:
-            catalogue.check_importable(value, call=("config", "ctx"))
+            check_function("task.train", value, None, ("config", "ctx"))
         return value
 
     @model_validator(mode="after")
@@ -246,9 +268,17 @@ class SweepConfig(Section):
         max_length=255,  # NAME_MAX of common filesystems
     )
     task: TaskSection
-    metric: str = Field("val_acc", description="Metric to optimise: val_acc, val_loss, ...")
+    metric: str = Field(
+        "val_acc",
+        description="What to optimise: any value the trials report each epoch (val_acc, "
+        "val_loss, train_loss, or val_<name> of task.metrics).",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_./-]*$",
+        max_length=200,
+    )
     mode: Optional[Literal["max", "min"]] = Field(
-        None, description="max or min; default: max for val_acc, min for losses."
+        None,
+        description=f"max or min. Default for the metrics tuner knows ({', '.join(OBJECTIVES)}): "
+        "max for val_acc, min for the others; required for any other metric.",
     )
     search: SearchSection = Field(default_factory=SearchSection)
     schedule: ScheduleSection = Field(default_factory=ScheduleSection)
@@ -283,11 +313,6 @@ class SweepConfig(Section):
             )
         return value
 
-    @field_validator("metric")
-    @classmethod
-    def _known_metric(cls, value: str) -> str:
-        return one_of(value, OBJECTIVES, "metric")
-
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
         if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
@@ -295,10 +320,16 @@ class SweepConfig(Section):
                 "schedule.early_stopping",
                 "bohb always stops early (ASHA); use random or optuna to turn it off",
             )
-        natural = OBJECTIVES[self.metric]
+        natural = OBJECTIVES.get(self.metric)
+        if self.mode is None and natural is None:
+            raise ConfigError(
+                "mode",
+                f"required for metric '{self.metric}' (max or min): tuner knows the direction of "
+                f"{', '.join(OBJECTIVES)} only",
+            )
         if self.mode is None:
             self.mode = natural  # type: ignore[assignment]
-        elif self.mode != natural:
+        elif natural is not None and self.mode != natural:
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             check_param(name, param, self.task.model, self.training)

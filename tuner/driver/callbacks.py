@@ -31,8 +31,16 @@ from tuner.sweepdir import (
 from tuner.trial import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
-# Metrics a trial reports whose last value the HParams table shows.
-METRIC_TAGS = ["val_acc", "val_loss", "train_loss", "samples_per_s", "epoch"]
+# Besides the sweep's metric and every val_* value: what the HParams table shows of a trial.
+EXTRA_TAGS = ("train_loss", "samples_per_s", "epoch")
+
+
+def metric_tags(metric: str, result: dict[str, Any]) -> list[str]:
+    """The HParams table's metric columns: the sweep's metric, every validation value a
+    trial reports (val_loss, and val_<name> of task.metrics), then EXTRA_TAGS."""
+    numeric = [k for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    tags = [metric, *(k for k in numeric if k.startswith("val_")), *(k for k in EXTRA_TAGS if k in numeric)]
+    return list(dict.fromkeys(tags))
 
 
 def trial_dir(trial: Any) -> Optional[str]:
@@ -108,21 +116,29 @@ def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
 class HParamsCallback(Callback):
     """Writes TensorBoard HParams: experiment at the sweep root, a session per trial.
 
-    The session start is written when a trial starts (so running and failed trials appear
+    The experiment (domains and metric columns) is written at the sweep's first result; the
+    session start is written when a trial starts (so running and failed trials appear
     in the HParams table), its end status when it ends; the trial's scalars come from the
     trial itself.
     """
 
-    def __init__(self, sweep_dir: str, domains: dict[str, Any], metric_tags: list[str]):
-        self.sweep_dir, self.domains, self.metric_tags = sweep_dir, domains, metric_tags
+    def __init__(self, sweep_dir: str, domains: dict[str, Any], metric: str):
+        self.sweep_dir, self.domains, self.metric = sweep_dir, domains, metric
         self._started: set[str] = set()
+        self._described = False
 
-    def setup(self, **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        # The experiment is described at the first result: only then are the names of the
+        # values trials report known (task.metrics may add any val_<name>).
+        if self._described:
+            return
+        self._described = True
         marker = os.path.join(self.sweep_dir, HPARAMS_EXPERIMENT_MARKER)
         if os.path.exists(marker):  # resumed: the experiment is already described
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
-        _write(self.sweep_dir, tb.experiment_summary(self.domains, self.metric_tags), ".experiment")
+        tags = metric_tags(self.metric, result)
+        _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
         open(marker, "w").close()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -269,6 +269,8 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         data=cfg.task.data or "",
         data_args=dict(cfg.task.data_args),
         train=cfg.task.train,
+        loss=cfg.task.loss,
+        metrics=cfg.task.metrics,
         max_epochs=cfg.schedule.max_epochs,
         metric=cfg.metric,
         mode=str(cfg.mode),

@@ -227,7 +227,6 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from tuner.driver.callbacks import (
-        METRIC_TAGS,
         HParamsCallback,
         Progress,
         TrialRecordCallback,
@@ -254,7 +253,7 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
     }
     callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
     if sweep_dir:
-        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), METRIC_TAGS))
+        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), cfg.metric))
     if not verbose:
         callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow

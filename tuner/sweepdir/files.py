@@ -107,13 +107,9 @@ def config_path(sweep_dir: str) -> str:
     return os.path.join(check_sweep_dir(sweep_dir), CONFIG_FILE)
 
 
-# Stand-ins that pass validation when a sweep's own model/data module cannot be imported
-# from here (user modules import from where the sweep started); readers never run them.
-_STANDIN = {
-    "model": "tuner.trial.models:build_model",
-    "data": "tuner.trial.data:load_data",
-    "train": "tuner.trial.own_loop:train_nothing",
-}
+# Stand-ins that pass validation when a sweep's own task functions cannot be imported from
+# here (user modules import from where the sweep started); readers never run them.
+_STANDIN = {k: f"tuner.sweepdir.standins:{k}" for k in ("model", "data", "loss", "metrics", "train")}
 
 
 def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
@@ -135,7 +131,7 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
             raise
     raw = read_yaml(path)
     task = dict(raw.get("task") or {})
-    real = {k: task[k] for k in _STANDIN if k in task}
+    real = {k: task[k] for k in _STANDIN if task.get(k) is not None}
     cfg = parse_sweep({**raw, "task": {**task, **{k: _STANDIN[k] for k in real}}})
     return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
 

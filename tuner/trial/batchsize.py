@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tuner.trial.memory import TrialOOM, is_oom, release
@@ -33,7 +32,7 @@ def fit_micro_batch(p: Parts) -> int:
             # No gradient collective: a rank out of memory must not strand the others in one.
             with p.strategy.sync(p.net, last=False):
                 with p.amp.autocast():
-                    loss = F.cross_entropy(p.net(x[:m]), y[:m])
+                    loss = p.objective.loss(p.net(x[:m]), y[:m])
                 loss.backward()
             p.optimizer.step()  # the optimizer's state takes memory too
             ok = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import json
 import math
 import sys
@@ -45,12 +46,15 @@ class TensorData(Dataset):
 
 @dataclass
 class DataBundle:
-    """A task's data: splits, input shape, classes and the on-device input preparation."""
+    """A task's data: splits, input shape, classes and the on-device input preparation.
+
+    `num_classes` is None when the targets are not class indices (see `_num_classes`).
+    """
 
     train: Dataset
     val: Dataset
     input_shape: tuple[int, ...]
-    num_classes: int
+    num_classes: Optional[int]
     scale: Optional[float] = None  # inputs stored as integers are multiplied by this on device
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
@@ -161,13 +165,34 @@ def import_object(spec: str, search_path: Optional[str] = None) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def import_function(field: str, spec: str, search_path: Optional[str], args: Sequence[str]) -> Any:
+    """The user's function `spec` of sweep field `field`, checked to be callable as fn(*args).
+
+    The sweep file's check (tuner.config.functions) reads the source; this one sees the
+    object itself, for what the source could not tell (imported names, decorators).
+    """
+    fn = import_object(spec, search_path)
+    wanted = f"fn({', '.join(args)})"
+    if not callable(fn):
+        raise TypeError(f"{field}: '{spec}' is not callable ({type(fn).__name__}); it must be {wanted}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no signature: let the call tell
+        return fn
+    try:
+        sig.bind(*args)
+    except TypeError:
+        raise TypeError(f"{field}: '{spec}' cannot be called as {wanted}: its signature is {sig}") from None
+    return fn
+
+
 def load_data(
     data: str, data_args: dict[str, Any], hp: dict[str, Any], search_path: Optional[str] = None
 ) -> DataBundle:
     """The task's data. User functions get `{**data_args, **hyperparameters}` as config."""
     if ":" not in data:
         return _cached_builtin(data, json.dumps(data_args, sort_keys=True))
-    fn = import_object(data, search_path)
+    fn = import_function("task.data", data, search_path, ("config",))
     out = fn({**data_args, **hp})
     if isinstance(out, DataBundle):
         return out
@@ -176,17 +201,32 @@ def load_data(
     return DataBundle(train, val, tuple(torch.as_tensor(x0).shape), _num_classes(train, data_args))
 
 
-def _num_classes(ds: Dataset, data_args: dict[str, Any]) -> int:
+def _num_classes(ds: Dataset, data_args: dict[str, Any]) -> Optional[int]:
+    """Classes of a dataset's targets, or None when they are not class indices.
+
+    `data_args.num_classes` (null: not classes) or a `num_classes` attribute of the dataset
+    say it outright. Otherwise the targets' dtype decides: floating-point (or complex) targets
+    are values (regression), None; integer or bool targets are class indices of any shape
+    (a label per sample, per token or per pixel), and the classes are their largest + 1.
+    """
     if "num_classes" in data_args:
-        return int(data_args["num_classes"])
+        return None if data_args["num_classes"] is None else int(data_args["num_classes"])
     if hasattr(ds, "num_classes"):
-        return int(ds.num_classes)
-    if isinstance(ds, TensorData):
-        return int(ds.y.max()) + 1
-    if isinstance(ds, torch.utils.data.TensorDataset):
-        return int(ds.tensors[1].max()) + 1
-    # Last resort: look at every label once. data_args.num_classes avoids it.
-    return int(max(int(ds[i][1]) for i in range(len(ds)))) + 1
+        return None if ds.num_classes is None else int(ds.num_classes)
+    tensors = _as_tensors(ds)
+    if tensors is not None:
+        return _classes_of(tensors[1])
+    first = torch.as_tensor(ds[0][1])
+    if first.is_floating_point() or first.is_complex():
+        return None
+    # Last resort: look at every target once. data_args.num_classes avoids it.
+    return int(max(int(torch.as_tensor(ds[i][1]).max()) for i in range(len(ds)))) + 1
+
+
+def _classes_of(y: torch.Tensor) -> Optional[int]:
+    if y.is_floating_point() or y.is_complex():
+        return None
+    return int(y.max()) + 1 if y.numel() else 0
 
 
 # ----------------------------------------------------------------------------- batches

@@ -14,7 +14,6 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from tuner.trial.amp import make_amp
@@ -22,6 +21,7 @@ from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.harness import Frame, Progress, failed, guarded, trial_logger
+from tuner.trial.hooks import make_objective
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
 from tuner.trial.optim import build_optimizer, build_schedule
@@ -94,6 +94,7 @@ def build_parts(
         model=model,
         net=net,
         strategy=strategy,
+        objective=make_objective(spec.loss, spec.metrics, data.num_classes, spec.search_path),
         optimizer=optimizer,
         schedule=schedule,
         amp=amp,
@@ -147,15 +148,17 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
     loss_sum, seen = _train_epoch(p, epoch)
     p.gpu.sync()  # the clock counts the queued work too, not just its launch
     train_s = time.perf_counter() - t0
-    val_loss_sum, correct, val_seen = _evaluate(p)
-    totals = _all_sum(p, [loss_sum, seen, val_loss_sum, correct, val_seen])
-    loss_sum, seen, val_loss_sum, correct, val_seen = totals
+    val_loss_sum, val_seen, val_sums = _evaluate(p)
+    names = list(val_sums)  # the same on every rank: the same function made them
+    totals = _all_sum(p, [loss_sum, seen, val_loss_sum, val_seen, *val_sums.values()])
+    loss_sum, seen, val_loss_sum, val_seen = totals[:4]
     p.state.epoch = epoch + 1
     metrics: dict[str, Any] = {
         "epoch": epoch + 1,
         "train_loss": loss_sum / max(seen, 1),
         "val_loss": val_loss_sum / max(val_seen, 1),
-        "val_acc": correct / max(val_seen, 1),
+        # Each hook metric's batch means, weighted by batch size over chunks and ranks.
+        **{f"val_{name}": total / max(val_seen, 1) for name, total in zip(names, totals[4:], strict=True)},
         "samples_per_s": seen / max(train_s, 1e-9),
         "train_samples": int(seen),
         "epoch_time_s": time.perf_counter() - t0,
@@ -165,10 +168,13 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "oom_backoffs": p.state.oom_backoffs,
         **p.gpu.stats(),
     }
-    if not (math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])):
+    losses_ok = math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])
+    value = metrics.get(p.spec.metric, 0.0)  # (a missing metric is the session's to refuse)
+    if not (losses_ok and isinstance(value, (int, float)) and math.isfinite(value)):
         # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): report
         # the worst value, so a diverged trial is never promoted or chosen as best.
-        metrics = failed(metrics, p.spec, "diverged", f"non-finite loss at epoch {epoch + 1}", epoch + 1)
+        what = "loss" if not losses_ok else p.spec.metric
+        metrics = failed(metrics, p.spec, "diverged", f"non-finite {what} at epoch {epoch + 1}", epoch + 1)
     return metrics
 
 
@@ -232,15 +238,17 @@ def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     for i, (xc, yc) in enumerate(chunks):
         with p.strategy.sync(p.net, last=i == len(chunks) - 1):
             with p.amp.autocast():
-                loss = F.cross_entropy(p.net(xc), yc, reduction="sum")
-            p.amp.scaler.scale(loss / n).backward()
-        sums.append(loss.detach())
+                loss = p.objective.loss(p.net(xc), yc)  # the micro-batch's mean
+            # Weighted by the micro-batch's share: the gradients sum to the whole batch's mean's.
+            p.amp.scaler.scale(loss * (len(yc) / n)).backward()
+        sums.append(loss.detach() * len(yc))
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
-def _evaluate(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Loss sum, correct count and samples of the validation split; on out-of-memory the
-    evaluation chunk halves and evaluation starts over (it changes nothing, so it can)."""
+def _evaluate(p: Parts) -> tuple[torch.Tensor, int, dict[str, torch.Tensor]]:
+    """Loss sum, samples and each metric's sum of the validation split (sums of batch means
+    times batch sizes); on out-of-memory the evaluation chunk halves and evaluation starts
+    over (it changes nothing, so it can)."""
     while True:
         try:
             return _evaluate_in_chunks(p)
@@ -254,20 +262,26 @@ def _evaluate(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
 
 
 @torch.inference_mode()
-def _evaluate_in_chunks(p: Parts) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _evaluate_in_chunks(p: Parts) -> tuple[torch.Tensor, int, dict[str, torch.Tensor]]:
     # Not DDP's wrapper: its forward would broadcast buffers, a collective for nothing here.
     # FSDP's sharded model gathers parameters in forward: every rank runs as many chunks.
     p.model.eval()
     loss_sum = torch.zeros((), device=p.device, dtype=torch.float64)
-    correct = torch.zeros((), device=p.device, dtype=torch.long)
+    sums: dict[str, torch.Tensor] = {}
     seen = 0
     for x, y in p.feed(p.val.eval_chunks(p.eval_batch)):
         with p.amp.autocast():
-            out = p.model(x)
-        loss_sum += F.cross_entropy(out.float(), y, reduction="sum")
-        correct += (out.argmax(1) == y).sum()
-        seen += len(y)
-    return loss_sum, correct, seen
+            out = p.model(x).float()
+        n = len(y)
+        # Every chunk is measured, an empty one too (a rank's share may be one short): the
+        # metrics' names must be the same on every rank; an empty chunk's means weigh 0.
+        loss, values = p.objective.loss(out, y), p.objective.metrics(out, y)
+        if n:
+            loss_sum += loss.double() * n
+        for name, v in values.items():
+            sums[name] = sums.get(name, torch.zeros_like(v)) + (v * n if n else 0.0)
+        seen += n
+    return loss_sum, seen, sums
 
 
 def _all_sum(p: Parts, values: list[Any]) -> list[float]:

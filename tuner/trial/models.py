@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tuner.catalogue import MODELS as CATALOGUE
-from tuner.trial.data import import_object
+from tuner.trial.data import import_function
 
-ModelFn = Callable[[dict[str, Any], tuple[int, ...], int], nn.Module]
+ModelFn = Callable[[dict[str, Any], tuple[int, ...], Optional[int]], nn.Module]
 
 
 def _size(hp: dict[str, Any], model: str, name: str) -> Any:
@@ -128,11 +128,20 @@ def build_model(
     name: str,
     hp: dict[str, Any],
     input_shape: tuple[int, ...],
-    num_classes: int,
+    num_classes: Optional[int],
     search_path: Optional[str] = None,
 ) -> nn.Module:
-    """A built-in family by name, or the user's `fn(config, input_shape, num_classes)`."""
-    fn: ModelFn = MODELS[name] if ":" not in name else import_object(name, search_path)
+    """A built-in family by name, or the user's `fn(config, input_shape, num_classes)`
+    (num_classes None: the targets are not class indices)."""
+    if ":" not in name:
+        if num_classes is None:
+            raise ValueError(
+                f"task.model: the built-in {name} classifies, but the targets are not class "
+                "indices (floating-point); name your own model ('package.module:function')"
+            )
+        fn: ModelFn = MODELS[name]
+    else:
+        fn = import_function("task.model", name, search_path, ("config", "input_shape", "num_classes"))
     model = fn(hp, tuple(input_shape), num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"task.model: {name} returned {type(model).__name__}, not nn.Module")

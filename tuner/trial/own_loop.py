@@ -84,8 +84,3 @@ def _check_signature(fn: Any, name: str) -> None:
         raise TypeError(f"task.train: '{name}' cannot be called as fn(config, ctx)") from None
     except ValueError:  # no signature to read (a builtin): calling it will tell
         pass
-
-
-def train_nothing(config: dict[str, Any], ctx: Any) -> None:
-    """A training function of the right shape that trains nothing: the stand-in that readers
-    of a sweep directory (the report) use when they cannot import the sweep's own."""

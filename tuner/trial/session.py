@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import torch
 
+from tuner.errors import MissingMetricError
 from tuner.trial.checkpoint import DirCheckpoints, load_from_dir, save_to_dir
 from tuner.trial.spec import trial_dir_for
 
@@ -28,6 +29,8 @@ class Session:
     trial_dir: Optional[str] = None
     trial_id: str = "local"
     notice: Optional[str] = None  # what load_checkpoint had to pass over, in one line
+    metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
+    _reported: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -41,7 +44,17 @@ class Session:
         return None
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
-        """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first."""
+        """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first.
+
+        Every report of a trial passes here, whoever runs the loop. The first must hold the
+        sweep's metric, or the trial ends with MissingMetricError before anything is sent.
+        """
+        if not self._reported and self.metric is not None and self.metric not in metrics:
+            raise MissingMetricError(self.metric, list(metrics))
+        self._reported = True
+        self._report(metrics, state)
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         raise NotImplementedError
 
 
@@ -51,8 +64,8 @@ class LocalSession(Session):
     For tests, benchmarks and plain `torchrun` (reads RANK/WORLD_SIZE when set).
     """
 
-    def __init__(self, root: str, resume: bool = False, keep: int = 2):
-        self.trial_dir = root
+    def __init__(self, root: str, resume: bool = False, keep: int = 2, metric: Optional[str] = None):
+        self.trial_dir, self.metric = root, metric
         self.rank = int(os.environ.get("RANK", 0))
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -71,7 +84,7 @@ class LocalSession(Session):
         self.notice = self.checkpoints.notice
         return state
 
-    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         if state is not None and self.is_main:
             self.checkpoints.save(state, int(metrics["epoch"]))
         self.metrics.append(dict(metrics))
@@ -84,9 +97,10 @@ class TuneSession(Session):
     `tuner.trial.checkpoint`); with URI storage (s3://...) Tune persists them.
     """
 
-    def __init__(self, sweep_dir: Optional[str], keep: int):
+    def __init__(self, sweep_dir: Optional[str], keep: int, metric: Optional[str] = None):
         from ray import tune
 
+        self.metric = metric
         ctx = tune.get_context()
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
@@ -108,7 +122,7 @@ class TuneSession(Session):
 
         return _load_ray_checkpoint(tune.get_checkpoint(), map_location)
 
-    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         from ray import tune
 
         if state is None:
@@ -128,9 +142,10 @@ class TrainSession(Session):
     retried or resumed trial) starts from the newest.
     """
 
-    def __init__(self, trial_dir: Optional[str], trial_id: str):
+    def __init__(self, trial_dir: Optional[str], trial_id: str, metric: Optional[str] = None):
         import ray.train
 
+        self.metric = metric
         ctx = ray.train.get_context()
         self.rank = ctx.get_world_rank()
         self.local_rank = ctx.get_local_rank()
@@ -149,7 +164,7 @@ class TrainSession(Session):
 
         return _load_ray_checkpoint(ray.train.get_checkpoint(), map_location)
 
-    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         import ray.train
 
         if state is None:

@@ -19,6 +19,9 @@ class TrialSpec:
     data_args: dict[str, Any] = field(default_factory=dict)
     # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
     train: Optional[str] = None
+    # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
+    loss: Optional[str] = None
+    metrics: Optional[str] = None
     max_epochs: int = 10
     metric: str = "val_acc"
     mode: str = "max"

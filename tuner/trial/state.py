@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tuner.trial.amp import Amp
     from tuner.trial.data import Batches, DataBundle
     from tuner.trial.gpu import NoGpu
+    from tuner.trial.hooks import Objective
     from tuner.trial.parallel import Single
     from tuner.trial.prefetch import Feed
     from tuner.trial.session import Session
@@ -48,6 +49,7 @@ class Parts:
     model: nn.Module  # not DDP-wrapped (FSDP shards in place): checkpoints and evaluation use it
     net: nn.Module  # what training calls: the model, or its DDP wrapper
     strategy: Single  # how workers share the model (parallel.py)
+    objective: Objective  # the loss and the evaluation metrics (hooks.py)
     optimizer: torch.optim.Optimizer
     schedule: Any  # LambdaLR, or optim.ConstantSchedule
     amp: Amp

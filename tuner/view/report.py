@@ -86,11 +86,17 @@ def _best(data: SweepData) -> list[Block]:
         return [Heading("Best trial"), Text("No trial has produced a usable result yet.")]
     b = top[0]
     config = ", ".join(f"{k}={short(v)}" for k, v in b.config.items())
+    others = ", ".join(
+        f"{k} {v:.4g}"
+        for k, v in b.best_metrics.items()
+        if k != data.metric and (k.startswith("val_") or k == "train_loss") and finite(v)
+    )
     return [
         Heading("Best trial"),
         Text(
             f"Trial {b.trial_id}: {data.metric} {b.best_value:.4f} at epoch {b.best_epoch} "
             f"({b.epochs} trained, {b.outcome.value}); {config}."
+            + (f" At that epoch: {others}." if others else "")
         ),
         Text(
             "Train this configuration again, alone (run it from the directory the sweep was "
