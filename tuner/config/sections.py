@@ -16,11 +16,12 @@ from pydantic import (
     model_validator,
 )
 
-from tuner import catalogue
+from tuner import catalogue, constraints
+from tuner.conditions import TooLarge, grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
-from tuner.config.checks import check_param
+from tuner.config.checks import check_conditions, check_constraints, check_param
 from tuner.errors import ConfigError
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
 
 
 class TaskSection(Section):
@@ -70,7 +71,14 @@ class SearchSection(Section):
         default_factory=dict,
         description="Hyperparameters: {type: uniform|loguniform|randint|lograndint, low, high}, "
         "{type: choice|grid, values: [...]}, or a bare value (fixed). Integer bounds are "
-        "inclusive.",
+        "inclusive. when: {name: value or [values], ...} searches a parameter only where those "
+        "parameters have those values (README: Conditional parameters).",
+    )
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="Expressions every trial's configuration keeps, over parameter names and "
+        "numbers: + - * / // % **, comparisons, and/or/not, e.g. 'width % heads == 0' "
+        "(README: Constraints).",
     )
 
     @field_validator("algorithm")
@@ -85,14 +93,21 @@ class SearchSection(Section):
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
+        check_conditions(self.params, self.algorithm, self.grid_points)
+        for i, text in enumerate(self.constraints):
+            try:
+                constraints.parse(text)
+            except ValueError as err:
+                raise ConfigError(f"search.constraints.{i}", f"{text!r}: {err}") from None
         if self.algorithm == "grid":
-            size = grid_size(self.params, self.grid_points)
-            if size > MAX_TRIALS:
+            try:
+                grid_configs(self.params, self.grid_points, limit=MAX_TRIALS)
+            except TooLarge as err:
                 raise ConfigError(
                     "search.params",
-                    f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
+                    f"{err} is more than the {MAX_TRIALS:,} trials a sweep "
                     "may run (fewer values, a smaller grid_points, or random search)",
-                )
+                ) from None
         return self
 
 
@@ -369,6 +384,10 @@ class SweepConfig(Section):
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             check_param(name, param, self.task.model, self.training)
+        search = self.search
+        check_constraints(
+            search.constraints, self.hyperparameters(), search.algorithm, search.grid_points, search.seed
+        )
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
@@ -380,7 +399,7 @@ class SweepConfig(Section):
     def expected_trials(self) -> int:
         """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
         if self.search.algorithm == "grid":
-            return grid_size(self.hyperparameters(), self.search.grid_points)
+            return len(grid_configs(self.hyperparameters(), self.search.grid_points, self.search.constraints))
         return self.search.num_samples
 
     def hyperparameters(self) -> dict[str, ParamT]:
