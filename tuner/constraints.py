@@ -106,6 +106,8 @@ def _refuse(node: ast.AST) -> ValueError:
         what = "a call"
     elif isinstance(node, ast.Attribute):
         what = "an attribute"
+    elif isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        what = f"the operator {type(node.op).__name__}"
     return ValueError(f"{what} is not allowed (only {ALLOWED})")
 
 

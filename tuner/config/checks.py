@@ -4,11 +4,13 @@ models of the catalogue), of their `when:` conditions and of `search.constraints
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from tuner import catalogue, conditions
 from tuner import constraints as rules
+from tuner.config.base import MAX_TRIALS
 from tuner.errors import ConfigError, validation_message
 from tuner.space import LogUniform, ParamT, Scalar, Uniform, extremes, grid_values, values_of
 
@@ -51,6 +53,25 @@ def check_param(name: str, param: ParamT, model: str, training: BaseModel) -> No
 
 
 # ----------------------------------------------------------------------------- when: and constraints
+
+
+def check_search(params: dict[str, ParamT], constraints: list[str], algorithm: str, grid_points: int) -> None:
+    """The search section on its own: conditions, the syntax of constraints, the grid's size."""
+    check_conditions(params, algorithm, grid_points)
+    for i, text in enumerate(constraints):
+        try:
+            rules.parse(text)
+        except ValueError as err:
+            raise ConfigError(f"search.constraints.{i}", f"{text!r}: {err}") from None
+    if algorithm == "grid":
+        try:
+            conditions.grid_configs(params, grid_points, limit=MAX_TRIALS)
+        except conditions.TooLarge as err:
+            raise ConfigError(
+                "search.params",
+                f"{err} is more than the {MAX_TRIALS:,} trials a sweep may run (fewer values, a "
+                "smaller grid_points, or random search)",
+            ) from None
 
 
 def check_conditions(params: dict[str, ParamT], algorithm: str, grid_points: int) -> None:
@@ -102,11 +123,10 @@ def _its_values(p: ParamT) -> str:
 DRAWS = 1000  # random configurations validation tries against the constraints
 
 
-def check_constraints(
-    texts: list[str], hyper: dict[str, ParamT], algorithm: str, grid_points: int, seed: int
-) -> None:
+def check_constraints(search: Any, hyper: dict[str, ParamT]) -> None:
     """Refuse a constraint reading a name that is no parameter or no number, and constraints
     that leave no configuration: none in the grid, or none in DRAWS random draws."""
+    texts, algorithm, grid_points = search.constraints, search.algorithm, search.grid_points
     for i, text in enumerate(texts):
         for name in sorted(rules.parse(text).names):
             if name not in hyper:
@@ -124,7 +144,7 @@ def check_constraints(
                 "search.constraints",
                 "the constraints leave no configuration (no combination of the grid keeps them all)",
             )
-    elif conditions.feasible_draw(hyper, texts, random.Random(seed), DRAWS) is None:
+    elif conditions.feasible_draw(hyper, texts, random.Random(search.seed), DRAWS) is None:
         raise ConfigError(
             "search.constraints",
             f"the constraints leave no configuration ({DRAWS:,} random draws broke them all)",

@@ -16,10 +16,10 @@ from pydantic import (
     model_validator,
 )
 
-from tuner import catalogue, constraints
-from tuner.conditions import TooLarge, grid_configs
+from tuner import catalogue
+from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
-from tuner.config.checks import check_conditions, check_constraints, check_param
+from tuner.config.checks import check_constraints, check_param, check_search
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
 
@@ -93,21 +93,7 @@ class SearchSection(Section):
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
-        check_conditions(self.params, self.algorithm, self.grid_points)
-        for i, text in enumerate(self.constraints):
-            try:
-                constraints.parse(text)
-            except ValueError as err:
-                raise ConfigError(f"search.constraints.{i}", f"{text!r}: {err}") from None
-        if self.algorithm == "grid":
-            try:
-                grid_configs(self.params, self.grid_points, limit=MAX_TRIALS)
-            except TooLarge as err:
-                raise ConfigError(
-                    "search.params",
-                    f"{err} is more than the {MAX_TRIALS:,} trials a sweep "
-                    "may run (fewer values, a smaller grid_points, or random search)",
-                ) from None
+        check_search(self.params, self.constraints, self.algorithm, self.grid_points)
         return self
 
 
@@ -384,10 +370,7 @@ class SweepConfig(Section):
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             check_param(name, param, self.task.model, self.training)
-        search = self.search
-        check_constraints(
-            search.constraints, self.hyperparameters(), search.algorithm, search.grid_points, search.seed
-        )
+        check_constraints(self.search, self.hyperparameters())
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
