@@ -177,13 +177,17 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
     args += ["--set", "schedule.early_stopping=false"]
-    if any("." in k or "=" in k for k in top.config):
-        # `--set search.params.a.b=1` would mean params a -> b, and `x=y=1` the name x: the
-        # whole mapping at once instead (it holds every parameter, fixed ones included).
+    absent = any(k not in top.config for k in data.cfg.search.params)
+    if absent or any("." in k or "=" in k for k in top.config):
+        # `--set search.params.a.b=1` would mean params a -> b, and `x=y=1` the name x; a
+        # conditional parameter the trial did not have must go, not stay searched: the
+        # whole mapping at once instead (it holds every parameter the trial had).
         args += ["--set", f"search.params={yaml_value(top.config)}"]
     else:
         for k, v in top.config.items():
             args += ["--set", f"search.params.{k}={yaml_value(v)}"]
+    if data.cfg.search.constraints:  # the configuration keeps them; one may name an absent parameter
+        args += ["--set", "search.constraints=[]"]
     return shlex.join(args)
 
 
