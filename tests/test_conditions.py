@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import DEBUG, SPACES, run_cli
-from tuner import conditions, constraints, packing
+from tuner import conditions, constraints
 from tuner.config import ConfigError, load_sweep, parse_sweep, read_yaml, settled
 from tuner.search import algorithms
 from tuner.search.plan import Prior, PriorTrial
@@ -213,13 +213,6 @@ def test_condition_values_compare_by_value_and_bools_only_with_bools() -> None:
     assert conditions.applies(dropout, {"depth": 2.0}) and not conditions.applies(dropout, {"depth": 1})
     assert not conditions.applies(dropout, {})  # its parent absent (a chain): absent too
     assert not conditions.same(True, 1) and conditions.same(2, 2.0)
-
-
-def test_the_probe_measures_the_largest_configuration_that_keeps_the_constraints() -> None:
-    cfg = load_sweep(SPACES / "vit_amp.yaml")
-    config = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
-    # 512 % 12 != 0; of 512 with 8 heads and 384 with 12 (one step down each), the first.
-    assert (config["width"], config["heads"], config["depth"]) == (512, 8, 8)
 
 
 def test_vit_amp_draws_only_heads_that_divide_width() -> None:

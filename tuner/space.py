@@ -191,7 +191,7 @@ ParamT = Union[Uniform, LogUniform, RandInt, LogRandInt, Choice, Grid, Fixed]
 KINDS = ("uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed")
 
 # What each search algorithm can express. Grid search discretises ranges (see grid_values);
-# random search samples ranges and crosses grid values (Ray's BasicVariantGenerator);
+# random search samples ranges and takes grid values in turn (algorithms.random_configs);
 # the model-based searchers need a distribution for every parameter, so no grid.
 ALGORITHM_KINDS: dict[str, frozenset[str]] = {
     "grid": frozenset(KINDS),

@@ -75,7 +75,7 @@ def _seed_rungs(scheduler: Any, finished: list[PriorTrial], metric: str, mode: s
 
 def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
     # Tune applies TuneConfig.max_concurrent_trials only to searchers it builds itself (it
-    # ignores it, with a warning, for a BasicVariantGenerator we pass), so every builder
+    # ignores it, with a warning, for a searcher we pass), so every builder
     # applies the limit here and the Tuner gets none.
     if not max_concurrent:
         return searcher
