@@ -146,7 +146,7 @@ def test_resumed_plan_runs_exactly_what_is_left(name: str) -> None:
     assert algorithms.key({**p.param_space, **first}) == algorithms.key(old[2])
     assert p.search_alg.suggest("n0") is not None  # then the rebuilt searcher
     if name == "optuna":
-        study = p.search_alg.inner._ot_study
+        study = p.search_alg.inner.study
         assert len(study.trials) >= 2  # the two finished trials were told
 
 

@@ -213,7 +213,9 @@ def test_shipped_gpu_sweep_probes_a_buildable_configuration() -> None:
 
     cfg = load_sweep(SPACES / "vit_amp.yaml")
     assert cfg.resources.gpus_per_worker == "pack" and cfg.search.params["amp"].values == ["bf16", "fp16"]
-    hp = packing.probe_config(cfg.hyperparameters())
-    assert (hp["width"], hp["depth"], hp["batch_size"]) == (384, 8, 128)
+    hp = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
+    # 512 % 12 != 0 (search.constraints); of 512 with 8 heads and 384 with 12 (one step down
+    # each), the first.
+    assert (hp["width"], hp["heads"], hp["depth"], hp["batch_size"]) == (512, 8, 8, 128)
     model = build_model("vit", hp, (3, 224, 224), 10)  # the probe would build this on the GPU
     assert sum(p.numel() for p in model.parameters()) > 10e6

@@ -17,11 +17,13 @@ Sizes are bytes. Pure functions, importing neither torch nor Ray: tested from gi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any, Optional
 
-from tuner.space import ParamT, values_of
+from tuner.constraints import allows
+from tuner.space import ParamT, grid_values, values_of
 
 GiB = 1024**3
 # What a CUDA context (driver state, kernels, cuBLAS/cuDNN handles) holds per process, outside
@@ -150,16 +152,47 @@ MEMORY_ORDER: dict[str, list[Any]] = {
 }
 
 
-def probe_config(params: dict[str, ParamT]) -> dict[str, Any]:
+def probe_config(params: dict[str, ParamT], constraints: Sequence[str] = ()) -> dict[str, Any]:
     """The configuration of the space that should need the most memory.
 
     Numbers take their largest value (smallest for `patch_size`), known categoricals their
     most memory-hungry value (MEMORY_ORDER), other choices their first. The probe measures
-    the configuration as set: it never searches a batch size itself.
+    the configuration as set: it never searches a batch size itself. Where that breaks a
+    constraint (width 512 with 12 heads, under `width % heads == 0`), the configuration that
+    keeps them with the values nearest the top overall (the least sum of each value's rank,
+    largest first, among grid values: an estimate).
     """
     config = {name: _largest(name, param) for name, param in params.items()}
+    if not allows(constraints, config):
+        config = _nearest_allowed(params, constraints) or config
     config["find_batch_size"] = False
     return config
+
+
+def _nearest_allowed(params: dict[str, ParamT], constraints: Sequence[str]) -> Optional[dict[str, Any]]:
+    names = list(params)
+    ranked = [_by_size(n, params[n]) for n in names]
+    best: Optional[tuple[int, dict[str, Any]]] = None
+    for i, combo in enumerate(product(*[range(len(r)) for r in ranked])):
+        if i >= PROBE_CANDIDATES:
+            break
+        config = {n: ranked[j][k] for j, (n, k) in enumerate(zip(names, combo, strict=True))}
+        if (best is None or sum(combo) < best[0]) and allows(constraints, config):
+            best = (sum(combo), config)
+    return best[1] if best else None
+
+
+PROBE_CANDIDATES = 100_000
+
+
+def _by_size(name: str, param: ParamT) -> list[Any]:
+    """The values `_nearest_allowed` tries, the most memory-hungry first."""
+    first = _largest(name, param)
+    rest = [v for v in grid_values(param, 5) if v != first]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rest)
+    if numbers:
+        rest.sort(reverse=name not in SMALLER_IS_LARGER)
+    return [first, *rest]
 
 
 def label(config: dict[str, Any], searched: Iterable[str]) -> str:

@@ -13,7 +13,7 @@ whose upper bound is exclusive; the converters translate.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -23,9 +23,27 @@ Scalar = Union[bool, int, float, str]
 class _Param(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    when: Optional[dict[str, Union[Scalar, list[Scalar]]]] = Field(
+        None,
+        description="Search this parameter only where every named parameter has the given "
+        "value (or one of the listed values); elsewhere it is absent and the trial uses its "
+        "default.",
+    )
+
     @property
     def kind(self) -> str:
         return self.type  # type: ignore[attr-defined]
+
+    @model_validator(mode="after")
+    def _when_shape(self) -> _Param:
+        for parent, wanted in (self.when or {}).items():
+            if isinstance(wanted, list) and not wanted:
+                raise ValueError(f"when.{parent}: must list at least one value")
+            for v in wanted if isinstance(wanted, list) else [wanted]:
+                _finite(v, f"when.{parent}: ")
+        if self.when == {}:
+            raise ValueError("when: must name at least one parameter")
+        return self
 
 
 class _Range(_Param):
@@ -173,7 +191,7 @@ ParamT = Union[Uniform, LogUniform, RandInt, LogRandInt, Choice, Grid, Fixed]
 KINDS = ("uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed")
 
 # What each search algorithm can express. Grid search discretises ranges (see grid_values);
-# random search samples ranges and crosses grid values (Ray's BasicVariantGenerator);
+# random search samples ranges and takes grid values in turn (algorithms.random_configs);
 # the model-based searchers need a distribution for every parameter, so no grid.
 ALGORITHM_KINDS: dict[str, frozenset[str]] = {
     "grid": frozenset(KINDS),
@@ -258,8 +276,25 @@ def to_tune(p: ParamT) -> Any:
     raise TypeError(f"no Tune domain for {p!r}")  # pragma: no cover - exhaustive above
 
 
+def to_optuna(p: ParamT) -> Any:
+    """Convert a searched parameter to an Optuna distribution (imported lazily)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(p, (Uniform, LogUniform)):
+        return FloatDistribution(p.low, p.high, log=isinstance(p, LogUniform))
+    if isinstance(p, (RandInt, LogRandInt)):
+        return IntDistribution(p.low, p.high, log=isinstance(p, LogRandInt))
+    assert isinstance(p, (Choice, Grid)), p
+    return CategoricalDistribution(list(p.values))
+
+
 def to_configspace(params: dict[str, ParamT], seed: int | None = None) -> Any:
-    """Convert the searched parameters to a ConfigSpace space (fixed ones are left out)."""
+    """Convert the searched parameters to a ConfigSpace space (fixed ones are left out).
+
+    `when:` becomes ConfigSpace conditions: EqualsCondition for one value, InCondition for
+    several, AndConjunction of those for several names. A condition on a fixed parameter
+    always holds (validation refuses one that never does), so it is left out.
+    """
     import ConfigSpace as CS
 
     space = CS.ConfigurationSpace(seed=seed)
@@ -279,4 +314,19 @@ def to_configspace(params: dict[str, ParamT], seed: int | None = None) -> Any:
         else:
             raise ValueError(f"search.params.{name}: ConfigSpace cannot express type {p.kind}")
         space.add(hp)
+    for name, p in params.items():
+        parts = []
+        for parent, wanted in (getattr(p, "when", None) or {}).items():
+            if parent not in space:
+                continue
+            values = wanted if isinstance(wanted, list) else [wanted]
+            child, other = space[name], space[parent]
+            if len(values) == 1:
+                parts.append(CS.EqualsCondition(child, other, values[0]))
+            else:
+                parts.append(CS.InCondition(child, other, values))
+        if len(parts) > 1:
+            space.add(CS.AndConjunction(*parts))
+        elif parts:
+            space.add(parts[0])
     return space

@@ -54,7 +54,7 @@ def parse_sweep(raw: dict[str, Any]) -> SweepConfig:
         first = err.errors()[0]
         path, message = _path(first["loc"]), validation_message(first)
         # Range checks span two fields, so they name theirs in the message ("low: ...").
-        field = re.match(r"^(low|high|values): (.*)$", message)
+        field = re.match(r"^(low|high|values|when(?:\.[^:]+)?): (.*)$", message)
         if field:
             path, message = f"{path}.{field.group(1)}", field.group(2)
         raise ConfigError(path, message) from None
@@ -88,10 +88,16 @@ def to_yaml(cfg: SweepConfig) -> str:
     """The resolved config as YAML (what a trial really ran with)."""
     data = cfg.model_dump(mode="json", exclude_none=False)
     data["search"]["params"] = {
-        k: (p.value if isinstance(p, Fixed) else p.model_dump(mode="json"))
+        k: (p.value if isinstance(p, Fixed) else _param_yaml(p.model_dump(mode="json", exclude_none=True)))
         for k, p in cfg.search.params.items()
     }
     return yamlfile.dump(data)
+
+
+def _param_yaml(data: dict[str, Any]) -> dict[str, Any]:
+    """A parameter as written: its type first, `when:` last."""
+    when = data.pop("when", None)
+    return {**data, "when": when} if when is not None else data
 
 
 def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:

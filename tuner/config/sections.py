@@ -17,13 +17,14 @@ from pydantic import (
 )
 
 from tuner import catalogue
+from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
-from tuner.config.checks import check_param
+from tuner.config.checks import check_constraints, check_param, check_search
 from tuner.config.functions import check_function
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.errors import ConfigError
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, grid_size, unsupported, values_of
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
 
 
 class TaskSection(Section):
@@ -132,7 +133,14 @@ class SearchSection(Section):
         default_factory=dict,
         description="Hyperparameters: {type: uniform|loguniform|randint|lograndint, low, high}, "
         "{type: choice|grid, values: [...]}, or a bare value (fixed). Integer bounds are "
-        "inclusive.",
+        "inclusive. when: {name: value or [values], ...} searches a parameter only where those "
+        "parameters have those values (README: Conditional parameters).",
+    )
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="Expressions every trial's configuration keeps, over parameter names and "
+        "numbers: + - * / // % **, comparisons, and/or/not, e.g. 'width % heads == 0' "
+        "(README: Constraints).",
     )
 
     @field_validator("algorithm")
@@ -147,14 +155,7 @@ class SearchSection(Section):
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
-        if self.algorithm == "grid":
-            size = grid_size(self.params, self.grid_points)
-            if size > MAX_TRIALS:
-                raise ConfigError(
-                    "search.params",
-                    f"a grid of {size:,} combinations is more than the {MAX_TRIALS:,} trials a sweep "
-                    "may run (fewer values, a smaller grid_points, or random search)",
-                )
+        check_search(self.params, self.constraints, self.algorithm, self.grid_points)
         return self
 
 
@@ -333,6 +334,7 @@ class SweepConfig(Section):
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
         for name, param in self.search.params.items():
             check_param(name, param, self.task.model, self.training)
+        check_constraints(self.search, self.hyperparameters())
         if self.task.train is not None:
             self._own_loop_fits()
         fit = self.hyperparameters()["find_batch_size"]
@@ -357,7 +359,7 @@ class SweepConfig(Section):
     def expected_trials(self) -> int:
         """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
         if self.search.algorithm == "grid":
-            return grid_size(self.hyperparameters(), self.search.grid_points)
+            return len(grid_configs(self.hyperparameters(), self.search.grid_points, self.search.constraints))
         return self.search.num_samples
 
     def hyperparameters(self) -> dict[str, ParamT]:

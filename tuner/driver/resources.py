@@ -296,7 +296,7 @@ def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryPro
     import ray
 
     spec = trial_spec(cfg, probe_request(cfg.resources), "", None)
-    hp = packing.probe_config(cfg.hyperparameters())
+    hp = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
     task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(_measure)
     profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
     return replace(profile, label=packing.label(hp, cfg.search.params))

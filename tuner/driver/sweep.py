@@ -173,10 +173,19 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     if start.announce:
         print(start.announce, flush=True)
     res = resources.resolve(cfg)  # a refused sweep leaves no directory: claim removes it
+    plan = algorithms.build(
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.metric,
+        str(cfg.mode),
+        res.max_concurrent,
+        start.prior,
+    )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text)
     with _disk_full_stops(start.sweep_dir):
-        ended = _launch(cfg, res, start, runtime.verbose)
+        ended = _launch(cfg, res, start, plan, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage, ended)
 
 
@@ -220,7 +229,9 @@ class TrialNames:
         return self.given[trial.trial_id]
 
 
-def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbose: bool) -> Optional[str]:
+def _launch(
+    cfg: SweepConfig, res: resources.TrialResources, start: Start, plan: algorithms.SearchPlan, verbose: bool
+) -> Optional[str]:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
     (`results.BUDGET`, `results.TARGET`), or None."""
     from ray import tune
@@ -237,15 +248,6 @@ def _launch(cfg: SweepConfig, res: resources.TrialResources, start: Start, verbo
 
     storage, sweep_dir = start.storage, start.sweep_dir
     spec = resources.trial_spec(cfg, res, storage, sweep_dir)
-    plan = algorithms.build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.metric,
-        str(cfg.mode),
-        res.max_concurrent,
-        start.prior,
-    )
     per_trial = {
         "workers": res.workers,
         "cpus_per_worker": res.cpus_per_worker,

@@ -15,12 +15,14 @@ cannot restore BOHB at all: ray-project/ray#39900.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import product
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
+from tuner import conditions
 from tuner.cluster import _ray_internals
-from tuner.results import finite
+from tuner.conditions import grid_configs
+from tuner.constraints import allows
+from tuner.errors import ConfigError
 from tuner.search.plan import (
     TIME_ATTR,
     Prior,
@@ -31,7 +33,7 @@ from tuner.search.plan import (
     key,
     rungs,
 )
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, grid_size, grid_values, to_configspace, to_tune
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_configspace, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -73,7 +75,7 @@ def _seed_rungs(scheduler: Any, finished: list[PriorTrial], metric: str, mode: s
 
 def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
     # Tune applies TuneConfig.max_concurrent_trials only to searchers it builds itself (it
-    # ignores it, with a warning, for a BasicVariantGenerator we pass), so every builder
+    # ignores it, with a warning, for a searcher we pass), so every builder
     # applies the limit here and the Tuner gets none.
     if not max_concurrent:
         return searcher
@@ -89,34 +91,47 @@ def _fixed(params: dict[str, ParamT]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- lists
 
 
-def grid_configs(params: dict[str, ParamT], points: int) -> list[dict[str, Any]]:
-    """Every combination, in a fixed order (the first parameter varies slowest)."""
-    names = list(params)
-    values = [grid_values(params[n], points) for n in names]
-    return [dict(zip(names, combo, strict=True)) for combo in product(*values)]
+MAX_REDRAWS = 10_000  # draws of one sample that break a constraint before random search gives up
 
 
-def random_configs(params: dict[str, ParamT], n: int, seed: int) -> list[dict[str, Any]]:
+def random_configs(
+    params: dict[str, ParamT], n: int, seed: int, constraints: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """n configurations drawn with Tune's own samplers from one seeded generator.
 
     A grid parameter takes its values in turn (sample i gets value i mod len), so n samples
-    cover every value once n reaches their number, and the sweep still runs n trials.
+    cover every value once n reaches their number, and the sweep still runs n trials. A
+    conditional parameter is drawn only where its condition holds (parents first); a sample
+    that breaks a constraint is drawn again (its grid values kept), MAX_REDRAWS times at most.
     """
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    names = conditions.order(params)
     domains = {k: None if isinstance(p, Grid) else to_tune(p) for k, p in params.items()}
     out = []
     for i in range(n):
-        config = {}
-        for name, domain in domains.items():
-            p = params[name]
-            if isinstance(p, Grid):
-                value = p.values[i % len(p.values)]
-            else:
-                value = domain.sample(random_state=rng) if hasattr(domain, "sample") else domain
-            config[name] = value.item() if hasattr(value, "item") else value
-        out.append(config)
+        for _ in range(MAX_REDRAWS):
+            config: dict[str, Any] = {}
+            for name in names:
+                p = params[name]
+                if not conditions.applies(p, config):
+                    continue
+                domain = domains[name]
+                if isinstance(p, Grid):
+                    value = p.values[i % len(p.values)]
+                else:
+                    value = domain.sample(random_state=rng) if hasattr(domain, "sample") else domain
+                config[name] = value.item() if hasattr(value, "item") else value
+            if allows(constraints, config):
+                break
+        else:
+            raise ConfigError(
+                "search.constraints",
+                f"{MAX_REDRAWS:,} draws in a row for trial {i + 1} broke them (they leave too little "
+                "of the space; loosen them, or search fewer values)",
+            )
+        out.append({k: config[k] for k in params if k in config})
     return out
 
 
@@ -135,28 +150,16 @@ def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, 
     return left
 
 
-def _space(params: dict[str, ParamT]) -> dict[str, Any]:
-    # Tune wants every key of a listed point in the space; it checks the point against it.
-    return {k: to_tune(p) for k, p in params.items()}
-
-
-def _listed(configs: list[dict[str, Any]], max_concurrent: Optional[int]) -> Any:
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    # Each point replaces one sample: with num_samples = len(points), exactly these run.
-    return BasicVariantGenerator(points_to_evaluate=configs, max_concurrent=max_concurrent or 0)
-
-
 def _grid(r: SearchRequest) -> SearchPlan:
-    points = r.search.grid_points
-    todo = r.prior.resumed + _not_started(grid_configs(r.params, points), r.prior)
+    every = grid_configs(r.params, r.search.grid_points, r.search.constraints)
+    todo = r.prior.resumed + _not_started(every, r.prior)
     stop_early = r.schedule.early_stopping is True
-    return _listed_plan(r, todo, stop_early, f"grid over {grid_size(r.params, points)} combinations")
+    return _listed_plan(r, todo, stop_early, f"grid over {len(every)} combinations")
 
 
 def _random(r: SearchRequest) -> SearchPlan:
-    prior = r.prior
-    fresh = _not_started(random_configs(r.params, r.search.num_samples, r.search.seed), prior)
+    prior, search = r.prior, r.search
+    fresh = _not_started(random_configs(r.params, search.num_samples, search.seed, search.constraints), prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
     return _listed_plan(r, todo, r.schedule.early_stopping is not False, "random search")
 
@@ -164,10 +167,16 @@ def _random(r: SearchRequest) -> SearchPlan:
 def _listed_plan(
     r: SearchRequest, todo: list[dict[str, Any]], stop_early: bool, description: str
 ) -> SearchPlan:
-    """Exactly the configurations `todo`, in order (grid and random search)."""
+    """Exactly the configurations `todo`, in order (grid and random search).
+
+    Handed out by a searcher, not as Tune's points_to_evaluate: Tune fills a key a point
+    lacks from the space, and a conditional parameter must stay absent where it does not apply.
+    """
+    from tuner.search.searchers import Listed
+
     return SearchPlan(
-        param_space=_space(r.params),
-        search_alg=_listed(todo, r.max_concurrent),
+        param_space=_fixed(r.params),
+        search_alg=_limit(Listed(todo), r.max_concurrent),
         scheduler=_asha(r.schedule, r.metric, r.mode, r.prior) if stop_early else None,
         num_samples=len(todo),
         points=todo,
@@ -189,14 +198,15 @@ def _bohb(r: SearchRequest) -> SearchPlan:
     # at grace_epochs, the first trial to reach a rung always goes on (so, at any
     # num_samples, at least one trains to max_epochs, as does the best at every rung), and
     # no trial waits, paused, for a rung to fill.
-    from tuner.search.searchers import AsyncBOHB, ResumeFirst
+    from tuner.search.searchers import AsyncBOHB, Feasible, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
     seed = _searcher_seed(search.seed, prior)
     space = to_configspace(searched, seed=seed)
-    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed)
+    feasible = Feasible(params, search.constraints, seed)
+    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed, feasible=feasible)
     for t in prior.finished:
-        searcher.replay({k: t.config[k] for k in searched}, t.history, t.error)
+        searcher.replay({k: t.config[k] for k in searched if k in t.config}, t.history, t.error)
     return SearchPlan(
         param_space=_fixed(params),  # the searcher owns the searched space
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
@@ -210,30 +220,21 @@ def _optuna(r: SearchRequest) -> SearchPlan:
     search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
     max_concurrent, prior = r.max_concurrent, r.prior
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
 
-    from tuner.search.searchers import ResumeFirst
+    from tuner.search.searchers import Feasible, OptunaTPE, ResumeFirst
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    searched = {k: to_tune(p) for k, p in params.items() if not isinstance(p, Fixed)}
-    sampler = optuna.samplers.TPESampler(seed=_searcher_seed(search.seed, prior))
-    searcher = OptunaSearch(space=searched, metric=metric, mode=mode, sampler=sampler)
-    for t in prior.finished:  # told, as Tune told it: the last value each trial reported
-        values = [r[metric] for r in t.history if finite(r.get(metric))]
-        failed = t.error or not values or any("failure" in r for r in t.history)
-        searcher.add_evaluated_point(
-            {k: t.config[k] for k in searched},
-            None if failed else values[-1],
-            error=failed,
-            intermediate_values=None if failed else values,
-        )
+    seed = _searcher_seed(search.seed, prior)
+    searcher = OptunaTPE(params, metric, mode, seed, Feasible(params, search.constraints, seed))
+    for t in prior.finished:  # told, as it was told live
+        searcher.replay(t.config, t.history, t.error)
     stop_early = schedule.early_stopping is not False
     return SearchPlan(
         param_space=_fixed(params),
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
         scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
         num_samples=_budget(search, prior),
-        description="Optuna TPE" + (" + ASHA" if stop_early else ""),
+        description="Optuna TPE, define-by-run" + (" + ASHA" if stop_early else ""),
     )
 
 

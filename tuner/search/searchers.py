@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import Any, Optional
 
 import cloudpickle
 from ray.tune.search import Searcher
 
+from tuner import conditions
+from tuner.constraints import allows
+from tuner.errors import ConfigError
 from tuner.results import finite
 from tuner.search.plan import TIME_ATTR
+from tuner.space import Fixed, ParamT, to_optuna
 
 
 class _SavesState:
@@ -56,6 +62,165 @@ class ResumeFirst(_SavesState, Searcher):
             self.inner.on_trial_complete(trial_id, result=result, error=error)
 
 
+class Listed(_SavesState, Searcher):
+    """Hands out a fixed list of configurations in order (grid and random search)."""
+
+    def __init__(self, configs: list[dict[str, Any]]):
+        super().__init__()
+        self.queue = [dict(c) for c in configs]
+
+    def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        return self.queue.pop(0) if self.queue else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        pass  # learns nothing
+
+
+MODEL_DRAWS = 100  # proposals of a model-based searcher that break a constraint before a random draw
+
+
+class Feasible:
+    """The constraints as a model-based searcher meets them: its proposals are checked (the
+    space's fixed values filled in); after MODEL_DRAWS broken ones in a row, a random
+    configuration that keeps them is taken instead (conditions.feasible_draw), so a model
+    that keeps proposing from a broken region cannot stall the sweep."""
+
+    def __init__(self, params: dict[str, ParamT], constraints: list[str], seed: Optional[int]):
+        self.params, self.constraints = params, list(constraints)
+        self.fixed = {k: p.value for k, p in params.items() if isinstance(p, Fixed)}
+        self.rng = random.Random(seed)
+
+    def propose(self, draw: Callable[[], dict[str, Any]], reject: Callable[[], None]) -> dict[str, Any]:
+        """`draw()` until a configuration keeps the constraints (`reject()` after each broken
+        one), or a random configuration that keeps them."""
+        for _ in range(MODEL_DRAWS if self.constraints else 1):
+            config = draw()
+            if allows(self.constraints, {**self.fixed, **config}):
+                return config
+            reject()
+        config = conditions.feasible_draw(self.params, self.constraints, self.rng, MAX_RANDOM_DRAWS)
+        if config is None:
+            raise ConfigError(
+                "search.constraints",
+                f"{MAX_RANDOM_DRAWS:,} random draws in a row broke them (they leave too little of the "
+                "space; loosen them, or search fewer values)",
+            )
+        return {k: v for k, v in config.items() if k not in self.fixed}
+
+    def searched_where(self, config: dict[str, Any], name: str) -> bool:
+        """Whether the searched parameter `name` applies next to `config` (fixed values in)."""
+        return conditions.applies(self.params[name], {**self.fixed, **config})
+
+
+MAX_RANDOM_DRAWS = 10_000
+
+
+class OptunaTPE(_SavesState, Searcher):
+    """Optuna's TPE sampler, define-by-run: a conditional parameter is suggested only where its
+    condition holds (so TPE models it on the trials that have it).
+
+    A proposal that breaks a constraint is told to the study as failed (TPE learns from
+    complete and pruned trials only) and a fresh one asked for, in the same Tune trial; see
+    Feasible. Told like Ray's OptunaSearch: each result as an intermediate value at its epoch,
+    the trial's last value when it completes; an error, a reported `failure` or a non-finite
+    value is a failed trial.
+    """
+
+    def __init__(self, params: dict[str, ParamT], metric: str, mode: str, seed: int, feasible: Feasible):
+        import optuna
+
+        super().__init__(metric=metric, mode=mode)
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        direction = "maximize" if mode == "max" else "minimize"
+        self.study = optuna.create_study(
+            direction=direction, sampler=sampler, pruner=optuna.pruners.NopPruner()
+        )
+        self.searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
+        self.names = conditions.order(self.searched)
+        self.feasible = feasible
+        self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
+        self.reported: dict[str, set[int]] = {}
+
+    def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        asked: list[Any] = []
+
+        def draw() -> dict[str, Any]:
+            asked.append(self.study.ask())
+            return self._define(asked[-1])
+
+        def reject() -> None:
+            self.study.tell(asked.pop(), state=_state("FAIL"))
+
+        config = self.feasible.propose(draw, reject)
+        if not asked:  # a random draw, after the model's kept breaking the constraints
+            self.study.enqueue_trial(config)
+            asked.append(self.study.ask())
+            config = self._define(asked[-1])
+        self.trials[trial_id], self.reported[trial_id] = asked[-1], set()
+        return config
+
+    def _define(self, ot: Any) -> dict[str, Any]:
+        config: dict[str, Any] = {}
+        for name in self.names:
+            if self.feasible.searched_where(config, name):
+                config[name] = _suggest(ot, name, self.searched[name])
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        ot, value, step = self.trials.get(trial_id), result.get(self.metric), result.get(TIME_ATTR)
+        if ot is not None and finite(value) and finite(step) and int(step) not in self.reported[trial_id]:
+            self.reported[trial_id].add(int(step))
+            ot.report(float(value), int(step))
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        ot = self.trials.pop(trial_id, None)
+        self.reported.pop(trial_id, None)
+        if ot is None:
+            return
+        value = (result or {}).get(self.metric)
+        if error or "failure" in (result or {}) or not finite(value):
+            self.study.tell(ot, state=_state("FAIL"))
+        else:
+            self.study.tell(ot, float(value))
+
+    def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
+        """Tell the study an earlier run's trial (a resumed sweep), as it was told live."""
+        import optuna
+
+        values = {
+            int(r[TIME_ATTR]): float(r[self.metric])
+            for r in history
+            if finite(r.get(self.metric)) and finite(r.get(TIME_ATTR))
+        }
+        failed = error or not values or any("failure" in r for r in history)
+        params = {k: config[k] for k in self.searched if k in config}
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=_state("FAIL" if failed else "COMPLETE"),
+                value=None if failed else values[max(values)],
+                params=params,
+                distributions={k: to_optuna(self.searched[k]) for k in params},
+                intermediate_values=None if failed else values,
+            )
+        )
+
+
+def _state(name: str) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[name]
+
+
+def _suggest(ot: Any, name: str, p: ParamT) -> Any:
+    dist = to_optuna(p)
+    kind = type(dist).__name__
+    if kind == "FloatDistribution":
+        return ot.suggest_float(name, dist.low, dist.high, log=dist.log)
+    if kind == "IntDistribution":
+        return ot.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return ot.suggest_categorical(name, list(dist.choices))
+
+
 class _Job:
     """What hpbandster's config generator reads of a finished run: a loss at a budget."""
 
@@ -81,7 +246,15 @@ class AsyncBOHB(_SavesState, Searcher):
     loss at the next budget it did not reach, as hpbandster counts a crashed run.
     """
 
-    def __init__(self, space: Any, metric: str, mode: str, budgets: list[int], seed: Optional[int] = None):
+    def __init__(
+        self,
+        space: Any,
+        metric: str,
+        mode: str,
+        budgets: list[int],
+        seed: Optional[int] = None,
+        feasible: Optional[Feasible] = None,
+    ):
         import numpy as np
         from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
 
@@ -97,8 +270,15 @@ class AsyncBOHB(_SavesState, Searcher):
         self.told: dict[str, set[int]] = {}  # trial -> budgets already told
         self.last: dict[str, int] = {}  # trial -> last epoch seen
         self.failed: set[str] = set()
+        self.feasible = feasible or Feasible({}, [], seed)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        config = self.feasible.propose(self._propose, lambda: None)  # redrawn while one breaks a constraint
+        self.configs[trial_id] = dict(config)
+        self.told[trial_id] = set()
+        return dict(config)
+
+    def _propose(self) -> dict[str, Any]:
         import numpy as np
 
         outside = np.random.get_state()
@@ -108,8 +288,6 @@ class AsyncBOHB(_SavesState, Searcher):
         finally:
             self.rng_state = np.random.get_state()
             np.random.set_state(outside)
-        self.configs[trial_id] = dict(config)
-        self.told[trial_id] = set()
         return dict(config)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:

@@ -14,9 +14,10 @@ from typing import Any, Optional
 
 import yaml
 
+from tuner.conditions import conditions
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
-from tuner.space import Choice, Fixed, Grid, LogRandInt, LogUniform, ParamT, RandInt, Uniform
+from tuner.space import Fixed, ParamT, to_optuna
 from tuner.sweepdir import CONFIG_FILE, check_sweep_dir, has_summary, read_config, resources_of
 
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
@@ -118,7 +119,8 @@ def compute(data: SweepData) -> Compute:
 def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
     """fANOVA importance of each searched parameter for the trials' best metric, or why not."""
     params = data.searched()
-    ok = [r for r in ranked(data.records, data.mode) if all(k in r.config for k in params)]
+    always = [k for k, p in params.items() if not conditions(p)]  # in every trial's configuration
+    ok = [r for r in ranked(data.records, data.mode) if all(k in r.config for k in always)]
     if not params:
         return None, "nothing was searched"
     if len(ok) < MIN_IMPORTANCE_TRIALS:
@@ -127,11 +129,13 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    dists = {k: _distribution(p) for k, p in params.items()}
     study = optuna.create_study(direction="maximize" if data.mode == "max" else "minimize")
     try:
         for r in ok:
-            values = {k: r.config[k] for k in params}
+            # A conditional parameter is absent where its condition fails; optuna then rates
+            # only the parameters every trial has.
+            values = {k: r.config[k] for k in params if k in r.config}
+            dists = {k: to_optuna(params[k]) for k in values}
             study.add_trial(optuna.trial.create_trial(params=values, distributions=dists, value=r.best_value))
         scores = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
     except (ValueError, RuntimeError) as err:  # e.g. a value outside its declared domain
@@ -142,18 +146,9 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
         "count with what they reached. Shares of the explained variance, summing to 1; with few "
         "trials, a rough guide."
     )
+    if len(always) < len(params):
+        method += " Conditional parameters (when:) are rated only if every trial has them."
     return {k: float(v) for k, v in scores.items()}, method
-
-
-def _distribution(p: ParamT) -> Any:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if isinstance(p, (Uniform, LogUniform)):
-        return FloatDistribution(p.low, p.high, log=isinstance(p, LogUniform))
-    if isinstance(p, (RandInt, LogRandInt)):
-        return IntDistribution(p.low, p.high, log=isinstance(p, LogRandInt))
-    assert isinstance(p, (Choice, Grid)), p
-    return CategoricalDistribution(list(p.values))
 
 
 def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
@@ -182,13 +177,17 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
     args += ["--set", "schedule.early_stopping=false"]
-    if any("." in k or "=" in k for k in top.config):
-        # `--set search.params.a.b=1` would mean params a -> b, and `x=y=1` the name x: the
-        # whole mapping at once instead (it holds every parameter, fixed ones included).
+    absent = any(k not in top.config for k in data.cfg.search.params)
+    if absent or any("." in k or "=" in k for k in top.config):
+        # `--set search.params.a.b=1` would mean params a -> b, and `x=y=1` the name x; a
+        # conditional parameter the trial did not have must go, not stay searched: the
+        # whole mapping at once instead (it holds every parameter the trial had).
         args += ["--set", f"search.params={yaml_value(top.config)}"]
     else:
         for k, v in top.config.items():
             args += ["--set", f"search.params.{k}={yaml_value(v)}"]
+    if data.cfg.search.constraints:  # the configuration keeps them; one may name an absent parameter
+        args += ["--set", "search.constraints=[]"]
     return shlex.join(args)
 
 

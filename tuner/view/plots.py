@@ -175,7 +175,10 @@ def parallel(
 
 
 def _scaled(p: ParamT, v: Any) -> float:
-    """`v` placed on the axis of `p`, 0 (low / first value) to 1 (high / last value)."""
+    """`v` placed on the axis of `p`, 0 (low / first value) to 1 (high / last value); NaN for
+    a conditional parameter absent from the trial (its line has a gap at that axis)."""
+    if v is None:
+        return math.nan
     if isinstance(p, (Choice, Grid)):
         n = len(p.values)
         return p.values.index(v) / (n - 1) if v in p.values and n > 1 else 0.5

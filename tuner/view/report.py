@@ -118,7 +118,7 @@ def _leaderboard(data: SweepData) -> list[Block]:
             str(r.epochs),
             _duration(r.time_s),
             r.outcome.value,
-            *(short(r.config.get(n)) for n in names),
+            *(short(r.config[n]) if n in r.config else "" for n in names),  # absent: blank
         ]
         for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
     ]
