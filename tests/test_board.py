@@ -176,12 +176,12 @@ def test_bind_all_warns_and_listens_on_every_interface(sweep) -> None:
 def test_hparams_view_in_a_browser_lists_every_trial(sweep, tmp_path: Path) -> None:
     trials = {t["trial_id"]: t for t in sweep.summary["trials"]}
     failed = {tid for tid, t in trials.items() if t["failure"]}
-    prefix = next(iter(trials)).rsplit("_", 1)[0]
+    names = "|".join(re.escape(tid) for tid in trials)  # (ids as Tune made them: hex, or name_00001)
     ARTIFACTS.mkdir(exist_ok=True)
     with board(sweep.sweep_dir) as (url, _, _), browser_page(tmp_path / "profile") as page:
         wait_for(lambda: session_groups(url, []).keys() == trials.keys())
         page.goto(url + "#hparams")
-        rows = page.get_by_text(re.compile(rf"^{prefix}_\d{{5}}$")).filter(visible=True)
+        rows = page.get_by_text(re.compile(rf"^({names})$")).filter(visible=True)
 
         def shown() -> set[str]:
             return {t.strip() for t in rows.all_inner_texts()}

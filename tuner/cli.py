@@ -66,8 +66,9 @@ def _continue(args: argparse.Namespace, go: Callable[[Any], Any]) -> int:
     """resume and extend: a sweep directory run on, notifying its webhook (or --notify's)."""
     from tuner.driver.notify import Notifying
     from tuner.driver.sweep import AlreadyFinished
-    from tuner.sweepdir import read_config
+    from tuner.sweepdir import read_config, refuse_if_held
 
+    refuse_if_held(os.path.abspath(args.sweep_dir))  # another run's: say so before anything else
     cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
     url = webhook_url(args.notify, "--notify") if args.notify else cfg.notify.webhook
     try:
