@@ -293,9 +293,14 @@ def test_submitted_sweep_succeeds_and_lands_where_the_cli_says(live: Live, tmp_p
     project = tmp_path / "project"  # what the user submits from; output is relative to it
     project.mkdir()
     shutil.copy(DEBUG, project / "debug.yaml")
+    # The user's own model, beside the sweep file: `--working-dir .` ships it to every node.
+    (project / "submitted_model.py").write_text(
+        "from torch import nn\n\n\ndef build(config, input_shape, num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], num_classes))\n"
+    )
     out = live.run(
         str(SCRIPTS / "submit.sh"), "debug.yaml", "--submission-id", "debug-ok", "--", "--name", "submitted",
-        cwd=project,
+        "--set", "task.model=submitted_model:build", cwd=project,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert live.job("debug-ok")["status"] == "SUCCEEDED"
@@ -303,6 +308,8 @@ def test_submitted_sweep_succeeds_and_lands_where_the_cli_says(live: Live, tmp_p
     assert f"results: {sweep_dir}" in out.stdout
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and len(summary["trials"]) == 4
+    assert all(t["status"] == "TERMINATED" for t in summary["trials"])  # the model was imported
+    assert "submitted_model:build" in (sweep_dir / "sweep.yaml").read_text()
     assert "token authentication" in out.stdout
     assert live.token not in out.stdout + out.stderr
 

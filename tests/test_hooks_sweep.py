@@ -213,3 +213,47 @@ def test_the_regression_example_runs_and_beats_the_mean(tmp_path: Path) -> None:
     assert f"best: trial {best['trial_id']} val_mse=" in out.stdout
     tags = {m.name.tag for m in hparams(sweep_dir)["experiment"].metric_infos}
     assert {"val_mse", "val_mae", "val_loss"} <= tags
+
+
+BESIDE_TASK = "beside_the_sweep_file"
+BESIDE_SWEEP = f"""
+name: beside
+task:
+  model: {BESIDE_TASK}:model
+  data: {BESIDE_TASK}:data
+  loss: {BESIDE_TASK}:loss
+  metrics: {BESIDE_TASK}:metrics
+metric: val_abserr
+mode: min
+search:
+  algorithm: random
+  num_samples: 2
+  seed: 0
+  params:
+    lr: {{type: loguniform, low: 1.0e-3, high: 1.0e-2}}
+    optimizer: adam
+schedule: {{max_epochs: 2, grace_epochs: 2}}
+resources: {{cpus_per_worker: 1}}
+training: {{batch_size: 16, amp: off}}
+"""
+
+
+def test_a_module_beside_the_sweep_file_is_found_from_anywhere(tmp_path: Path) -> None:
+    """`python -m tuner sweep proj/sweep.yaml` from another directory, then `extend` from a
+    third: both validate and train with the module beside the sweep file."""
+    proj, elsewhere, third = tmp_path / "proj", tmp_path / "elsewhere", tmp_path / "third"
+    for d in (proj, elsewhere, third):
+        d.mkdir()
+    _module(proj, BESIDE_TASK, DDP_SOURCE)
+    (proj / "sweep.yaml").write_text(BESIDE_SWEEP)
+    assert run_cli("validate", "../proj/sweep.yaml", cwd=elsewhere).returncode == 0
+    out = run_cli("sweep", "../proj/sweep.yaml", "--output", str(tmp_path / "out"), cwd=elsewhere)
+    assert out.returncode == 0, out.stdout + out.stderr
+    sweep_dir = tmp_path / "out" / "beside"
+    # The sweep directory's sweep.yaml is not beside the module: its recorded directories are.
+    assert json.loads((sweep_dir / "code.json").read_text())["import_from"][1] == str(proj)
+    more = run_cli("extend", str(sweep_dir), "--num-samples", "1", cwd=third)
+    assert more.returncode == 0, more.stdout + more.stderr
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert [t["status"] for t in summary["trials"]] == ["TERMINATED"] * 3
+    assert all(t["last_metrics"]["val_abserr"] > 0 for t in summary["trials"])

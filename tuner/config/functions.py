@@ -15,6 +15,8 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Optional, Union
 
@@ -34,15 +36,39 @@ _NOT_CALLABLE = {
 }
 _Callee = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
 
+# Where a sweep's modules are imported from while its file is validated (see code_dirs).
+_CODE_DIRS: ContextVar[tuple[str, ...]] = ContextVar("code_dirs", default=())
+
+
+def code_dirs(sweep_file: Optional[str] = None, *more: str) -> list[str]:
+    """Where a sweep's own modules are imported from, first match wins: the directory the
+    sweep is started in, then the sweep file's directory, then `more` (directories recorded
+    by the run that started it). Absolute paths, each once."""
+    dirs = [os.getcwd()]
+    for d in (os.path.dirname(os.path.abspath(sweep_file)) if sweep_file else None, *more):
+        if d and os.path.abspath(d) not in dirs:
+            dirs.append(os.path.abspath(d))
+    return dirs
+
+
+@contextmanager
+def importing_from(dirs: Sequence[str]) -> Iterator[None]:
+    """check_function looks in `dirs` (instead of the current directory) inside this block."""
+    token = _CODE_DIRS.set(tuple(dirs))
+    try:
+        yield
+    finally:
+        _CODE_DIRS.reset(token)
+
 
 def check_function(field: str, ref: str, search_path: Optional[str], args: Sequence[str]) -> None:
     """Refuse, as a ConfigError naming `field`, a 'package.module:function' `ref` that cannot
-    be found from `search_path` (default: the current directory, where trials import it
-    from), is not callable, or cannot be called as `fn(*args)` (positionally)."""
+    be found from `search_path` (default: the directories of `importing_from`, else the
+    current directory), is not callable, or cannot be called as `fn(*args)` (positionally)."""
     module, _, attr = ref.partition(":")
     if not module or not attr.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
         raise ConfigError(field, f"'{ref}' is not of the form package.module:function")
-    where = search_path or os.getcwd()
+    where = [search_path] if search_path else list(_CODE_DIRS.get()) or [os.getcwd()]
     origin = _locate(field, module, where)
     if not (origin and origin.endswith(".py")):
         return  # a compiled or namespace module: checked when the trial imports it
@@ -71,20 +97,19 @@ def check_function(field: str, ref: str, search_path: Optional[str], args: Seque
         )
 
 
-def _locate(field: str, module: str, where: str) -> Optional[str]:
+def _locate(field: str, module: str, where: list[str]) -> Optional[str]:
     """The module's source file (None where it has none), or a ConfigError if not found."""
-    added = where not in sys.path
-    if added:
-        sys.path.insert(0, where)
+    added = [d for d in where if d not in sys.path]
+    sys.path[:0] = added
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError) as err:
         raise ConfigError(field, f"cannot import module '{module}' ({err})") from None
     finally:
-        if added:
-            sys.path.remove(where)
+        for d in added:
+            sys.path.remove(d)
     if found is None:
-        raise ConfigError(field, f"cannot import module '{module}' (not found from {where})")
+        raise ConfigError(field, f"cannot import module '{module}' (not found from {' or '.join(where)})")
     return found.origin
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -10,17 +11,27 @@ import yaml
 from pydantic import ValidationError
 
 import tuner.config.yamlfile as yamlfile
+from tuner.config.functions import code_dirs, importing_from
 from tuner.config.sections import SweepConfig
 from tuner.errors import ConfigError, validation_message
 from tuner.space import KINDS, Fixed
 
 
-def load_sweep(path: Union[str, Path], overrides: Optional[dict[str, Any]] = None) -> SweepConfig:
-    """Read, override and validate a sweep file; raises ConfigError with the field path."""
+def load_sweep(
+    path: Union[str, Path], overrides: Optional[dict[str, Any]] = None, imports: Sequence[str] = ()
+) -> SweepConfig:
+    """Read, override and validate a sweep file; raises ConfigError with the field path.
+
+    The sweep's own modules (task.model: "mymod:fn") are found from the current directory,
+    then the file's directory, then `imports`; trials import them from the same places."""
     raw = read_yaml(path)
     for dotted, value in (overrides or {}).items():
         set_dotted(raw, dotted, value)
-    return parse_sweep(raw)
+    dirs = code_dirs(str(path), *imports)
+    with importing_from(dirs):
+        cfg = parse_sweep(raw)
+    cfg.code_dirs = dirs
+    return cfg
 
 
 def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
@@ -108,4 +119,7 @@ def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
     default once came back as 0.0 and matched no started trial).
     """
     text = to_yaml(cfg)
-    return parse_sweep(yamlfile.load(text)), text
+    with importing_from(cfg.code_dirs):
+        back = parse_sweep(yamlfile.load(text))
+    back.code_dirs = cfg.code_dirs
+    return back, text

@@ -8,10 +8,12 @@ is refused before anything heavy starts.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Optional
 
 from pydantic import (
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -261,6 +263,18 @@ class FailureSection(Section):
 
 class SweepConfig(Section):
     """A whole sweep: what to train, how to search, and where results go."""
+
+    # Where the sweep's own modules are imported from (config.functions.code_dirs): set by
+    # load_sweep, recorded in the sweep directory, handed to every trial. Not a YAML key.
+    _code_dirs: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def code_dirs(self) -> list[str]:
+        return list(self._code_dirs) or [os.getcwd()]
+
+    @code_dirs.setter
+    def code_dirs(self, dirs: list[str]) -> None:
+        self._code_dirs = list(dirs)
 
     name: str = Field(
         description="Sweep name; results go to <output>/<name>. One directory name: letters, "

@@ -262,6 +262,18 @@ def resolve(cfg: SweepConfig) -> TrialResources:
     return res
 
 
+def import_path(dirs: list[str]) -> str:
+    """Trials' search path (os.pathsep-joined): each directory, and, for one inside the
+    driver's working directory, its relative form too, which a trial on another node
+    resolves in its own copy of the job's working directory (`ray job submit --working-dir`)."""
+    here = os.getcwd()
+    paths = list(dirs)
+    for d in dirs:
+        if d == here or d.startswith(here + os.sep):
+            paths.append(os.path.relpath(d, here))
+    return os.pathsep.join(paths)
+
+
 def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
     """What every trial of the sweep is told besides its configuration."""
     return TrialSpec(
@@ -283,7 +295,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         max_failures=cfg.failure.max_failures,
         keep_checkpoints=cfg.failure.keep_checkpoints,
         trial_timeout=cfg.schedule.trial_timeout,
-        search_path=os.getcwd(),
+        search_path=import_path(cfg.code_dirs),
         storage=storage,
         sweep_dir=sweep_dir,
     )

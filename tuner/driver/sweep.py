@@ -106,7 +106,7 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         cfg = sweepdir.read_config(sweep_dir)  # again, under the lock
         cfg.search.num_samples += more
         cfg, text = settled(cfg)
-        held.write_config(text)
+        held.write_config(text, cfg.code_dirs)
         trials = _records(cfg, sweep_dir)
         finished = [t for t in trials if t.finished]
         unfinished = [t for t in trials if not t.finished]
@@ -183,7 +183,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         start.prior,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
-        held.write_config(start.config_text)
+        held.write_config(start.config_text, cfg.code_dirs)
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage, ended)

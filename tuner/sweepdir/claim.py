@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from tuner.errors import ConfigError
-from tuner.sweepdir.files import CONFIG_FILE, empty_config_message
+from tuner.sweepdir.files import CODE_FILE, CONFIG_FILE, empty_config_message, write_atomic
 
 LOCK_FILE = ".tuner.lock"
 
@@ -42,9 +42,12 @@ class Claim:
         self.path = path
         self.config_written = False
 
-    def write_config(self, text: str) -> None:
+    def write_config(self, text: str, code_dirs: Optional[list[str]] = None) -> None:
+        """sweep.yaml, and beside it (first) where the sweep imports its own modules from."""
         if self.path is None:  # storage URI: Ray writes there, not tuner
             return
+        if code_dirs is not None:
+            write_atomic(os.path.join(self.path, CODE_FILE), json.dumps({"import_from": code_dirs}))
         target = os.path.join(self.path, CONFIG_FILE)
         tmp = os.path.join(self.path, f".{CONFIG_FILE}.tmp")
         with open(tmp, "w") as f:

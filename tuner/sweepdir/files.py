@@ -1,6 +1,6 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
-    <output>/<name>/            sweep.yaml  summary.json  (Ray Tune's experiment state)
+    <output>/<name>/            sweep.yaml  code.json  summary.json  (Ray Tune's experiment state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tuner.config import SweepConfig
 
 CONFIG_FILE = "sweep.yaml"  # the resolved configuration the sweep ran with
+CODE_FILE = "code.json"  # where the sweep imports its own modules from (resume does too)
 SUMMARY_FILE = "summary.json"
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
 METRICS_FILE = "metrics.jsonl"  # a trial's epochs (the trial's)
@@ -125,7 +126,7 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     if empty:
         raise ConfigError("", empty)
     try:
-        return load_sweep(path)
+        return load_sweep(path, imports=recorded_code_dirs(sweep_dir))
     except ConfigError as err:
         if not standins or not err.path.startswith("task."):
             raise
@@ -134,6 +135,16 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     real = {k: task[k] for k in _STANDIN if task.get(k) is not None}
     cfg = parse_sweep({**raw, "task": {**task, **{k: _STANDIN[k] for k in real}}})
     return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
+
+
+def recorded_code_dirs(sweep_dir: str) -> list[str]:
+    """The directories the sweep's first run imported its modules from (none if unrecorded)."""
+    try:
+        with open(os.path.join(sweep_dir, CODE_FILE)) as f:
+            dirs = json.load(f).get("import_from", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [d for d in dirs if isinstance(d, str)]
 
 
 def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -158,10 +159,12 @@ def _cached_builtin(name: str, frozen_args: str) -> DataBundle:
 
 
 def import_object(spec: str, search_path: Optional[str] = None) -> Any:
-    """Resolve 'package.module:attr', looking in `search_path` (the sweep's directory) too."""
+    """Resolve 'package.module:attr', looking in `search_path` too (os.pathsep-joined
+    directories, the first first: where the sweep imports its own modules from)."""
     module, _, attr = spec.partition(":")
-    if search_path and search_path not in sys.path:
-        sys.path.insert(0, search_path)
+    for d in reversed((search_path or "").split(os.pathsep)):
+        if d and d not in sys.path:
+            sys.path.insert(0, d)
     return getattr(importlib.import_module(module), attr)
 
 

@@ -38,7 +38,7 @@ class TrialSpec:
     # Seconds a trial may go without finishing an epoch (None: no limit); see trial/watchdog.py.
     trial_timeout: Optional[float] = None
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
-    search_path: Optional[str] = None
+    search_path: Optional[str] = None  # where user modules are imported from (os.pathsep-joined)
     # Where the sweep is stored: an absolute local/shared path or a URI (s3://, gs://).
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
