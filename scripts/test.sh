@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/setup_browser.sh   # chromium + Playwright for the TensorBoard UI and report tests
 .venv/bin/ruff check tuner tests scripts
-exec .venv/bin/python -m pytest -q -ra "$@"
+exec .venv/bin/python -m pytest -q -ra --durations=25 "$@"
