@@ -1,8 +1,8 @@
 """The sweep directory: its file names and every read and write of them (files), and who may
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
-    <output>/<name>/            sweep.yaml  summary.json  .tuner.lock  (Ray Tune's state)
-      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+    <output>/<name>/            sweep.yaml  summary.json  best/  .tuner.lock  (Ray Tune's state)
+      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt  best.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
@@ -17,6 +17,8 @@ from tuner.sweepdir.claim import (
     resolve,
 )
 from tuner.sweepdir.files import (
+    BEST_CHECKPOINT,
+    BEST_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_PATTERN,
     CONFIG_FILE,
@@ -57,6 +59,8 @@ from tuner.sweepdir.files import (
 )
 
 __all__ = [
+    "BEST_CHECKPOINT",
+    "BEST_DIR",
     "CHECKPOINT_FILE",
     "CHECKPOINT_PATTERN",
     "CONFIG_FILE",

@@ -1,7 +1,7 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
-    <output>/<name>/            sweep.yaml  summary.json  (Ray Tune's experiment state)
-      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+    <output>/<name>/            sweep.yaml  summary.json  best/  (Ray Tune's experiment state)
+      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt  best.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Each file is written at once by the process that knows its facts: `tuner_trial.json`
@@ -34,6 +34,8 @@ TUNE_ERROR_FILE = "error.txt"  # Tune's, written by the driver
 TRIAL_LOG = "trial.log"
 CHECKPOINT_FILE = "state.pt"  # a checkpoint handed to Ray (Train, or Tune with URI storage)
 CHECKPOINT_PATTERN = r"^checkpoint_e(\d{6})\.pt$"  # a trial's own, one per epoch
+BEST_CHECKPOINT = "best.pt"  # a trial's best epoch's weights (by the sweep's metric)
+BEST_DIR = "best"  # the sweep's best weights, exported: model.pt config.json metrics.json
 TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.sweepdir import CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name
+from tuner.sweepdir import BEST_CHECKPOINT, CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name, finite
 
 _NAME = re.compile(CHECKPOINT_PATTERN)
 
@@ -44,16 +44,7 @@ class DirCheckpoints:
         return epochs[-1] if epochs else None
 
     def save(self, state: dict[str, Any], epoch: int) -> str:
-        os.makedirs(self.root, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".checkpoint-", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(state, tmp)
-        except BaseException:  # a full disk: no half-written temporary left behind
-            os.remove(tmp)
-            raise
-        final = self.path(epoch)
-        os.replace(tmp, final)  # a kill mid-write leaves a .tmp, never half a checkpoint
+        final = save_atomic(state, self.path(epoch))
         for old in self._epochs()[: -self.keep]:
             os.remove(self.path(old))
         return final
@@ -76,6 +67,82 @@ class DirCheckpoints:
         if bad:
             self.notice = f"no readable checkpoint ({', '.join(bad)}): started again from epoch 0"
         return None
+
+
+def save_atomic(state: Any, final: str) -> str:
+    """torch.save to `final` through a temporary in its directory and a rename: a kill
+    mid-write leaves a .tmp, never half a file; a failed write (a full disk) not even that."""
+    root = os.path.dirname(final)
+    os.makedirs(root, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".checkpoint-", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    os.replace(tmp, final)
+    return final
+
+
+class BestCheckpoint:
+    """The trial's best epoch's weights, `<trial>/best.pt`, beside its newest checkpoints.
+
+    `offer` is called with every epoch's metrics (rank 0, before the scheduler hears of the
+    epoch); when the sweep's metric improves on the best so far (strictly: a tie keeps the
+    earlier epoch, as the ranking does), the weights are written atomically as
+    {"epoch", "metric", "value", "model"}. The best so far survives the trial's process: a
+    trial resumed (paused by a scheduler, retried, `tuner resume`) reads it back once.
+    """
+
+    def __init__(self, trial_dir: str, metric: str, mode: str):
+        self.path = os.path.join(trial_dir, BEST_CHECKPOINT)
+        self.metric, self.mode = metric, mode
+        self._value: Optional[float] = None
+        self._read = False
+
+    def best_value(self) -> Optional[float]:
+        if not self._read:
+            self._read = True
+            held = read_best(self.path)
+            self._value = None if held is None else float(held["value"])
+        return self._value
+
+    def offer(self, metrics: dict[str, Any], payload: dict[str, Any]) -> bool:
+        """Keep `payload`'s weights if `metrics` is the trial's best epoch so far."""
+        value = metrics.get(self.metric)
+        weights = weights_of(payload)
+        if weights is None or "failure" in metrics or not finite(value):
+            return False
+        held = self.best_value()
+        if held is not None and not (value > held if self.mode == "max" else value < held):
+            return False
+        best = {"epoch": int(metrics["epoch"]), "metric": self.metric, "value": float(value)}
+        save_atomic({**best, "model": weights}, self.path)
+        self._value = float(value)
+        return True
+
+
+def weights_of(payload: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The model's state dict in a checkpoint's payload: tuner's loop's `model`, or, for
+    `task.train`, the `model` entry of the state the user reported (as `ctx.state_dict`
+    gives); None when there is none."""
+    user = payload.get("user")
+    weights = user.get("model") if isinstance(user, dict) else payload.get("model")
+    if isinstance(weights, dict) and weights and all(isinstance(v, torch.Tensor) for v in weights.values()):
+        return weights
+    return None
+
+
+def read_best(path: str, map_location: Any = "cpu") -> Optional[dict[str, Any]]:
+    """A trial's best.pt ({"epoch", "metric", "value", "model"}), or None (none, or unreadable)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        held = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - damaged (a truncated zip): as if there were none
+        return None
+    return held if isinstance(held, dict) and finite(held.get("value")) else None
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:
