@@ -25,7 +25,7 @@ from tuner.trial.checkpoint import read_best
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec
-from tuner.view.export import plain_state_dict
+from tuner.trial.weights import plain_state_dict
 
 DATA = "tests.best_task:flipped"
 

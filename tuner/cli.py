@@ -109,6 +109,9 @@ def _print_outcome(outcome: Any) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
     print(f"{len(s['trials'])} trials ({counts}); status {s['status']}")
     print(f"results: {outcome.sweep_dir}")
+    model = os.path.join(outcome.sweep_dir, "best", "model.pt")
+    if s["best"] and os.path.isfile(model):
+        print(f"best model: {model} (+ config.json, metrics.json; tuner.load_best, tuner export)")
     print(
         f"see it: python -m tuner board {outcome.sweep_dir}   |   python -m tuner report {outcome.sweep_dir}"
     )
@@ -142,9 +145,11 @@ def cmd_board(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tuner.view.export import FILES, export
+    from tuner.view.export import export
 
     where = export(args.sweep_dir, args.trial, args.format, args.output)
+    from tuner.trial.weights import FILES  # (torch: once the input was good)
+
     print(f"exported: {os.path.join(where, FILES[args.format])} (+ config.json, metrics.json)")
     return ExitCode.OK
 

@@ -33,7 +33,6 @@ from tuner.results import TrialRecord, ranked, records
 from tuner.sweepdir import BEST_CHECKPOINT, BEST_DIR, check_sweep_dir, full_config, json_default, read_config
 
 FORMATS = ("state_dict", "torchscript", "onnx")
-FILES = {"state_dict": "model.pt", "torchscript": "model.ts.pt", "onnx": "model.onnx"}
 MARK = "exported_by"  # config.json's key that says a directory is one of ours
 
 
@@ -47,6 +46,8 @@ class Chosen:
 
     @property
     def weights(self) -> dict[str, Any]:
+        from tuner.trial.weights import plain_state_dict
+
         return plain_state_dict(self.best["model"])
 
     def config(self) -> dict[str, Any]:
@@ -105,20 +106,6 @@ def _why_none(cfg: SweepConfig) -> str:
     )
 
 
-def plain_state_dict(weights: dict[str, Any]) -> dict[str, Any]:
-    """`weights` without the prefixes wrappers add to every key (DDP's `module.`,
-    torch.compile's `_orig_mod.`), on the CPU."""
-    out = {k: v.detach().cpu() if hasattr(v, "detach") else v for k, v in weights.items()}
-    while out:
-        for prefix in ("module.", "_orig_mod."):
-            if all(k.startswith(prefix) for k in out):
-                out = {k[len(prefix) :]: v for k, v in out.items()}
-                break
-        else:
-            return out
-    return out
-
-
 def export(
     sweep_dir: str, trial_id: Optional[str] = None, fmt: str = "state_dict", output: Optional[str] = None
 ) -> str:
@@ -160,10 +147,10 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
     """
     chosen = choose(sweep_dir, trial)
     if model is None:
-        model = rebuild(chosen)[0]
-    else:
-        model.load_state_dict(chosen.weights)
-    return model.eval()
+        return rebuild(chosen)[0]
+    from tuner.trial.weights import load_into
+
+    return load_into(model, chosen.weights)
 
 
 def rebuild(chosen: Chosen) -> tuple[Any, Any]:
@@ -176,17 +163,10 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
             "this sweep trained your own loop's model: tuner cannot build it. Load model.pt into "
             "your model (tuner.load_best(sweep_dir, model=YourModel(...))); --format state_dict",
         )
-    from tuner.trial.data import load_data
-    from tuner.trial.models import build_model
+    from tuner.trial.weights import rebuild as build
 
     hp = full_config(chosen.trial.path)
-    data = load_data(task.data or "", dict(task.data_args), hp, os.getcwd())
-    model = build_model(task.model or "", hp, data.input_shape, data.num_classes, os.getcwd())
-    model.load_state_dict(chosen.weights)
-    first = data.val[0] if len(data.val) else data.train[0]  # type: ignore[arg-type]
-    import torch
-
-    return model.eval(), data.prepare(torch.as_tensor(first[0]).unsqueeze(0))
+    return build(task.model or "", task.data or "", dict(task.data_args), hp, chosen.weights)
 
 
 def _need_onnx() -> None:
@@ -217,36 +197,21 @@ def _refuse_foreign(where: str, given: bool) -> None:
 
 def _write_dir(where: str, chosen: Chosen, fmt: str, built: Optional[tuple[Any, Any]]) -> str:
     """The export directory, written beside its place and renamed into it."""
-    import torch
+    from tuner.trial.weights import save_formats
 
     parent = os.path.dirname(os.path.abspath(where))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(where)}-", suffix=".tmp")
     try:
-        torch.save(chosen.weights, os.path.join(tmp, FILES["state_dict"]))
+        save_formats(tmp, chosen.weights, fmt, built)
         for name, doc in (("config.json", chosen.config()), ("metrics.json", chosen.metrics())):
             with open(os.path.join(tmp, name), "w") as f:
                 json.dump(doc, f, indent=2, default=json_default)
-        if built is not None and fmt == "torchscript":
-            torch.jit.save(_scripted(*built), os.path.join(tmp, FILES[fmt]))
-        elif built is not None and fmt == "onnx":
-            torch.onnx.export(built[0], (built[1],), os.path.join(tmp, FILES[fmt]), dynamo=True)
         _replace(tmp, where)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return where
-
-
-def _scripted(model: Any, example: Any) -> Any:
-    """TorchScript of the model: scripted, or traced on one input where scripting fails."""
-    import torch
-
-    try:
-        return torch.jit.script(model)
-    except Exception:  # noqa: BLE001 - what scripting cannot read, tracing may run
-        with torch.no_grad():
-            return torch.jit.trace(model, example)
 
 
 def _replace(tmp: str, where: str) -> None:
