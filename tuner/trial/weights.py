@@ -61,8 +61,19 @@ def save_formats(
     path = os.path.join(directory, FILES[fmt])
     if fmt == "torchscript":
         torch.jit.save(_scripted(*built), path)
-    else:
-        torch.onnx.export(built[0], (built[1],), path, dynamo=True)
+    else:  # one file (no external data); any batch size; torch's exporter kept quiet
+        model, example = built
+        torch.onnx.export(
+            model,
+            (torch.cat([example, example]),),  # batch 2: a batch of 1 would be taken as fixed
+            path,
+            dynamo=True,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+            external_data=False,
+            verbose=False,
+        )
 
 
 def _scripted(model: nn.Module, example: Any) -> Any:
