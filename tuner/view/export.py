@@ -133,6 +133,8 @@ def write_best(sweep_dir: str) -> Optional[str]:
         return export(sweep_dir)
     except ConfigError as err:
         warn(f"no {BEST_DIR}/ written: {err.message}")
+    except OSError as err:  # the summary is written: the sweep's result stands without best/
+        warn(f"no {BEST_DIR}/ written: {err} (python -m tuner export {sweep_dir} writes it)")
     return None
 
 
