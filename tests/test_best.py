@@ -1,5 +1,6 @@
-"""The best epoch's weights: kept per trial (best.pt), exported (<sweep>/best/, `tuner export`),
-loaded back (`tuner.load_best`), for tuner's loop, under DDP, and with the resume gap closed.
+"""The best epoch's weights: kept per trial (best.json naming best_eNNNNNN.pt), exported
+(<sweep>/best/, `tuner export`), loaded back (`tuner.load_best`), for tuner's loop, under DDP
+and for task.train (tests/test_own_loop_ray.py), and the resume gap closed.
 
 The data (tests/best_task.py) trains on flipped labels, so validation accuracy falls epoch
 after epoch: a trial's best epoch is its first, never among its newest checkpoints. The
@@ -22,12 +23,11 @@ from torch import nn
 from tests.best_task import accuracy
 from tests.conftest import debug_config, run_cli
 from tuner.config import TrainingSection
-from tuner.sweepdir import read_metrics
-from tuner.trial.checkpoint import read_best
+from tuner.sweepdir import read_best_record, read_metrics
+from tuner.trial.checkpoint import plain_state_dict
 from tuner.trial.loop import run_trial
 from tuner.trial.session import LocalSession
 from tuner.trial.spec import TrialSpec
-from tuner.trial.weights import plain_state_dict
 
 DATA = "tests.best_task:flipped"
 
@@ -59,10 +59,11 @@ def test_the_best_epoch_is_kept_beside_the_newest_checkpoint(tmp_path: Path) -> 
     assert accs[0] > accs[-1], accs  # the data makes it fall
     top = accs.index(max(accs)) + 1
     assert sorted(p.name for p in tmp_path.glob("checkpoint_e*.pt")) == ["checkpoint_e000004.pt"]
-    best = read_best(str(tmp_path / "best.pt"))
+    best = read_best_record(str(tmp_path))
     assert best is not None and best["epoch"] == top < 4 and best["value"] == max(accs)
+    assert [p.name for p in tmp_path.glob("best_e*.pt")] == [f"best_e{top:06d}.pt"]  # the older ones gone
     net = _mlp(16)
-    net.load_state_dict(best["model"])
+    net.load_state_dict(torch.load(best["weights"], weights_only=True))  # plain torch
     _scores(net, best["value"])
     # A resumed trial knows its best so far: a worse epoch does not replace it.
     again = LocalSession(str(tmp_path), resume=True, keep=1, metric="val_acc", mode="max")
@@ -146,7 +147,7 @@ def test_asha_sweep_exports_its_best_epoch_and_resume_writes_a_missing_summary(t
     trial = Path(out.sweep_dir) / config["trial_id"]
     epochs = [r["epoch"] for r in read_metrics(str(trial))]
     assert config["epoch"] < max(epochs), "the best trial's best epoch is its newest"
-    assert not (trial / f"checkpoint_e{config['epoch']:06d}.pt").exists()  # pruned: best.pt kept it
+    assert not (trial / f"checkpoint_e{config['epoch']:06d}.pt").exists()  # pruned: best_e*.pt kept it
     plain = _mlp(config["config"]["width"])
     plain.load_state_dict(torch.load(best / "model.pt", weights_only=True))
     _scores(plain, metrics["val_acc"])

@@ -20,6 +20,7 @@ from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, refe
 from tuner.config.flags import add_overrides, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
+from tuner.sweepdir import EXPORT_FILES
 
 __all__ = ["build_parser", "main", "overrides_from"]
 
@@ -148,9 +149,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.view.export import export
 
     where = export(args.sweep_dir, args.trial, args.format, args.output)
-    from tuner.trial.weights import FILES  # (torch: once the input was good)
-
-    print(f"exported: {os.path.join(where, FILES[args.format])} (+ config.json, metrics.json)")
+    print(f"exported: {os.path.join(where, EXPORT_FILES[args.format])} (+ config.json, metrics.json)")
     return ExitCode.OK
 
 
@@ -233,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial", metavar="ID", help="this trial's best epoch (default: the sweep's best trial)")
     p.add_argument(
         "--format",
-        choices=["state_dict", "torchscript", "onnx"],
+        choices=list(EXPORT_FILES),
         default="state_dict",
         help="besides model.pt (a plain state dict): model.ts.pt (TorchScript) or model.onnx "
         "(needs the onnx extra); not for task.train sweeps",

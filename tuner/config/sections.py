@@ -259,7 +259,8 @@ class FailureSection(Section):
     keep_checkpoints: int = Field(
         2,
         ge=1,
-        description="Checkpoints kept per trial (newest), besides the best epoch's weights (best.pt).",
+        description="Checkpoints kept per trial (newest), besides the best epoch's weights "
+        "(best_eNNNNNN.pt).",
     )
 
 

@@ -2,7 +2,8 @@
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
     <output>/<name>/            sweep.yaml  summary.json  best/  .tuner.lock  (Ray Tune's state)
-      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt  best.pt
+      <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+                                best.json  best_eNNNNNN.pt (the best epoch's weights)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
@@ -17,11 +18,13 @@ from tuner.sweepdir.claim import (
     resolve,
 )
 from tuner.sweepdir.files import (
-    BEST_CHECKPOINT,
     BEST_DIR,
+    BEST_RECORD,
+    BEST_WEIGHTS_PATTERN,
     CHECKPOINT_FILE,
     CHECKPOINT_PATTERN,
     CONFIG_FILE,
+    EXPORT_FILES,
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
     METRICS_FILE,
@@ -32,6 +35,7 @@ from tuner.sweepdir.files import (
     TRIAL_LOG,
     TUNE_ERROR_FILE,
     TUNE_PARAMS_FILE,
+    best_weights_name,
     check_sweep_dir,
     checkpoint_name,
     config_path,
@@ -44,6 +48,7 @@ from tuner.sweepdir.files import (
     has_summary,
     json_default,
     json_safe,
+    read_best_record,
     read_config,
     read_metrics,
     read_record,
@@ -59,11 +64,13 @@ from tuner.sweepdir.files import (
 )
 
 __all__ = [
-    "BEST_CHECKPOINT",
     "BEST_DIR",
+    "BEST_RECORD",
+    "BEST_WEIGHTS_PATTERN",
     "CHECKPOINT_FILE",
     "CHECKPOINT_PATTERN",
     "CONFIG_FILE",
+    "EXPORT_FILES",
     "Claim",
     "HPARAMS_EXPERIMENT_MARKER",
     "HPARAMS_SESSION_MARKER",
@@ -76,6 +83,7 @@ __all__ = [
     "TRIAL_LOG",
     "TUNE_ERROR_FILE",
     "TUNE_PARAMS_FILE",
+    "best_weights_name",
     "check_sweep_dir",
     "checkpoint_name",
     "claim",
@@ -89,6 +97,7 @@ __all__ = [
     "has_summary",
     "json_default",
     "json_safe",
+    "read_best_record",
     "read_config",
     "read_metrics",
     "read_record",

@@ -12,6 +12,8 @@ hand theirs to Ray Train, URI storage to Tune, in one file each (`save_to_dir`).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import tempfile
@@ -19,9 +21,20 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.sweepdir import BEST_CHECKPOINT, CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name, finite
+from tuner.sweepdir import (
+    BEST_RECORD,
+    BEST_WEIGHTS_PATTERN,
+    CHECKPOINT_FILE,
+    CHECKPOINT_PATTERN,
+    best_weights_name,
+    checkpoint_name,
+    finite,
+    read_best_record,
+    write_atomic,
+)
 
 _NAME = re.compile(CHECKPOINT_PATTERN)
+_BEST = re.compile(BEST_WEIGHTS_PATTERN)
 
 
 class DirCheckpoints:
@@ -86,25 +99,26 @@ def save_atomic(state: Any, final: str) -> str:
 
 
 class BestCheckpoint:
-    """The trial's best epoch's weights, `<trial>/best.pt`, beside its newest checkpoints.
+    """The trial's best epoch's weights beside its newest checkpoints: `best_eNNNNNN.pt` (a
+    plain state dict, what `<sweep>/best/model.pt` is a copy of) and `best.json` naming it.
 
     `offer` is called with every epoch's metrics (rank 0, before the scheduler hears of the
     epoch); when the sweep's metric improves on the best so far (strictly: a tie keeps the
-    earlier epoch, as the ranking does), the weights are written atomically as
-    {"epoch", "metric", "value", "model"}. The best so far survives the trial's process: a
-    trial resumed (paused by a scheduler, retried, `tuner resume`) reads it back once.
+    earlier epoch, as the ranking does) the weights are written, then best.json (each
+    atomically), then the older weights removed: best.json always names a whole file of the
+    epoch it gives. The best so far survives the process: a resumed trial (paused by a
+    scheduler, retried, `tuner resume`) reads best.json back once.
     """
 
     def __init__(self, trial_dir: str, metric: str, mode: str):
-        self.path = os.path.join(trial_dir, BEST_CHECKPOINT)
-        self.metric, self.mode = metric, mode
+        self.dir, self.metric, self.mode = trial_dir, metric, mode
         self._value: Optional[float] = None
         self._read = False
 
     def best_value(self) -> Optional[float]:
         if not self._read:
             self._read = True
-            held = read_best(self.path)
+            held = read_best_record(self.dir)
             self._value = None if held is None else float(held["value"])
         return self._value
 
@@ -117,8 +131,15 @@ class BestCheckpoint:
         held = self.best_value()
         if held is not None and not (value > held if self.mode == "max" else value < held):
             return False
-        best = {"epoch": int(metrics["epoch"]), "metric": self.metric, "value": float(value)}
-        save_atomic({**best, "model": weights}, self.path)
+        epoch = int(metrics["epoch"])
+        name = best_weights_name(epoch)
+        save_atomic(plain_state_dict(weights), os.path.join(self.dir, name))
+        record = {"epoch": epoch, "metric": self.metric, "value": float(value), "weights": name}
+        write_atomic(os.path.join(self.dir, BEST_RECORD), json.dumps(record))
+        for other in os.listdir(self.dir):
+            if _BEST.match(other) and other != name:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.dir, other))
         self._value = float(value)
         return True
 
@@ -134,15 +155,18 @@ def weights_of(payload: dict[str, Any]) -> Optional[dict[str, Any]]:
     return None
 
 
-def read_best(path: str, map_location: Any = "cpu") -> Optional[dict[str, Any]]:
-    """A trial's best.pt ({"epoch", "metric", "value", "model"}), or None (none, or unreadable)."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        held = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - damaged (a truncated zip): as if there were none
-        return None
-    return held if isinstance(held, dict) and finite(held.get("value")) else None
+def plain_state_dict(weights: dict[str, Any]) -> dict[str, Any]:
+    """`weights` on the CPU without the prefixes wrappers add to every key (DDP's `module.`,
+    torch.compile's `_orig_mod.`): loadable into the bare model."""
+    out = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
+    while out:
+        for prefix in ("module.", "_orig_mod."):
+            if all(k.startswith(prefix) for k in out):
+                out = {k[len(prefix) :]: v for k, v in out.items()}
+                break
+        else:
+            return out
+    return out
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:

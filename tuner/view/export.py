@@ -1,7 +1,8 @@
 """A sweep's model out of its directory: `<sweep>/best/`, `tuner export`, `tuner.load_best`.
 
-Each trial keeps its best epoch's weights in `<trial>/best.pt` (tuner.trial.checkpoint:
-BestCheckpoint), beside its newest checkpoints. From those this writes an export directory:
+Each trial keeps its best epoch's weights, a plain state dict, in `<trial>/best_eNNNNNN.pt`
+named by `<trial>/best.json` (tuner.trial.checkpoint: BestCheckpoint), beside its newest
+checkpoints. From those this writes an export directory:
 
     model.pt       the weights as a plain state dict (no DDP `module.` or compile `_orig_mod.`
                    prefixes): torch.load(...) and model.load_state_dict(...), no tuner needed
@@ -13,7 +14,8 @@ BestCheckpoint), beside its newest checkpoints. From those this writes an export
 
 `<sweep>/best/` is the sweep's best trial's, written when a sweep ends (and by `tuner
 export`); it is tuner's own directory and is replaced whole (a temporary directory renamed
-into place). A model is rebuilt (torchscript, onnx, `load_best`) from the sweep's task: a
+into place). Writing model.pt, config.json and metrics.json is a copy (no torch: the sweep's
+driver does it). A model is rebuilt (torchscript, onnx, `load_best`) from the sweep's task: a
 built-in or a `task.model` function; a `task.train` sweep's model is the user's, passed in.
 """
 
@@ -30,9 +32,18 @@ from typing import Any, Optional
 from tuner import __version__
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import TrialRecord, ranked, records
-from tuner.sweepdir import BEST_CHECKPOINT, BEST_DIR, check_sweep_dir, full_config, json_default, read_config
+from tuner.sweepdir import (
+    BEST_DIR,
+    BEST_RECORD,
+    EXPORT_FILES,
+    check_sweep_dir,
+    full_config,
+    json_default,
+    read_best_record,
+    read_config,
+)
 
-FORMATS = ("state_dict", "torchscript", "onnx")
+FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
 MARK = "exported_by"  # config.json's key that says a directory is one of ours
 
 
@@ -42,13 +53,7 @@ class Chosen:
 
     cfg: SweepConfig
     trial: TrialRecord
-    best: dict[str, Any]  # best.pt: epoch, metric, value, model
-
-    @property
-    def weights(self) -> dict[str, Any]:
-        from tuner.trial.weights import plain_state_dict
-
-        return plain_state_dict(self.best["model"])
+    best: dict[str, Any]  # best.json: epoch, metric, value, weights (the file's path)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -86,9 +91,7 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
             known = ", ".join(t.trial_id for t in trials[:8]) or "none"
             raise ConfigError("--trial", f"{sweep_dir} has no trial {trial_id!r} (trials: {known})")
         trial = found[0]
-    from tuner.trial.checkpoint import read_best  # (torch: only once the input is known good)
-
-    best = read_best(os.path.join(trial.path, BEST_CHECKPOINT))
+    best = read_best_record(trial.path)
     if best is None:
         raise ConfigError("", f"trial {trial.trial_id} kept no weights: {_why_none(cfg)}")
     return Chosen(cfg, trial, best)
@@ -101,7 +104,7 @@ def _why_none(cfg: SweepConfig) -> str:
             "state=ctx.state_dict(model, optimizer)), or any state with a 'model' state dict"
         )
     return (
-        f"it has no {BEST_CHECKPOINT} (it ran with an older tuner, failed before its first epoch, "
+        f"it has no {BEST_RECORD} (it ran with an older tuner, failed before its first epoch, "
         "or was stored at a URI)"
     )
 
@@ -152,7 +155,7 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
         return rebuild(chosen)[0]
     from tuner.trial.weights import load_into
 
-    return load_into(model, chosen.weights)
+    return load_into(model, chosen.best["weights"])
 
 
 def rebuild(chosen: Chosen) -> tuple[Any, Any]:
@@ -168,7 +171,7 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
     from tuner.trial.weights import rebuild as build
 
     hp = full_config(chosen.trial.path)
-    return build(task.model or "", task.data or "", dict(task.data_args), hp, chosen.weights)
+    return build(task.model or "", task.data or "", dict(task.data_args), hp, chosen.best["weights"])
 
 
 def _need_onnx() -> None:
@@ -199,13 +202,15 @@ def _refuse_foreign(where: str, given: bool) -> None:
 
 def _write_dir(where: str, chosen: Chosen, fmt: str, built: Optional[tuple[Any, Any]]) -> str:
     """The export directory, written beside its place and renamed into it."""
-    from tuner.trial.weights import save_formats
-
     parent = os.path.dirname(os.path.abspath(where))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(where)}-", suffix=".tmp")
     try:
-        save_formats(tmp, chosen.weights, fmt, built)
+        shutil.copyfile(chosen.best["weights"], os.path.join(tmp, EXPORT_FILES["state_dict"]))
+        if built is not None:
+            from tuner.trial.weights import save_format
+
+            save_format(tmp, fmt, built)
         for name, doc in (("config.json", chosen.config()), ("metrics.json", chosen.metrics())):
             with open(os.path.join(tmp, name), "w") as f:
                 json.dump(doc, f, indent=2, default=json_default)
