@@ -102,9 +102,9 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
     for t in out.summary["trials"]:
         rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
         assert sum(1 for r in rows if r["wall_time"] > first + budget) <= 1, rows
-    # Trials removed unstarted leave no directory behind.
+    # Trials removed unstarted leave no directory behind (best/: the best trial's weights).
     assert sorted(p.name for p in Path(out.sweep_dir).iterdir() if p.is_dir()) == sorted(
-        t["trial_id"] for t in trials
+        [*(t["trial_id"] for t in trials), "best"]
     )
     assert wall < budget + 60
 

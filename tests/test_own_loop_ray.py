@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, run_cli
-from tests.own_loops import lines
+from tests.own_loops import _data, lines
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
 from tuner.sweepdir import read_metrics
@@ -51,6 +52,21 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     ok_dir = Path(out.sweep_dir) / t["ok"]["trial_id"]
     assert [r["epoch"] for r in read_metrics(str(ok_dir))] == [1, 2, 3]
     assert list(ok_dir.glob("events.out.tfevents.*")), "TensorBoard scalars of the own loop"
+    # Its best epoch's weights are the state's "model" (ctx.state_dict); the model is the user's.
+    import tuner
+    from tuner.config import ConfigError
+
+    x, y = _data(64, seed=1).tensors  # regress's validation data
+    net = tuner.load_best(out.sweep_dir, model=torch.nn.Linear(4, 1))
+    with torch.no_grad():
+        assert (net(x) - y).pow(2).mean().item() == pytest.approx(
+            out.summary["best"]["metrics"]["val_loss"], rel=1e-5
+        )
+    with pytest.raises(ConfigError, match="task.train"):
+        tuner.load_best(out.sweep_dir)
+    assert (Path(out.sweep_dir) / "best" / "model.pt").is_file()
+    script = run_cli("export", out.sweep_dir, "--format", "torchscript")
+    assert script.returncode == 2 and script.stderr.count("\n") == 1 and "model=YourModel" in script.stderr
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
 import shutil
@@ -152,6 +153,8 @@ def test_reproduce_command_trains_the_best_trial_again(sweep, report) -> None:
     assert trial["config"] == best["config"]
     assert trial["best_epoch"] == best["epoch"]
     assert trial["best_value"] == pytest.approx(best["metrics"]["val_acc"], abs=1e-9)
+    # Or no training at all: the best epoch's weights, kept.
+    assert os.path.join(sweep.sweep_dir, "best", "model.pt") in md
 
 
 def test_report_of_a_moved_copy_without_summary(sweep, report, tmp_path: Path) -> None:

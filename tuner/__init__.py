@@ -1,21 +1,24 @@
 """tuner: hyperparameter sweeps of PyTorch models on Ray, from one YAML file.
 
 Public surface: `load_sweep` (read and validate a sweep file), `parse_sweep` (the same from a
-dict, e.g. in a notebook), `run_sweep` (run it on Ray), `SweepConfig` and `ConfigError`.
-Ray and torch are imported only when a sweep runs.
+dict, e.g. in a notebook), `run_sweep` (run it on Ray), `load_best` (a sweep's best model),
+`SweepConfig` and `ConfigError`. Ray and torch are imported only when a sweep runs (torch
+also by `load_best`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from tuner.cluster.connect import Runtime
     from tuner.driver.sweep import SweepOutcome
 
-__all__ = ["ConfigError", "SweepConfig", "load_sweep", "parse_sweep", "run_sweep"]
+__all__ = ["ConfigError", "SweepConfig", "load_best", "load_sweep", "parse_sweep", "run_sweep"]
 __version__ = "0.1.0"
 
 
@@ -25,3 +28,18 @@ def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutco
     from tuner.driver.sweep import run_sweep as _run
 
     return _run(cfg, runtime or _Runtime())
+
+
+def load_best(sweep_dir: str, model: Optional[nn.Module] = None, trial: Optional[str] = None) -> nn.Module:
+    """The sweep's best trial's best weights in its model (eval mode, on the CPU).
+
+    Built-in and `task.model` models are rebuilt from the trial's configuration (user
+    functions imported from the current directory). A `task.train` sweep's model is yours:
+    pass it built as your loop built it (`model=`); its weights are the `"model"` entry of
+    the state your loop reported (`ctx.report(metrics, state=ctx.state_dict(model, opt))`).
+    `trial`: that trial's best epoch instead. A ConfigError says why there is none.
+    """
+    from tuner.view.export import load_best as _load
+
+    loaded: Any = _load(sweep_dir, model, trial)
+    return loaded

@@ -1,4 +1,4 @@
-"""`python -m tuner`: sweep, resume, extend, validate, report, board, schema, cluster, submit.
+"""`python -m tuner`: sweep, resume, extend, validate, report, board, export, schema, cluster, submit.
 
 The one command-line program. User mistakes (a bad file, an impossible request, an existing
 sweep directory) print one line naming the field and exit 2, before Ray or torch start.
@@ -20,6 +20,7 @@ from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, refe
 from tuner.config.flags import add_overrides, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
+from tuner.sweepdir import EXPORT_FILES
 
 __all__ = ["build_parser", "main", "overrides_from"]
 
@@ -109,6 +110,9 @@ def _print_outcome(outcome: Any) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
     print(f"{len(s['trials'])} trials ({counts}); status {s['status']}")
     print(f"results: {outcome.sweep_dir}")
+    model = os.path.join(outcome.sweep_dir, "best", "model.pt")
+    if s["best"] and os.path.isfile(model):
+        print(f"best model: {model} (+ config.json, metrics.json; tuner.load_best, tuner export)")
     print(
         f"see it: python -m tuner board {outcome.sweep_dir}   |   python -m tuner report {outcome.sweep_dir}"
     )
@@ -139,6 +143,14 @@ def cmd_board(args: argparse.Namespace) -> int:
     from tuner.view.board import serve
 
     return serve(args.sweep_dir, bind_all=args.bind_all, port=args.port)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tuner.view.export import export
+
+    where = export(args.sweep_dir, args.trial, args.format, args.output)
+    print(f"exported: {os.path.join(where, EXPORT_FILES[args.format])} (+ config.json, metrics.json)")
+    return ExitCode.OK
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -211,6 +223,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind-all", action="store_true", help="serve on every interface (no authentication: beware)"
     )
     p.set_defaults(func=cmd_board)
+
+    p = sub.add_parser(
+        "export",
+        help="write a trial's best weights (default: the sweep's best): model.pt, config.json, metrics.json",
+    )
+    p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
+    p.add_argument("--trial", metavar="ID", help="this trial's best epoch (default: the sweep's best trial)")
+    p.add_argument(
+        "--format",
+        choices=list(EXPORT_FILES),
+        default="state_dict",
+        help="besides model.pt (a plain state dict): model.ts.pt (TorchScript) or model.onnx "
+        "(needs the onnx extra); not for task.train sweeps",
+    )
+    p.add_argument(
+        "--output", metavar="DIR",
+        help="where (default: <sweep>/best/, or <sweep>/exports/<ID>/ with --trial); an existing "
+        "directory is replaced only if it is empty or an earlier export",
+    )
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("schema", help="print the JSON Schema of sweep files (for editors)")
     p.add_argument("-o", "--output", help="write it to this file")

@@ -258,7 +258,12 @@ class FailureSection(Section):
     max_failures: int = Field(
         0, ge=0, description="Retries of a crashed trial, each from its last checkpoint."
     )
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept per trial (newest).")
+    keep_checkpoints: int = Field(
+        2,
+        ge=1,
+        description="Checkpoints kept per trial (newest), besides the best epoch's weights "
+        "(best_eNNNNNN.pt).",
+    )
 
 
 class SweepConfig(Section):

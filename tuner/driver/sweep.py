@@ -122,8 +122,11 @@ def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], lis
     status = _status(sweep_dir) if not unfinished else None
     if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
+            what = "damaged summary.json is rewritten" if sweepdir.has_summary(sweep_dir) else (
+                "summary.json (the driver stopped before it) is written"
+            )
             with sweepdir.claim(sweep_dir, new=False, command="resume"):
-                status = finish(cfg, sweep_dir).summary["status"] + "; its damaged summary.json is rewritten"
+                status = f"{finish(cfg, sweep_dir).summary['status']}; its {what}"
         raise AlreadyFinished(
             f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
         )
@@ -318,7 +321,7 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
 
 
 def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
-    """Read the sweep directory back, write summary.json, decide the exit code. `ended`: why
+    """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`: why
     the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`), if it did."""
     trials = _records(cfg, sweep_dir) if "://" not in sweep_dir else []
     summary = summarize(
@@ -332,6 +335,10 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
     )
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
+        if summary["best"] is not None:
+            from tuner.view.export import write_best
+
+            write_best(sweep_dir)  # <sweep>/best/: the best trial's best weights
     code = ExitCode.OK
     if summary["status"] == "interrupted":
         code = ExitCode.INTERRUPTED

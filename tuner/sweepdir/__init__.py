@@ -1,8 +1,9 @@
 """The sweep directory: its file names and every read and write of them (files), and who may
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
-    <output>/<name>/            sweep.yaml  summary.json  .tuner.lock  (Ray Tune's state)
+    <output>/<name>/            sweep.yaml  summary.json  best/  .tuner.lock  (Ray Tune's state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+                                best.json  best_eNNNNNN.pt (the best epoch's weights)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
@@ -17,9 +18,13 @@ from tuner.sweepdir.claim import (
     resolve,
 )
 from tuner.sweepdir.files import (
+    BEST_DIR,
+    BEST_RECORD,
+    BEST_WEIGHTS_PATTERN,
     CHECKPOINT_FILE,
     CHECKPOINT_PATTERN,
     CONFIG_FILE,
+    EXPORT_FILES,
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
     METRICS_FILE,
@@ -30,6 +35,7 @@ from tuner.sweepdir.files import (
     TRIAL_LOG,
     TUNE_ERROR_FILE,
     TUNE_PARAMS_FILE,
+    best_weights_name,
     check_sweep_dir,
     checkpoint_name,
     config_path,
@@ -42,6 +48,7 @@ from tuner.sweepdir.files import (
     has_summary,
     json_default,
     json_safe,
+    read_best_record,
     read_config,
     read_metrics,
     read_record,
@@ -57,9 +64,13 @@ from tuner.sweepdir.files import (
 )
 
 __all__ = [
+    "BEST_DIR",
+    "BEST_RECORD",
+    "BEST_WEIGHTS_PATTERN",
     "CHECKPOINT_FILE",
     "CHECKPOINT_PATTERN",
     "CONFIG_FILE",
+    "EXPORT_FILES",
     "Claim",
     "HPARAMS_EXPERIMENT_MARKER",
     "HPARAMS_SESSION_MARKER",
@@ -72,6 +83,7 @@ __all__ = [
     "TRIAL_LOG",
     "TUNE_ERROR_FILE",
     "TUNE_PARAMS_FILE",
+    "best_weights_name",
     "check_sweep_dir",
     "checkpoint_name",
     "claim",
@@ -85,6 +97,7 @@ __all__ = [
     "has_summary",
     "json_default",
     "json_safe",
+    "read_best_record",
     "read_config",
     "read_metrics",
     "read_record",

@@ -1,7 +1,8 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
-    <output>/<name>/            sweep.yaml  code.json  summary.json  (Ray Tune's experiment state)
+    <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+                                best.json  best_eNNNNNN.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Each file is written at once by the process that knows its facts: `tuner_trial.json`
@@ -35,6 +36,10 @@ TUNE_ERROR_FILE = "error.txt"  # Tune's, written by the driver
 TRIAL_LOG = "trial.log"
 CHECKPOINT_FILE = "state.pt"  # a checkpoint handed to Ray (Train, or Tune with URI storage)
 CHECKPOINT_PATTERN = r"^checkpoint_e(\d{6})\.pt$"  # a trial's own, one per epoch
+BEST_RECORD = "best.json"  # a trial's best epoch: {epoch, metric, value, weights: best_eNNNNNN.pt}
+BEST_WEIGHTS_PATTERN = r"^best_e(\d{6})\.pt$"  # its weights, a plain state dict (the trial's)
+BEST_DIR = "best"  # the sweep's best trial's, exported (also `tuner export`'s files):
+EXPORT_FILES = {"state_dict": "model.pt", "torchscript": "model.ts.pt", "onnx": "model.onnx"}
 TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
@@ -44,6 +49,20 @@ NOTICE = "notice"
 
 def checkpoint_name(epoch: int) -> str:
     return f"checkpoint_e{epoch:06d}.pt"
+
+
+def best_weights_name(epoch: int) -> str:
+    return f"best_e{epoch:06d}.pt"
+
+
+def read_best_record(trial_dir: str) -> Optional[dict[str, Any]]:
+    """The trial's best epoch as its best.json says ({epoch, metric, value, weights}, weights
+    the file's path), or None: no best.json, a damaged one, or its weights file gone."""
+    record, _ = _read_object(os.path.join(trial_dir, BEST_RECORD))
+    if record is None or not finite(record.get("value")) or not isinstance(record.get("weights"), str):
+        return None
+    weights = os.path.join(trial_dir, os.path.basename(record["weights"]))
+    return {**record, "weights": weights} if os.path.isfile(weights) else None
 
 
 def finite(v: Any) -> bool:

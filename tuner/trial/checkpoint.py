@@ -12,6 +12,8 @@ hand theirs to Ray Train, URI storage to Tune, in one file each (`save_to_dir`).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import tempfile
@@ -19,9 +21,20 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.sweepdir import CHECKPOINT_FILE, CHECKPOINT_PATTERN, checkpoint_name
+from tuner.sweepdir import (
+    BEST_RECORD,
+    BEST_WEIGHTS_PATTERN,
+    CHECKPOINT_FILE,
+    CHECKPOINT_PATTERN,
+    best_weights_name,
+    checkpoint_name,
+    finite,
+    read_best_record,
+    write_atomic,
+)
 
 _NAME = re.compile(CHECKPOINT_PATTERN)
+_BEST = re.compile(BEST_WEIGHTS_PATTERN)
 
 
 class DirCheckpoints:
@@ -44,16 +57,7 @@ class DirCheckpoints:
         return epochs[-1] if epochs else None
 
     def save(self, state: dict[str, Any], epoch: int) -> str:
-        os.makedirs(self.root, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".checkpoint-", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(state, tmp)
-        except BaseException:  # a full disk: no half-written temporary left behind
-            os.remove(tmp)
-            raise
-        final = self.path(epoch)
-        os.replace(tmp, final)  # a kill mid-write leaves a .tmp, never half a checkpoint
+        final = save_atomic(state, self.path(epoch))
         for old in self._epochs()[: -self.keep]:
             os.remove(self.path(old))
         return final
@@ -76,6 +80,93 @@ class DirCheckpoints:
         if bad:
             self.notice = f"no readable checkpoint ({', '.join(bad)}): started again from epoch 0"
         return None
+
+
+def save_atomic(state: Any, final: str) -> str:
+    """torch.save to `final` through a temporary in its directory and a rename: a kill
+    mid-write leaves a .tmp, never half a file; a failed write (a full disk) not even that."""
+    root = os.path.dirname(final)
+    os.makedirs(root, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".checkpoint-", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    os.replace(tmp, final)
+    return final
+
+
+class BestCheckpoint:
+    """The trial's best epoch's weights beside its newest checkpoints: `best_eNNNNNN.pt` (a
+    plain state dict, what `<sweep>/best/model.pt` is a copy of) and `best.json` naming it.
+
+    `offer` is called with every epoch's metrics (rank 0, before the scheduler hears of the
+    epoch); when the sweep's metric improves on the best so far (strictly: a tie keeps the
+    earlier epoch, as the ranking does) the weights are written, then best.json (each
+    atomically), then the older weights removed: best.json always names a whole file of the
+    epoch it gives. The best so far survives the process: a resumed trial (paused by a
+    scheduler, retried, `tuner resume`) reads best.json back once.
+    """
+
+    def __init__(self, trial_dir: str, metric: str, mode: str):
+        self.dir, self.metric, self.mode = trial_dir, metric, mode
+        self._value: Optional[float] = None
+        self._read = False
+
+    def best_value(self) -> Optional[float]:
+        if not self._read:
+            self._read = True
+            held = read_best_record(self.dir)
+            self._value = None if held is None else float(held["value"])
+        return self._value
+
+    def offer(self, metrics: dict[str, Any], payload: dict[str, Any]) -> bool:
+        """Keep `payload`'s weights if `metrics` is the trial's best epoch so far."""
+        value = metrics.get(self.metric)
+        weights = weights_of(payload)
+        if weights is None or "failure" in metrics or not finite(value):
+            return False
+        held = self.best_value()
+        if held is not None and not (value > held if self.mode == "max" else value < held):
+            return False
+        epoch = int(metrics["epoch"])
+        name = best_weights_name(epoch)
+        save_atomic(plain_state_dict(weights), os.path.join(self.dir, name))
+        record = {"epoch": epoch, "metric": self.metric, "value": float(value), "weights": name}
+        write_atomic(os.path.join(self.dir, BEST_RECORD), json.dumps(record))
+        for other in os.listdir(self.dir):
+            if _BEST.match(other) and other != name:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.dir, other))
+        self._value = float(value)
+        return True
+
+
+def weights_of(payload: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The model's state dict in a checkpoint's payload: tuner's loop's `model`, or, for
+    `task.train`, the `model` entry of the state the user reported (as `ctx.state_dict`
+    gives); None when there is none."""
+    user = payload.get("user")
+    weights = user.get("model") if isinstance(user, dict) else payload.get("model")
+    if isinstance(weights, dict) and weights and all(isinstance(v, torch.Tensor) for v in weights.values()):
+        return weights
+    return None
+
+
+def plain_state_dict(weights: dict[str, Any]) -> dict[str, Any]:
+    """`weights` on the CPU without the prefixes wrappers add to every key (DDP's `module.`,
+    torch.compile's `_orig_mod.`): loadable into the bare model."""
+    out = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
+    while out:
+        for prefix in ("module.", "_orig_mod."):
+            if all(k.startswith(prefix) for k in out):
+                out = {k[len(prefix) :]: v for k, v in out.items()}
+                break
+        else:
+            return out
+    return out
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:

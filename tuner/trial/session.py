@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 
 from tuner.errors import MissingMetricError
-from tuner.trial.checkpoint import DirCheckpoints, load_from_dir, save_to_dir
+from tuner.trial.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
 from tuner.trial.spec import trial_dir_for
 
 
@@ -30,6 +30,7 @@ class Session:
     trial_id: str = "local"
     notice: Optional[str] = None  # what load_checkpoint had to pass over, in one line
     metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
+    best: Optional[BestCheckpoint] = None  # the best epoch's weights (trials in a sweep directory)
     _reported: bool = False
 
     @property
@@ -47,12 +48,21 @@ class Session:
         """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first.
 
         Every report of a trial passes here, whoever runs the loop. The first must hold the
-        sweep's metric, or the trial ends with MissingMetricError before anything is sent.
+        sweep's metric, or the trial ends with MissingMetricError before anything is sent. An
+        epoch better than any before keeps its weights (`best`) before the scheduler hears
+        of it, so a trial stopped at this report has them.
         """
         if not self._reported and self.metric is not None and self.metric not in metrics:
             raise MissingMetricError(self.metric, list(metrics))
         self._reported = True
+        if self.best is not None and state is not None and self.is_main:
+            self.best.offer(metrics, state)
         self._report(metrics, state)
+
+    def keep_best(self, metric: Optional[str], mode: str) -> None:
+        """Keep the trial's best epoch's weights in its directory (by `metric` and `mode`)."""
+        if metric is not None and self.trial_dir is not None:
+            self.best = BestCheckpoint(self.trial_dir, metric, mode)
 
     def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         raise NotImplementedError
@@ -64,7 +74,9 @@ class LocalSession(Session):
     For tests, benchmarks and plain `torchrun` (reads RANK/WORLD_SIZE when set).
     """
 
-    def __init__(self, root: str, resume: bool = False, keep: int = 2, metric: Optional[str] = None):
+    def __init__(
+        self, root: str, resume: bool = False, keep: int = 2, metric: Optional[str] = None, mode: str = "max"
+    ):
         self.trial_dir, self.metric = root, metric
         self.rank = int(os.environ.get("RANK", 0))
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -73,6 +85,7 @@ class LocalSession(Session):
         self.checkpoints = DirCheckpoints(root, keep)
         self._resume = resume
         os.makedirs(root, exist_ok=True)
+        self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
         return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else CPU
@@ -97,7 +110,7 @@ class TuneSession(Session):
     `tuner.trial.checkpoint`); with URI storage (s3://...) Tune persists them.
     """
 
-    def __init__(self, sweep_dir: Optional[str], keep: int, metric: Optional[str] = None):
+    def __init__(self, sweep_dir: Optional[str], keep: int, metric: Optional[str] = None, mode: str = "max"):
         from ray import tune
 
         self.metric = metric
@@ -105,6 +118,8 @@ class TuneSession(Session):
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
         self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
+        if sweep_dir is not None:  # (with URI storage the trial's directory is Ray's staging one)
+            self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
         if not (use_gpu and torch.cuda.is_available()):
@@ -139,10 +154,18 @@ class TrainSession(Session):
     """Inside a Ray Train worker (DDP): every rank reports, rank 0 with the checkpoint.
 
     Train V2 keeps the checkpoints in `<trial>/train/`; a rerun of the same Train run (a
-    retried or resumed trial) starts from the newest.
+    retried or resumed trial) starts from the newest. Rank 0 keeps the best epoch's weights
+    in the trial's directory when it is in a local or shared sweep directory (`local`).
     """
 
-    def __init__(self, trial_dir: Optional[str], trial_id: str, metric: Optional[str] = None):
+    def __init__(
+        self,
+        trial_dir: Optional[str],
+        trial_id: str,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        local: bool = False,
+    ):
         import ray.train
 
         self.metric = metric
@@ -151,6 +174,8 @@ class TrainSession(Session):
         self.local_rank = ctx.get_local_rank()
         self.world_size = ctx.get_world_size()
         self.trial_dir, self.trial_id = trial_dir, trial_id
+        if local and self.is_main:
+            self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
         if not (use_gpu and torch.cuda.is_available()):

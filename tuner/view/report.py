@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner.results import Outcome, clock, config_label, counts, finite, ranked, short
+from tuner.sweepdir import BEST_DIR, EXPORT_FILES, read_best_record
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Code, Heading, Image, Table, Text
@@ -103,6 +104,22 @@ def _best(data: SweepData) -> list[Block]:
             "started in: relative paths and your own modules resolve from there):"
         ),
         Code(str(analysis.reproduce_command(data))),
+        *_best_weights(data, b.trial_id),
+    ]
+
+
+def _best_weights(data: SweepData, trial_id: str) -> list[Block]:
+    """Where the best trial's best weights are, when best/ holds them."""
+    model = os.path.join(data.sweep_dir, BEST_DIR, EXPORT_FILES["state_dict"])
+    if read_best_record(os.path.join(data.sweep_dir, trial_id)) is None or not os.path.isfile(model):
+        return []
+    return [
+        Text(
+            "Or use the weights of that epoch, kept: a plain state dict (torch.load, then "
+            "load_state_dict), or the model itself from Python (tuner.load_best), or as "
+            "TorchScript or ONNX (python -m tuner export --format torchscript|onnx):"
+        ),
+        Code(model),
     ]
 
 
