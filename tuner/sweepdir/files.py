@@ -139,6 +139,7 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     cannot be imported from here; the config keeps the real names.
     """
     from tuner.config import load_sweep, parse_sweep, read_yaml
+    from tuner.config.functions import code_dirs
 
     path = config_path(sweep_dir)
     empty = empty_config_message(os.path.dirname(path))
@@ -153,7 +154,9 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     task = dict(raw.get("task") or {})
     real = {k: task[k] for k in _STANDIN if task.get(k) is not None}
     cfg = parse_sweep({**raw, "task": {**task, **{k: _STANDIN[k] for k in real}}})
-    return cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update=real)})
+    cfg.code_dirs = code_dirs(path, *recorded_code_dirs(sweep_dir))
+    return cfg
 
 
 def recorded_code_dirs(sweep_dir: str) -> list[str]:

@@ -8,6 +8,7 @@ trial's configuration with its best weights, and the files of torchscript and on
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,13 +20,19 @@ from tuner.trial.models import build_model
 
 
 def rebuild(
-    model: str, data: str, data_args: dict[str, Any], hp: dict[str, Any], weights_file: str
+    model: str,
+    data: str,
+    data_args: dict[str, Any],
+    hp: dict[str, Any],
+    weights_file: str,
+    code_dirs: Sequence[str] = (),
 ) -> tuple[nn.Module, torch.Tensor]:
     """(the model `task.model` builds for configuration `hp`, the weights loaded, in eval
-    mode; one input as the model sees it, for tracing). User functions come from the current
-    directory, as they did for the sweep started there."""
-    bundle = load_data(data, data_args, hp, os.getcwd())
-    net = build_model(model, hp, bundle.input_shape, bundle.num_classes, os.getcwd())
+    mode; one input as the model sees it, for tracing). User functions come from `code_dirs`
+    (the sweep's: SweepConfig.code_dirs), else the current directory."""
+    where = os.pathsep.join(code_dirs) or os.getcwd()
+    bundle = load_data(data, data_args, hp, where)
+    net = build_model(model, hp, bundle.input_shape, bundle.num_classes, where)
     net.load_state_dict(torch.load(weights_file, map_location="cpu", weights_only=True))
     first = bundle.val[0] if len(bundle.val) else bundle.train[0]  # type: ignore[arg-type]
     return net.eval(), bundle.prepare(torch.as_tensor(first[0]).unsqueeze(0))

@@ -171,7 +171,8 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
     from tuner.trial.weights import rebuild as build
 
     hp = full_config(chosen.trial.path)
-    return build(task.model or "", task.data or "", dict(task.data_args), hp, chosen.best["weights"])
+    weights, dirs = chosen.best["weights"], chosen.cfg.code_dirs
+    return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)
 
 
 def _need_onnx() -> None:
