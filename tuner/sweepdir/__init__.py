@@ -3,6 +3,7 @@ write it: a name that stays inside output, one run at a time under a lock (claim
 
     <output>/<name>/            sweep.yaml  summary.json  .tuner.lock  (Ray Tune's state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
+                                (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
@@ -25,6 +26,10 @@ from tuner.sweepdir.files import (
     METRICS_FILE,
     NOTICE,
     RECORD_FILE,
+    SCRIPT_CHECKPOINT_PATTERN,
+    SCRIPT_CHECKPOINTS,
+    SCRIPT_CONFIG,
+    SCRIPT_REPORTS,
     SUMMARY_FILE,
     TRACEBACK_FILE,
     TRIAL_LOG,
@@ -49,6 +54,7 @@ from tuner.sweepdir.files import (
     recovered_record,
     remove_temporaries,
     resources_of,
+    script_checkpoint_name,
     trial_dirs,
     trial_disk_full,
     write_atomic,
@@ -67,6 +73,10 @@ __all__ = [
     "METRICS_FILE",
     "NOTICE",
     "RECORD_FILE",
+    "SCRIPT_REPORTS",
+    "SCRIPT_CONFIG",
+    "SCRIPT_CHECKPOINT_PATTERN",
+    "SCRIPT_CHECKPOINTS",
     "SUMMARY_FILE",
     "TRACEBACK_FILE",
     "TRIAL_LOG",
@@ -95,6 +105,7 @@ __all__ = [
     "remove_temporaries",
     "resolve",
     "resources_of",
+    "script_checkpoint_name",
     "trial_dirs",
     "trial_disk_full",
     "write_atomic",

@@ -35,6 +35,12 @@ TRIAL_LOG = "trial.log"
 CHECKPOINT_FILE = "state.pt"  # a checkpoint handed to Ray (Train, or Tune with URI storage)
 CHECKPOINT_PATTERN = r"^checkpoint_e(\d{6})\.pt$"  # a trial's own, one per epoch
 TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
+# task.command: the script's checkpoints (one directory per epoch), the reports tuner.report
+# writes for the trial, the trial's parameters as JSON ($TUNER_CONFIG_JSON).
+SCRIPT_CHECKPOINTS = "checkpoints"
+SCRIPT_CHECKPOINT_PATTERN = r"^epoch_(\d{6})$"
+SCRIPT_REPORTS = "reports.jsonl"
+SCRIPT_CONFIG = "config.json"
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
@@ -43,6 +49,10 @@ NOTICE = "notice"
 
 def checkpoint_name(epoch: int) -> str:
     return f"checkpoint_e{epoch:06d}.pt"
+
+
+def script_checkpoint_name(epoch: int) -> str:
+    return f"epoch_{epoch:06d}"
 
 
 def finite(v: Any) -> bool:

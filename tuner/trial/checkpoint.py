@@ -31,10 +31,7 @@ class DirCheckpoints:
         self.root, self.keep = root, max(1, keep)
 
     def _epochs(self) -> list[int]:
-        if not os.path.isdir(self.root):
-            return []
-        found = (_NAME.match(name) for name in os.listdir(self.root))
-        return sorted(int(m.group(1)) for m in found if m)
+        return numbered(self.root, _NAME)
 
     def path(self, epoch: int) -> str:
         return os.path.join(self.root, checkpoint_name(epoch))
@@ -76,6 +73,14 @@ class DirCheckpoints:
         if bad:
             self.notice = f"no readable checkpoint ({', '.join(bad)}): started again from epoch 0"
         return None
+
+
+def numbered(root: str, pattern: re.Pattern[str]) -> list[int]:
+    """The epochs of the entries of `root` named by `pattern` (its group 1), in order."""
+    if not os.path.isdir(root):
+        return []
+    found = (pattern.match(name) for name in os.listdir(root))
+    return sorted(int(m.group(1)) for m in found if m)
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,11 @@ class TrialSpec:
     data_args: dict[str, Any] = field(default_factory=dict)
     # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
     train: Optional[str] = None
+    # The user's own script (task.command, a template with {name} placeholders), its
+    # launcher (torchrun or None) and the parameters it is given (search.params' names).
+    command: Optional[Union[str, list[str]]] = None
+    launcher: Optional[str] = None
+    command_params: tuple[str, ...] = ()
     # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
     loss: Optional[str] = None
     metrics: Optional[str] = None
