@@ -247,7 +247,7 @@ class SweepConfig(Section):
                 check_param(name, param, self.task.model, self.training)
         check_constraints(self.search, self.hyperparameters())
         if self.task.command is not None:
-            check_command(self)
+            check_command(self.task, self.search.params, self.search.algorithm, self.training, self.resources)
         if self.task.train is not None:
             self._own_loop_fits()
         fit = self.hyperparameters()["find_batch_size"]

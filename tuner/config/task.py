@@ -12,8 +12,8 @@ from pydantic import Field, field_validator, model_validator
 
 from tuner import catalogue
 from tuner.config.base import Section
-from tuner.config.command import placeholders
 from tuner.config.functions import check_function
+from tuner.config.placeholders import placeholders
 from tuner.errors import ConfigError
 
 # The fields that go with `command` (and only with it).

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from tuner.config.command import as_text, env_name, fill
+from tuner.config.placeholders import as_text, env_name, fill
 from tuner.errors import MissingMetricError
 from tuner.sweepdir import SCRIPT_CHECKPOINT_PATTERN, SCRIPT_CHECKPOINTS, SCRIPT_CONFIG, SCRIPT_REPORTS
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
