@@ -21,6 +21,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Optional
 
 from tuner.config.placeholders import as_text, env_name, fill
@@ -45,11 +46,13 @@ class ScriptError(Exception):
 def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
     """Run the sweep's command as this trial; returns the last metrics it reported."""
     # The frame's training settings are tuner's loop's: the script has its own (hp: theirs).
-    return guarded({}, spec, session, lambda frame: _run(hp, frame))
+    # On the CPU: the trial's GPUs are the script's; the actor makes no CUDA context there.
+    frame_spec = replace(spec, gpus_per_worker=0.0)
+    return guarded({}, frame_spec, session, lambda frame: _run(hp, spec, frame))
 
 
-def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
-    spec, session = f.spec, f.session
+def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
+    session = f.session
     assert spec.command is not None and session.trial_dir is not None, "run_command without a command"
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
     checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints)
@@ -61,7 +64,9 @@ def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
     params = {k: hp[k] for k in spec.command_params if k in hp}
     argv, env = launch(spec, params, session, checkpoints, restored)
     f.log.info("command: %s", " ".join(argv))
-    proc = ScriptProcess(argv, spec.search_path or os.getcwd(), env, env[script.REPORT_FILE], f.log)
+    # Where the sweep started; on another node of a cluster, where Ray put the job's files.
+    cwd = spec.search_path if spec.search_path and os.path.isdir(spec.search_path) else os.getcwd()
+    proc = ScriptProcess(argv, cwd, env, env[script.REPORT_FILE], f.log)
     follower = Follower(f, progress, checkpoints, epoch)
     try:
         while not proc.done:
