@@ -266,6 +266,19 @@ def test_a_bad_command_is_one_line_and_exit_2_before_ray(tmp_path: Path) -> None
     )
 
 
+def test_bohb_says_at_validation_that_a_script_without_checkpoints_is_only_stopped(tmp_path: Path) -> None:
+    raw = _raw(tmp_path)
+    raw["search"]["algorithm"] = "bohb"
+    raw["task"]["checkpoints"] = False
+    (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
+    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    assert out.returncode == 0 and "task.checkpoints is false: bohb only stops trials" in out.stderr
+    raw["task"]["checkpoints"] = True
+    (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
+    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    assert out.returncode == 0 and "warning" not in out.stderr
+
+
 def test_values_fill_the_words_of_the_command() -> None:
     from tuner.config.placeholders import env_name, fill
 
