@@ -322,3 +322,34 @@ def test_report_is_light_prints_alone_and_writes_its_file_in_a_sweep(tmp_path: P
         cwd=ROOT, env={**env, "RANK": "1"}, timeout=60,
     )  # fmt: skip
     assert rank1.returncode == 0 and len((tmp_path / "reports.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_supervisor_ends_the_whole_tree_when_its_parent_dies(tmp_path: Path) -> None:
+    """A parent (the trial actor) killed with -9: the script and what it started in a session
+    of its own (as torchrun starts its workers) end, within the supervisor's grace."""
+    from tuner.trial.process import SUPERVISOR
+
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess, sys, time; "
+        "w = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{w.pid}}'); time.sleep(300)"
+    )
+    actor = (
+        "import os, subprocess, sys; "
+        f"subprocess.Popen([sys.executable, {SUPERVISOR!r}, str(os.getpid()), '2', '--', "
+        f"sys.executable, '-c', {script!r}]); "
+        "import time; time.sleep(300)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", actor])
+    deadline = time.time() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.time() < deadline:
+        time.sleep(0.05)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(_alive(started)) == 2
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 15
+    while _alive(started) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(started)

@@ -41,8 +41,7 @@ def _on_signal(signum: int, frame: object) -> None:
 def _end_all(grace_s: float) -> None:
     """SIGTERM to every descendant, then SIGKILL after `grace_s` to those still there."""
     me = psutil.Process()
-    procs = me.children(recursive=True)
-    for p in procs:
+    for p in me.children(recursive=True):
         try:
             p.send_signal(signal.SIGTERM)
         except psutil.Error:
@@ -50,8 +49,7 @@ def _end_all(grace_s: float) -> None:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         _reap()
-        procs = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-        if not procs:
+        if not _living(me):
             return
         time.sleep(0.05)
     for p in me.children(recursive=True):
@@ -61,6 +59,18 @@ def _end_all(grace_s: float) -> None:
             pass
     psutil.wait_procs(me.children(recursive=True), timeout=5)
     _reap()
+
+
+def _living(me: psutil.Process) -> list[psutil.Process]:
+    """Descendants not yet ended (a zombie has ended; one gone meanwhile too)."""
+    out = []
+    for p in me.children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def _reap() -> None:
