@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +66,33 @@ def contains(p: Any, value: Any) -> bool:
         return isinstance(value, int) and p.low <= value <= p.high
     assert isinstance(p, (Uniform, LogUniform))
     return isinstance(value, float) and p.low <= value <= p.high
+
+
+def kill_9_when(raw: dict, tmp_path: Path, ready: Any, timeout: float = 240) -> Path:
+    """Run the sweep `raw` (a dict, written as JSON, which is YAML) in a driver process, kill it
+    with -9 once `ready(sweep_dir)` holds; its sweep directory."""
+    sweep_file = tmp_path / f"{raw['name']}.yaml"
+    sweep_file.write_text(json.dumps(raw))
+    log = open(tmp_path / "driver.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    sweep = Path(raw["output"]) / raw["name"]
+    deadline = time.time() + timeout
+    while time.time() < deadline and not ready(sweep):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return sweep
+
+
+def resumed_to_the_end(sweep: Path, trials: int) -> dict:
+    """`tuner resume` of `sweep` run to its end: its summary (every trial there)."""
+    out = run_cli("resume", str(sweep), timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == trials
+    return summary

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,3 +81,49 @@ def lines(path: Any) -> list[int]:
 
 def no_report(config: dict[str, Any], ctx: Any) -> None:
     """Returns without reporting anything."""
+
+
+def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
+    """Run trials of `task` (TrialSpec fields: train=..., or command=...) for 6 epochs, a grid
+    in `space`, (a grid in `space`) under synchronous HyperBand, where a trial that
+    reaches its rung waits, PAUSED, for the bracket; check that no trial repeated an epoch (its
+    trained.txt, its journal) and that every restart began where its epochs so far ended;
+    the number of restarts."""
+    from ray import tune
+    from ray.tune.schedulers import HyperBandScheduler
+
+    from tuner.sweepdir import read_metrics
+    from tuner.trial.runner import in_actor_trial
+    from tuner.trial.spec import TrialSpec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = TrialSpec(
+        model="",
+        data="",
+        max_epochs=6,
+        metric="val_loss",
+        mode="min",
+        search_path=str(root),
+        storage=str(storage),
+        sweep_dir=str(storage / "hb"),
+        **task,
+    )
+    scheduler = HyperBandScheduler(time_attr="epoch", max_t=spec.max_epochs, reduction_factor=2)
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(in_actor_trial, spec=spec), {"cpu": 1}),
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler),
+        run_config=tune.RunConfig(storage_path=str(storage), name="hb", verbose=0),
+    )
+    assert not tuner.fit().errors
+    resumed = 0
+    for trial in sorted(p for p in (storage / "hb").iterdir() if (p / "trained.txt").exists()):
+        trained, starts = lines(trial / "trained.txt"), lines(trial / "starts.txt")
+        assert trained == list(range(1, len(trained) + 1)), (trial.name, trained)  # no repeats
+        assert [r["epoch"] for r in read_metrics(str(trial))] == trained
+        # Every restart began where the epochs so far ended, never at 0 again.
+        assert starts[0] == 0 and all(s > 0 for s in starts[1:]), (trial.name, starts)
+        assert all(s in trained for s in starts[1:])
+        resumed += len(starts) - 1
+    print(f"HyperBand resumed trials {resumed} times")
+    return resumed

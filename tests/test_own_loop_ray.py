@@ -5,24 +5,19 @@ the notebook example runs through the Python API."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_cli
-from tests.own_loops import _data, lines
+from tests.conftest import ROOT, kill_9_when, resumed_to_the_end, run_cli
+from tests.own_loops import _data, hyperband_resumes, lines
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
 from tuner.sweepdir import read_metrics
 from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.spec import TrialSpec
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -72,51 +67,16 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
 @pytest.mark.slow
 def test_hyperband_pauses_and_resumes_own_loops_without_repeating_an_epoch(tmp_path: Path) -> None:
     from ray import tune
-    from ray.tune.schedulers import HyperBandScheduler
 
-    from tuner.trial.runner import in_actor_trial
-
-    sweep = tmp_path / "hb"
-    spec = TrialSpec(
-        model="",
-        data="",
-        train="tests.own_loops:regress",
-        max_epochs=6,
-        metric="val_loss",
-        mode="min",
-        search_path=str(ROOT),
-        storage=str(tmp_path),
-        sweep_dir=str(sweep),
-    )
     lrs = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
     space = {**TrainingSection().model_dump(), "amp": "off", "batch_size": 64, "behave": "slow"}
     space.update(epoch_s=0.1, lr=tune.grid_search(lrs))
-    # Synchronous HyperBand: a trial that reaches its rung waits, PAUSED, for the bracket.
-    scheduler = HyperBandScheduler(time_attr="epoch", max_t=6, reduction_factor=2)
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(in_actor_trial, spec=spec), {"cpu": 1}),
-        param_space=space,
-        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="hb", verbose=0),
-    )
-    results = tuner.fit()
-    assert not results.errors
-    resumed = 0
-    for trial in sorted(p for p in sweep.iterdir() if (p / "trained.txt").exists()):
-        trained, starts = lines(trial / "trained.txt"), lines(trial / "starts.txt")
-        assert trained == list(range(1, len(trained) + 1)), (trial.name, trained)  # no repeats
-        assert [r["epoch"] for r in read_metrics(str(trial))] == trained
-        # Every restart began where the epochs so far ended, never at 0 again.
-        assert starts[0] == 0 and all(s > 0 for s in starts[1:]), (trial.name, starts)
-        assert all(s in trained for s in starts[1:])
-        resumed += len(starts) - 1
-    print(f"HyperBand resumed trials {resumed} times")
+    resumed = hyperband_resumes(tmp_path, space, train="tests.own_loops:regress")
     assert resumed >= 1, "HyperBand paused and resumed at least one trial"
 
 
 @pytest.mark.slow
 def test_kill_9_of_the_driver_then_resume_continues_own_loops(tmp_path: Path) -> None:
-    sweep_file = tmp_path / "own.yaml"
     raw = own(
         schedule={"max_epochs": 6, "early_stopping": False},
         output=str(tmp_path),
@@ -128,29 +88,15 @@ def test_kill_9_of_the_driver_then_resume_continues_own_loops(tmp_path: Path) ->
         "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}, "behave": "slow", "epoch_s": 1.0},
     }
     raw["resources"]["max_concurrent_trials"] = 2
-    sweep_file.write_text(json.dumps(raw))  # JSON is YAML
-    log = open(tmp_path / "driver.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    sweep = tmp_path / "own"
-    deadline = time.time() + 240
-    while time.time() < deadline:  # until a trial is mid-way with a checkpoint of epoch >= 2
+
+    def caught(sweep: Path) -> bool:  # a trial mid-way with a checkpoint of epoch >= 2
         epochs = [DirCheckpoints(str(t)).latest_epoch() or 0 for t in sweep.glob("*/") if t.is_dir()]
-        if any(2 <= e < 6 for e in epochs):
-            break
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+        return any(2 <= e < 6 for e in epochs)
+
+    sweep = kill_9_when(raw, tmp_path, caught)
     before = {t.name: lines(t / "trained.txt") for t in sweep.iterdir() if (t / "trained.txt").exists()}
     assert any(2 <= len(v) < 6 for v in before.values()), before
-    out = run_cli("resume", str(sweep), timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    summary = json.loads((sweep / "summary.json").read_text())
-    assert summary["status"] == "completed" and len(summary["trials"]) == 3
+    summary = resumed_to_the_end(sweep, 3)
     for t in summary["trials"]:
         trial = sweep / t["trial_id"]
         assert t["epochs"] == 6 and [r["epoch"] for r in read_metrics(str(trial))] == list(range(1, 7))

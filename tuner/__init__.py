@@ -2,8 +2,9 @@
 
 Public surface: `load_sweep` (read and validate a sweep file), `parse_sweep` (the same from a
 dict, e.g. in a notebook), `run_sweep` (run it on Ray), `load_best` (a sweep's best model),
-`SweepConfig` and `ConfigError`. Ray and torch are imported only when a sweep runs (torch
-also by `load_best`).
+`SweepConfig` and `ConfigError`; for a training script run by `task.command`: `report`,
+`checkpoint_dir`, `restore_dir`. Ray and torch are imported only when a sweep runs (torch also
+by `load_best`; never by `import tuner` in a script).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep
+from tuner.trial.script import checkpoint_dir, report, restore_dir
 
 if TYPE_CHECKING:
     from torch import nn
@@ -18,7 +20,17 @@ if TYPE_CHECKING:
     from tuner.cluster.connect import Runtime
     from tuner.driver.sweep import SweepOutcome
 
-__all__ = ["ConfigError", "SweepConfig", "load_best", "load_sweep", "parse_sweep", "run_sweep"]
+__all__ = [
+    "ConfigError",
+    "SweepConfig",
+    "checkpoint_dir",
+    "load_best",
+    "load_sweep",
+    "parse_sweep",
+    "report",
+    "restore_dir",
+    "run_sweep",
+]
 __version__ = "0.1.0"
 
 

@@ -174,7 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("sweep", help="run a sweep (starts a private local Ray unless --address)")
+    p = sub.add_parser(
+        "sweep",
+        help="run a sweep (starts a private local Ray unless --address)",
+        description="Run the sweep a YAML file describes. Its task is tuner's loop over a model and "
+        "data, your loop (task.train), or your own training script run as a process per trial "
+        "(task.command: 'python train.py --lr {lr}', reporting with tuner.report(epoch=..., "
+        "val_loss=...); README: Tune your training script).",
+    )
     add_overrides(p)
     add_runtime_flags(p)
     p.set_defaults(func=cmd_sweep)

@@ -41,8 +41,9 @@ class MissingMetricError(Exception):
     of reporting nothing to its scheduler epoch after epoch; `str()` is one line."""
 
     def __init__(self, metric: str, reported: list[str]):
+        listed = ", ".join(reported) or "none"
         super().__init__(
-            f"metric '{metric}' is not among the values the trial reported ({', '.join(reported)}); "
+            f"metric '{metric}' is not among the values the trial reported ({listed}); "
             "set metric: to one of them, or report it (task.metrics' {name: value} is reported "
             "as val_<name>)"
         )

@@ -22,102 +22,12 @@ from tuner import catalogue
 from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_param, check_search
-from tuner.config.functions import check_function
+from tuner.config.command import check_command
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
+from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
 from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
-
-
-class TaskSection(Section):
-    """What is trained: a model family and a dataset (optionally your loss and metrics), or
-    your own training loop."""
-
-    model: Optional[str] = Field(
-        None,
-        description="Built-in model (mlp, cnn, vit) or 'package.module:function' with "
-        "signature fn(config, input_shape, num_classes) -> torch.nn.Module (num_classes is "
-        "None when the targets are not class indices). Required unless train is set.",
-    )
-    data: Optional[str] = Field(
-        None,
-        description="Built-in dataset (digits, synthetic, synthetic_images) or "
-        "'package.module:function' with signature fn(config) -> (train_dataset, val_dataset) "
-        "returning map-style datasets of (x, y), y of any dtype and shape. Required unless "
-        "train is set.",
-    )
-    data_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Options of the dataset, e.g. samples/features/classes for synthetic.",
-    )
-    loss: Optional[str] = Field(
-        None,
-        description="'package.module:function' with signature fn(output, target) -> scalar "
-        "tensor, the mean over the batch. Default: cross-entropy (class targets).",
-    )
-    metrics: Optional[str] = Field(
-        None,
-        description="'package.module:function' with signature fn(output, target) -> {name: "
-        "scalar tensor}, means over the batch; reported as val_<name>, weighted by batch size "
-        "over all evaluation batches and workers. Default: acc for class targets.",
-    )
-    train: Optional[str] = Field(
-        None,
-        description="Your own training loop instead of tuner's: 'package.module:function' with "
-        "signature fn(config, ctx), run in every trial (on every worker); it builds its own "
-        "model and data and reports each epoch with ctx.report (README: Your own loop). Not "
-        "with model, data, data_args, loss or metrics.",
-    )
-
-    @field_validator("model", "data")
-    @classmethod
-    def _known_or_importable(cls, value: Optional[str], info: Any) -> Optional[str]:
-        builtin = tuple(catalogue.MODELS) if info.field_name == "model" else catalogue.DATA
-        if value is None:
-            return value
-        if ":" not in value:
-            if value not in builtin:
-                raise ValueError(
-                    f"unknown {info.field_name} '{value}' (built-in: {', '.join(builtin)}; "
-                    "or 'package.module:function')"
-                )
-            return value
-        args = ("config", "input_shape", "num_classes") if info.field_name == "model" else ("config",)
-        check_function(f"task.{info.field_name}", value, None, args)
-        return value
-
-    @field_validator("loss", "metrics")
-    @classmethod
-    def _hook(cls, value: Optional[str], info: Any) -> Optional[str]:
-        if value is not None:
-            check_function(f"task.{info.field_name}", value, None, ("output", "target"))
-        return value
-
-    @field_validator("train")
-    @classmethod
-    def _train_callable(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None:
-            check_function("task.train", value, None, ("config", "ctx"))
-        return value
-
-    @model_validator(mode="after")
-    def _one_loop(self) -> TaskSection:
-        if self.train is None:
-            for name in ("model", "data"):
-                if getattr(self, name) is None:
-                    raise ConfigError(
-                        f"task.{name}", "required field is missing (or task.train: your own loop)"
-                    )
-            return self
-        for name, field in type(self).model_fields.items():  # in order: the first is named
-            # Any value but the default (sweep.yaml writes model: null, data_args: {} back).
-            if name != "train" and getattr(self, name) != field.get_default(call_default_factory=True):
-                raise ConfigError(
-                    f"task.{name}",
-                    "task.train runs your own loop, which would ignore it: remove it (your loop "
-                    "builds its own model and data; fixed values go in search.params)",
-                )
-        return self
 
 
 class SearchSection(Section):
@@ -351,9 +261,12 @@ class SweepConfig(Section):
             self.mode = natural  # type: ignore[assignment]
         elif natural is not None and self.mode != natural:
             raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
-        for name, param in self.search.params.items():
-            check_param(name, param, self.task.model, self.training)
+        if self.task.command is None:  # a script reads its parameters as it likes
+            for name, param in self.search.params.items():
+                check_param(name, param, self.task.model, self.training)
         check_constraints(self.search, self.hyperparameters())
+        if self.task.command is not None:
+            check_command(self.task, self.search.params, self.search.algorithm, self.training, self.resources)
         if self.task.train is not None:
             self._own_loop_fits()
         fit = self.hyperparameters()["find_batch_size"]

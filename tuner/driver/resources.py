@@ -256,6 +256,8 @@ def resolve(cfg: SweepConfig) -> TrialResources:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     groups = _ray_internals.autoscaler_node_groups()
     res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
+    if cfg.task.command is not None:
+        return _one_actor(res, [] if groups else nodes)
     amp = cfg.hyperparameters()["amp"]
     path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
     check_amp(values_of(amp) or [], res.gpus_per_worker, path)
@@ -274,6 +276,21 @@ def import_path(dirs: list[str]) -> str:
     return os.pathsep.join(paths)
 
 
+def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResources:
+    """task.command: the trial actor itself holds every worker's CPUs and GPUs (torchrun runs
+    all of its processes there), so they must fit on one node."""
+    bundle = {"CPU": res.workers * res.cpus_per_worker, "GPU": res.workers * res.gpus_per_worker}
+    fits = any(all(n.get(k, 0) >= v for k, v in bundle.items() if v) for n in nodes)
+    if res.workers > 1 and nodes and not fits:
+        raise ConfigError(
+            "resources.workers_per_trial",
+            f"torchrun runs a trial's {res.workers} workers on one node, and no node has "
+            f"{bundle['CPU']:g} CPUs and {bundle['GPU']:g} GPUs",
+        )
+    one = {"cpu": bundle["CPU"]} | ({"gpu": bundle["GPU"]} if bundle["GPU"] else {})
+    return replace(res, bundle=one)
+
+
 def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
     """What every trial of the sweep is told besides its configuration."""
     return TrialSpec(
@@ -281,6 +298,9 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         data=cfg.task.data or "",
         data_args=dict(cfg.task.data_args),
         train=cfg.task.train,
+        command=cfg.task.command,
+        launcher=cfg.task.launcher,
+        command_params=tuple(cfg.search.params),
         loss=cfg.task.loss,
         metrics=cfg.task.metrics,
         max_epochs=cfg.schedule.max_epochs,
@@ -296,6 +316,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         keep_checkpoints=cfg.failure.keep_checkpoints,
         trial_timeout=cfg.schedule.trial_timeout,
         search_path=import_path(cfg.code_dirs),
+        start_dir=os.getcwd(),
         storage=storage,
         sweep_dir=sweep_dir,
     )

@@ -270,7 +270,7 @@ def _launch(
     if limits is not None:
         callbacks.append(limits)
     names = TrialNames(start.resumed_dirs)
-    reuse = res.workers == 1
+    reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
     )
@@ -297,9 +297,7 @@ def _launch(
             # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
-            failure_config=tune.FailureConfig(
-                max_failures=cfg.failure.max_failures if res.workers == 1 else 0
-            ),
+            failure_config=tune.FailureConfig(max_failures=cfg.failure.max_failures if reuse else 0),
             stop=limits,
             verbose=2 if verbose else 0,
         ),

@@ -1,9 +1,10 @@
 """The sweep directory: its file names and every read and write of them (files), and who may
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
-    <output>/<name>/            sweep.yaml  summary.json  best/  .tuner.lock  (Ray Tune's state)
+    <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
+                                (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
@@ -30,6 +31,10 @@ from tuner.sweepdir.files import (
     METRICS_FILE,
     NOTICE,
     RECORD_FILE,
+    SCRIPT_CHECKPOINT_PATTERN,
+    SCRIPT_CHECKPOINTS,
+    SCRIPT_CONFIG,
+    SCRIPT_REPORTS,
     SUMMARY_FILE,
     TRACEBACK_FILE,
     TRIAL_LOG,
@@ -56,6 +61,7 @@ from tuner.sweepdir.files import (
     recovered_record,
     remove_temporaries,
     resources_of,
+    script_checkpoint_name,
     trial_dirs,
     trial_disk_full,
     write_atomic,
@@ -78,6 +84,10 @@ __all__ = [
     "METRICS_FILE",
     "NOTICE",
     "RECORD_FILE",
+    "SCRIPT_REPORTS",
+    "SCRIPT_CONFIG",
+    "SCRIPT_CHECKPOINT_PATTERN",
+    "SCRIPT_CHECKPOINTS",
     "SUMMARY_FILE",
     "TRACEBACK_FILE",
     "TRIAL_LOG",
@@ -108,6 +118,7 @@ __all__ = [
     "remove_temporaries",
     "resolve",
     "resources_of",
+    "script_checkpoint_name",
     "trial_dirs",
     "trial_disk_full",
     "write_atomic",

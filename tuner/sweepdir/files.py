@@ -41,6 +41,12 @@ BEST_WEIGHTS_PATTERN = r"^best_e(\d{6})\.pt$"  # its weights, a plain state dict
 BEST_DIR = "best"  # the sweep's best trial's, exported (also `tuner export`'s files):
 EXPORT_FILES = {"state_dict": "model.pt", "torchscript": "model.ts.pt", "onnx": "model.onnx"}
 TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
+# task.command: the script's checkpoints (one directory per epoch), the reports tuner.report
+# writes for the trial, the trial's parameters as JSON ($TUNER_CONFIG_JSON).
+SCRIPT_CHECKPOINTS = "checkpoints"
+SCRIPT_CHECKPOINT_PATTERN = r"^epoch_(\d{6})$"
+SCRIPT_REPORTS = "reports.jsonl"
+SCRIPT_CONFIG = "config.json"
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
@@ -63,6 +69,10 @@ def read_best_record(trial_dir: str) -> Optional[dict[str, Any]]:
         return None
     weights = os.path.join(trial_dir, os.path.basename(record["weights"]))
     return {**record, "weights": weights} if os.path.isfile(weights) else None
+
+
+def script_checkpoint_name(epoch: int) -> str:
+    return f"epoch_{epoch:06d}"
 
 
 def finite(v: Any) -> bool:

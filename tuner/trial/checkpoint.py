@@ -44,10 +44,7 @@ class DirCheckpoints:
         self.root, self.keep = root, max(1, keep)
 
     def _epochs(self) -> list[int]:
-        if not os.path.isdir(self.root):
-            return []
-        found = (_NAME.match(name) for name in os.listdir(self.root))
-        return sorted(int(m.group(1)) for m in found if m)
+        return numbered(self.root, _NAME)
 
     def path(self, epoch: int) -> str:
         return os.path.join(self.root, checkpoint_name(epoch))
@@ -167,6 +164,14 @@ def plain_state_dict(weights: dict[str, Any]) -> dict[str, Any]:
         else:
             return out
     return out
+
+
+def numbered(root: str, pattern: re.Pattern[str]) -> list[int]:
+    """The epochs of the entries of `root` named by `pattern` (its group 1), in order."""
+    if not os.path.isdir(root):
+        return []
+    found = (pattern.match(name) for name in os.listdir(root))
+    return sorted(int(m.group(1)) for m in found if m)
 
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:

@@ -1,6 +1,8 @@
 """The Tune trainable: the loop in the trial actor (1 worker) or in Ray Train workers (DDP).
 
-The loop is tuner's own (`trial.loop`) or the user's (`task.train`, `trial.own_loop`).
+The loop is tuner's own (`trial.loop`) or the user's (`task.train`, `trial.own_loop`), or
+the user's script (`task.command`, `trial.command`), which always runs in the trial actor:
+with torchrun, that actor holds every worker's resources and runs all of its processes.
 
 One worker: the loop runs right here, in the (reused) Tune actor, and pays no Ray Train
 start-up. More workers: this actor becomes a small driver that runs a `TorchTrainer` whose
@@ -76,7 +78,11 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
 
 
 def _loop(spec: TrialSpec) -> Callable[..., Any]:
-    """tuner's own training loop, or the user's (task.train)."""
+    """tuner's own training loop, the user's (task.train), or the user's script (task.command)."""
+    if spec.command is not None:
+        from tuner.trial.command import run_command
+
+        return run_command
     if spec.train:
         from tuner.trial.own_loop import run_own_loop
 
@@ -95,4 +101,4 @@ def _train_storage(spec: TrialSpec, trial_dir: str) -> str:
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
     """The function Tune runs for every trial of the sweep."""
-    return in_actor_trial if spec.workers == 1 else ddp_trial
+    return in_actor_trial if spec.workers == 1 or spec.command is not None else ddp_trial

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,11 @@ class TrialSpec:
     data_args: dict[str, Any] = field(default_factory=dict)
     # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
     train: Optional[str] = None
+    # The user's own script (task.command, a template with {name} placeholders), its
+    # launcher (torchrun or None) and the parameters it is given (search.params' names).
+    command: Optional[Union[str, list[str]]] = None
+    launcher: Optional[str] = None
+    command_params: tuple[str, ...] = ()
     # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
     loss: Optional[str] = None
     metrics: Optional[str] = None
@@ -39,6 +44,7 @@ class TrialSpec:
     trial_timeout: Optional[float] = None
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
     search_path: Optional[str] = None  # where user modules are imported from (os.pathsep-joined)
+    start_dir: Optional[str] = None  # the driver's working directory (task.command runs there)
     # Where the sweep is stored: an absolute local/shared path or a URI (s3://, gs://).
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.

@@ -1,0 +1,96 @@
+"""A training script for the task.command tests: standard library only (it starts fast), and
+it behaves as `--kind` says.
+
+    api         reports with tuner.report, checkpoints with tuner.checkpoint_dir (a JSON file)
+    stdout      never imports tuner: prints TUNER_REPORT lines
+    crash       writes to stderr, exits 3 before any report
+    silent      trains, never reports, exits 0
+    crash_once  as api, but its first run exits 3 after reporting (and checkpointing) epoch 2
+    ddp         under torchrun: 2 gloo processes, each reports its rank (only rank 0's count)
+
+val_loss = base + 1 / epoch, with base = 10 * lr (0 for crash_once). Each run appends, in the
+trial directory, its pid to pids.txt, its first epoch to starts.txt, each epoch it trains to
+trained.txt, and "sigterm" to signals.txt when it is sent SIGTERM (it then exits 143).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _append(name: str, text: str) -> None:
+    trial_dir = os.environ.get("TUNER_TRIAL_DIR", ".")
+    with open(os.path.join(trial_dir, name), "a") as f:
+        f.write(text + "\n")
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    _append("signals.txt", "sigterm")
+    sys.exit(143)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--kind", default="api")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--sleep", type=float, default=0.3)
+    args = p.parse_args()
+    signal.signal(signal.SIGTERM, _sigterm)
+    if os.environ.get("RANK", "0") == "0":
+        _append("pids.txt", str(os.getpid()))
+        _append("env.json", json.dumps({"cwd": os.getcwd(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+    if args.kind == "crash":
+        print("Traceback (most recent call last):\nValueError: boom: the script fails", file=sys.stderr)
+        sys.exit(3)
+    if args.kind == "ddp":
+        return _ddp(args)
+    tuner = None if args.kind == "stdout" else __import__("tuner")
+    start = 0
+    restore = tuner.restore_dir() if tuner else None
+    if restore:
+        with open(os.path.join(restore, "state.json")) as f:
+            start = json.load(f)["epoch"]
+    _append("starts.txt", str(start))
+    base = 0.0 if args.kind == "crash_once" else 10 * args.lr
+    for epoch in range(start + 1, args.epochs + 1):
+        time.sleep(args.sleep)
+        _append("trained.txt", str(epoch))
+        metrics = {"val_loss": base + 1 / epoch, "train_loss": base + 1.5 / epoch}
+        if args.kind == "silent":
+            continue
+        if tuner is None:
+            print("TUNER_REPORT " + json.dumps({"epoch": epoch, **metrics}), flush=True)
+            continue
+        save = tuner.checkpoint_dir()
+        if save:
+            with open(os.path.join(save, "state.json"), "w") as f:
+                json.dump({"epoch": epoch}, f)
+        tuner.report(epoch=epoch, **metrics)
+        if args.kind == "crash_once" and epoch == 2 and not restore:
+            time.sleep(0.5)  # the report reaches the trial before the exit does
+            sys.exit(3)
+
+
+def _ddp(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import tuner
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for epoch in range(1, args.epochs + 1):
+        t = torch.tensor([float(rank + 1)])
+        dist.all_reduce(t)  # 1 + 2 = 3 with 2 processes
+        tuner.report(epoch=epoch, val_loss=t.item() / epoch, rank=rank, world=world)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""task.command on real Ray (CPU): a script run as a process per trial.
+
+One sweep (random + ASHA) holds every ending: scripts reporting through tuner.report and
+through the stdout line, one that crashes, one that never reports, one that crashes once and
+is retried from its checkpoint; stopped trials' processes are gone. Apart: synchronous
+HyperBand pauses and resumes a checkpointing script, kill -9 of the driver leaves no script
+behind and `tuner resume` repeats no epoch, torchrun runs 2 gloo processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, kill_9_when, resumed_to_the_end, run_cli
+from tests.own_loops import hyperband_resumes, lines
+from tuner.config import parse_sweep
+from tuner.sweepdir import read_metrics
+
+SCRIPT = "tests/command_script.py"
+COMMAND = [
+    "python", SCRIPT, "--kind", "{kind}", "--lr", "{lr}", "--epochs", "{max_epochs}", "--sleep", "{sleep}",
+]  # fmt: skip
+
+
+def _raw(tmp_path: Path, **over: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": "cmd",
+        "metric": "val_loss",
+        "mode": "min",
+        "task": {"command": COMMAND, "checkpoints": True},
+        "search": {
+            "algorithm": "random",
+            "num_samples": 4,
+            "params": {"kind": "api", "lr": {"type": "loguniform", "low": 0.01, "high": 0.1}, "sleep": 0.3},
+        },
+        "schedule": {"max_epochs": 4, "grace_epochs": 1, "reduction_factor": 2},
+        "resources": {"workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
+        "output": str(tmp_path),
+    }
+    raw.update(over)
+    return raw
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _scripts_of(sweep: Path) -> list[psutil.Process]:
+    """Processes whose environment names a trial of `sweep` (the scripts and their children)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if str(sweep) in p.environ().get("TUNER_TRIAL_DIR", ""):
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _none_left(sweep: Path, timeout: float = 30) -> bool:
+    """Whether every process of the sweep's scripts ends within `timeout` seconds (a script
+    whose actor Ray killed gets SIGTERM from its supervisor, and has a grace to exit)."""
+    deadline = time.time() + timeout
+    left = _scripts_of(sweep)
+    if left:  # diagnostics
+        print("left:", [(p.pid, p.status(), p.cmdline()[-6:], time.time() - p.create_time()) for p in left])
+    while _scripts_of(sweep):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_every_ending_of_a_script_under_asha(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.driver.sweep import run_sweep
+
+    monkeypatch.chdir(ROOT)  # the scripts run where the sweep starts
+    raw = _raw(tmp_path, failure={"max_failures": 1})
+    kinds = ["crash_once", "api", "stdout", "crash", "silent"]
+    raw["search"]["num_samples"] = 8  # kinds in turn: two of the first three
+    raw["search"]["params"]["kind"] = {"type": "grid", "values": kinds}
+    raw["search"]["params"]["sleep"] = 0.6  # a stop reaches a script mid-way (Tune takes its time)
+    out = run_sweep(parse_sweep(raw))
+    sweep = Path(out.sweep_dir)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for t in out.summary["trials"]:
+        by_kind.setdefault(t["config"]["kind"], []).append(t)
+    assert sorted(len(v) for v in by_kind.values()) == [1, 1, 2, 2, 2], by_kind
+
+    crash = by_kind["crash"][0]
+    assert crash["status"] == "ERROR", crash
+    assert "exit code 3" in crash["failure"] and "ValueError: boom" in crash["failure"], crash["failure"]
+    silent = by_kind["silent"][0]
+    assert silent["status"] == "ERROR" and "metric 'val_loss' is not among" in silent["failure"], silent
+
+    for t in by_kind["crash_once"]:  # the best: never stopped; retried from epoch 2's checkpoint
+        d = sweep / t["trial_id"]
+        assert t["status"] == "TERMINATED" and t["epochs"] == 4, t
+        assert lines(d / "starts.txt") == [0, 2] and lines(d / "trained.txt") == [1, 2, 3, 4]
+        assert [r["epoch"] for r in read_metrics(str(d))] == [1, 2, 3, 4]
+    stopped = 0
+    for t in by_kind["api"] + by_kind["stdout"]:
+        d = sweep / t["trial_id"]
+        rows = read_metrics(str(d))
+        lr = t["config"]["lr"]
+        assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1))
+        for r in rows:  # what the script computed, through either channel
+            assert math.isclose(r["val_loss"], 10 * lr + 1 / r["epoch"], rel_tol=1e-9), (t, r)
+        if len(rows) < 4:
+            stopped += 1
+            assert t["status"] == "TERMINATED" and t["failure"] is None, t
+    assert stopped >= 1, "ASHA stopped a trial"
+    # A script still training when its trial was stopped got SIGTERM (one that had trained
+    # every epoch before Tune stopped its trial had ended on its own).
+    assert any((sweep / t["trial_id"] / "signals.txt").exists() for t in out.summary["trials"])
+    pids = [pid for d in sweep.glob("*/pids.txt") for pid in lines(d)]
+    assert len(pids) >= 10 and _none_left(sweep)  # every run of every script has ended
+    assert not _alive(pids)
+    env = json.loads((sweep / by_kind["api"][0]["trial_id"] / "env.json").read_text().splitlines()[0])
+    assert env == {"cwd": str(ROOT), "cuda": ""}
+    log = (sweep / by_kind["stdout"][0]["trial_id"] / "trial.log").read_text()
+    assert "out| TUNER_REPORT {" in log and "command: python tests/command_script.py --kind stdout" in log
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_hyperband_pauses_and_resumes_a_checkpointing_script(tmp_path: Path) -> None:
+    from ray import tune
+
+    space = {"kind": "api", "sleep": 0.2, "lr": tune.grid_search([0.005, 0.01, 0.02, 0.05, 0.1, 0.2])}
+    resumed = hyperband_resumes(tmp_path, space, command=COMMAND, command_params=("kind", "lr", "sleep"))
+    assert resumed >= 1, "HyperBand paused and resumed a script"
+    assert _none_left(tmp_path / "hb")
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_driver_leaves_no_script_and_resume_repeats_nothing(tmp_path: Path) -> None:
+    raw = _raw(tmp_path, name="k9")
+    raw["search"]["num_samples"] = 3
+    raw["search"]["params"]["sleep"] = 1.0
+    raw["schedule"] = {"max_epochs": 6, "early_stopping": False}
+    raw["resources"]["max_concurrent_trials"] = 2
+
+    def caught(sweep: Path) -> bool:  # a trial mid-way with a checkpoint of epoch >= 2
+        midway = any(2 <= len(lines(t / "trained.txt")) < 6 for t in sweep.glob("*/"))
+        return midway and bool(_scripts_of(sweep))
+
+    sweep = kill_9_when(raw, tmp_path, caught)
+    assert _none_left(sweep, 60), "a script outlived the driver"
+    before = {t.name: lines(t / "trained.txt") for t in sweep.glob("*/") if (t / "trained.txt").exists()}
+    summary = resumed_to_the_end(sweep, 3)
+    for t in summary["trials"]:
+        d = sweep / t["trial_id"]
+        assert t["epochs"] == 6 and [r["epoch"] for r in read_metrics(str(d))] == list(range(1, 7))
+        starts = lines(d / "starts.txt")
+        assert all(s > 0 for s in starts[1:]), (t["trial_id"], starts)  # never from epoch 0 again
+        trained = lines(d / "trained.txt")
+        # Epochs up to the checkpoint it went on from are trained once. (Those a script
+        # trained after it, until Ray ended its actor a few seconds after the driver, are
+        # trained again: no report of theirs reached the journal.)
+        assert all(trained.count(e) == 1 for e in range(1, starts[-1] + 1)), (t["trial_id"], trained)
+    for name, done in before.items():
+        if 2 <= len(done) < 6:  # caught mid-way: went on from its checkpoint
+            assert lines(sweep / name / "starts.txt")[-1] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_torchrun_runs_two_gloo_processes_and_only_rank_0_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.driver.sweep import run_sweep
+
+    monkeypatch.chdir(ROOT)
+    raw = _raw(tmp_path, name="ddp")
+    raw["task"] = {"command": f"python {SCRIPT} --kind ddp --epochs {{max_epochs}}", "launcher": "torchrun"}
+    raw["search"] = {"algorithm": "random", "num_samples": 1, "params": {}}
+    raw["schedule"] = {"max_epochs": 2}
+    raw["resources"]["workers_per_trial"] = 2
+    out = run_sweep(parse_sweep(raw))
+    (t,) = out.summary["trials"]
+    assert t["status"] == "TERMINATED" and t["epochs"] == 2, t
+    rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
+    seen = [(r["epoch"], r["val_loss"], r["rank"], r["world"]) for r in rows]
+    assert seen == [(1, 3.0, 0, 2), (2, 1.5, 0, 2)]  # all_reduce of 1 + 2, from rank 0 alone
+    assert _none_left(Path(out.sweep_dir))
+
+
+# ----------------------------------------------------------------------------- no Ray
+
+
+def _refusal(tmp_path: Path, **over: Any) -> str:
+    from tuner.errors import ConfigError
+
+    raw = _raw(tmp_path)
+    for key, value in over.items():
+        section, _, field = key.partition("__")
+        if field:
+            raw[section] = {**raw.get(section, {}), field: value}
+        else:
+            raw[section] = value
+    with pytest.raises(ConfigError) as err:
+        parse_sweep(raw)
+    return str(err.value)
+
+
+def test_placeholders_and_parameters_meet_one_to_one(tmp_path: Path) -> None:
+    params = _raw(tmp_path)["search"]["params"]
+    assert _refusal(tmp_path, task__command=[*COMMAND, "--x", "{foo}"]).startswith(
+        "task.command: placeholder {foo} names no parameter (known: kind, lr, sleep, max_epochs"
+    )
+    assert _refusal(tmp_path, search={"params": {**params, "bs": 32}}).startswith(
+        "search.params.bs: does not reach the command: use {bs} in task.command, or list it in "
+        "task.env_params (the script then reads TUNER_PARAM_BS or $TUNER_CONFIG_JSON)"
+    )
+    ok = _raw(tmp_path)
+    ok["search"]["params"]["batch-size"] = 32
+    ok["task"]["env_params"] = ["batch-size"]
+    assert parse_sweep(ok).task.env_params == ["batch-size"]
+    assert _refusal(tmp_path, task__env_params=["nope"]).startswith("task.env_params: 'nope' is not")
+    assert "without a format" in _refusal(tmp_path, task__command="python t.py {lr:.3f}")
+    assert "{0} is not {name} of a parameter" in _refusal(tmp_path, task__command="python t.py {0}")
+    assert _refusal(tmp_path, task__model="mlp").startswith("task.model: task.command runs your script")
+    assert _refusal(tmp_path, training={"lr": 0.1}).startswith("training.lr: task.command runs your script")
+    assert _refusal(tmp_path, resources__workers_per_trial=2).startswith(
+        "resources.workers_per_trial: task.command runs one process per trial; set task.launcher: torchrun"
+    )
+    alone = _raw(tmp_path)
+    alone["task"] = {"model": "mlp", "data": "digits", "checkpoints": True}
+    with pytest.raises(Exception, match="task.checkpoints: goes with task.command"):
+        parse_sweep(alone)
+
+
+def test_a_bad_command_is_one_line_and_exit_2_before_ray(tmp_path: Path) -> None:
+    raw = _raw(tmp_path)
+    raw["task"]["command"] = "python train.py --lr {lr} --width {width}"
+    (tmp_path / "bad.yaml").write_text(json.dumps(raw))
+    out = run_cli("validate", str(tmp_path / "bad.yaml"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "task.command: placeholder {width} names no parameter (known: kind, lr, sleep, max_epochs, "
+            "trial_dir, trial_id)"
+        )
+    )
+
+
+def test_bohb_says_at_validation_that_a_script_without_checkpoints_is_only_stopped(tmp_path: Path) -> None:
+    raw = _raw(tmp_path)
+    raw["search"]["algorithm"] = "bohb"
+    raw["task"]["checkpoints"] = False
+    (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
+    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    assert out.returncode == 0 and "task.checkpoints is false: bohb only stops trials" in out.stderr
+    raw["task"]["checkpoints"] = True
+    (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
+    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    assert out.returncode == 0 and "warning" not in out.stderr
+
+
+def test_values_fill_the_words_of_the_command() -> None:
+    from tuner.config.placeholders import env_name, fill
+
+    argv = fill(
+        "python t.py --lr {lr} --name '{name}' --flag={on} -x{{y}}", {"lr": 1e-05, "name": "a b", "on": True}
+    )
+    assert argv == ["python", "t.py", "--lr", "1e-05", "--name", "a b", "--flag=true", "-x{y}"]
+    assert env_name("batch-size") == "TUNER_PARAM_BATCH_SIZE"
+
+
+def test_report_is_light_prints_alone_and_writes_its_file_in_a_sweep(tmp_path: Path) -> None:
+    code = (
+        "import sys, tuner; tuner.report(epoch=1, val_loss=0.5); "
+        "print(sorted(m for m in ('torch', 'ray') if m in sys.modules), "
+        "tuner.checkpoint_dir(), tuner.restore_dir())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.splitlines() == ["tuner.report: epoch=1, val_loss=0.5", "[] None None"], out.stderr
+    env = {
+        **os.environ,
+        "TUNER_REPORT_FILE": str(tmp_path / "reports.jsonl"),
+        "TUNER_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+    }
+    code = (
+        "import tuner, os; d = tuner.checkpoint_dir(); assert d == tuner.checkpoint_dir(); "
+        "open(os.path.join(d, 's'), 'w').close(); "
+        "tuner.report(epoch=1, val_loss=0.5); tuner.report(epoch=2, x='a')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env
+    )
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    first, second = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert Path(first.pop("checkpoint")).parent == tmp_path / "ckpt" and first == {
+        "epoch": 1,
+        "val_loss": 0.5,
+    }
+    assert second == {"epoch": 2, "x": "a"}
+    rank1 = subprocess.run(
+        [sys.executable, "-c", "import tuner; tuner.report(epoch=3, val_loss=1.0)"],
+        cwd=ROOT, env={**env, "RANK": "1"}, timeout=60,
+    )  # fmt: skip
+    assert rank1.returncode == 0 and len((tmp_path / "reports.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_supervisor_ends_the_whole_tree_when_its_parent_dies(tmp_path: Path) -> None:
+    """A parent (the trial actor) killed with -9: the script and what it started in a session
+    of its own (as torchrun starts its workers) end, within the supervisor's grace."""
+    from tuner.trial.process import SUPERVISOR
+
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess, sys, time; "
+        "w = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{w.pid}}'); time.sleep(300)"
+    )
+    actor = (
+        "import os, subprocess, sys; "
+        f"subprocess.Popen([sys.executable, {SUPERVISOR!r}, str(os.getpid()), '2', '--', "
+        f"sys.executable, '-c', {script!r}]); "
+        "import time; time.sleep(300)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", actor])
+    deadline = time.time() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.time() < deadline:
+        time.sleep(0.05)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(_alive(started)) == 2
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 15
+    while _alive(started) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(started)

@@ -1,0 +1,232 @@
+"""A trial trained by the user's own script: `task.command` (README: Tune your training script).
+
+The trial actor runs the command as a process (`trial.process`: started where the sweep was
+started, with the trial's GPUs in CUDA_VISIBLE_DEVICES, in its own process group, output to
+trial.log) and turns each of its reports into an epoch of the trial, inside the same frame
+and through the same `Progress` and session as the other loops: journal, TensorBoard,
+scheduler, resume and the report work alike. A report's checkpoint directory becomes the
+epoch's checkpoint (`ScriptCheckpoints`) after the journal has the epoch and before the
+scheduler hears of it, as the function modes order it. When the scheduler stops the trial
+(Tune's report does not return) the process is stopped: SIGTERM, then SIGKILL after a grace.
+A non-zero exit is the trial's error (ScriptError: the code and stderr's last lines), and a
+script that never reported the metric ends with the function modes' MissingMetricError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import replace
+from typing import Any, Optional
+
+from tuner.config.placeholders import as_text, env_name, fill
+from tuner.errors import MissingMetricError
+from tuner.sweepdir import SCRIPT_CHECKPOINT_PATTERN, SCRIPT_CHECKPOINTS, SCRIPT_CONFIG, SCRIPT_REPORTS
+from tuner.sweepdir import script_checkpoint_name as checkpoint_name
+from tuner.trial import script
+from tuner.trial.checkpoint import numbered
+from tuner.trial.harness import Frame, Progress, failed, guarded
+from tuner.trial.process import ScriptProcess
+from tuner.trial.session import Session
+from tuner.trial.spec import TrialSpec
+
+_EPOCH_DIR = re.compile(SCRIPT_CHECKPOINT_PATTERN)
+POLL_S = 0.1
+
+
+class ScriptError(Exception):
+    """The script failed (its exit code, stderr's last lines) or reported something unusable."""
+
+
+def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
+    """Run the sweep's command as this trial; returns the last metrics it reported."""
+    # The frame's training settings are tuner's loop's: the script has its own (hp: theirs).
+    # On the CPU: the trial's GPUs are the script's; the actor makes no CUDA context there.
+    frame_spec = replace(spec, gpus_per_worker=0.0)
+    return guarded({}, frame_spec, session, lambda frame: _run(hp, spec, frame))
+
+
+def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
+    session = f.session
+    assert spec.command is not None and session.trial_dir is not None, "run_command without a command"
+    root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
+    checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints)
+    restored = checkpoints.latest()
+    epoch = restored or 0
+    progress = Progress(session, f.log, f.watchdog)
+    progress.start(epoch, restored is not None, " (from the script's checkpoint)")
+    checkpoints.clean()
+    params = {k: hp[k] for k in spec.command_params if k in hp}
+    argv, env = launch(spec, params, session, checkpoints, restored)
+    f.log.info("command: %s", " ".join(argv))
+    # Where the sweep started; on another node of a cluster, where Ray put the job's files.
+    cwd = spec.start_dir if spec.start_dir and os.path.isdir(spec.start_dir) else os.getcwd()
+    proc = ScriptProcess(argv, cwd, env, env[script.REPORT_FILE], f.log)
+    follower = Follower(f, progress, checkpoints, epoch)
+    try:
+        while not proc.done:
+            row = proc.next_report(POLL_S)
+            if row is not None and not follower.take(row):
+                break  # ended as a result (diverged): reported already
+    finally:
+        proc.stop()  # at once after a stop by the scheduler (its report did not return)
+        progress.close()
+    code = proc.returncode
+    if follower.ended is None and code:
+        raise ScriptError(_exit_message(code, list(proc.stderr_tail)))
+    if follower.last is None:
+        raise MissingMetricError(spec.metric, [])
+    return follower.last
+
+
+def launch(
+    spec: TrialSpec,
+    params: dict[str, Any],
+    session: Session,
+    checkpoints: ScriptCheckpoints,
+    restored: Optional[int],
+) -> tuple[list[str], dict[str, str]]:
+    """The argument list and environment of the script's process."""
+    trial_dir = str(session.trial_dir)
+    values = {"max_epochs": spec.max_epochs, "trial_dir": trial_dir, "trial_id": session.trial_id, **params}
+    assert spec.command is not None
+    argv = fill(spec.command, values)
+    if spec.launcher == "torchrun":
+        if os.path.basename(argv[0]) in ("python", "python3", os.path.basename(sys.executable)):
+            argv = argv[1:]  # torchrun runs the script with Python itself
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={spec.workers}", *argv,
+        ]  # fmt: skip
+    config_json = os.path.join(trial_dir, SCRIPT_CONFIG)
+    with open(config_json, "w") as fh:
+        json.dump(params, fh, indent=1)
+    env = dict(os.environ)
+    # `python`, `torchrun` and the like resolve to the environment tuner runs in first.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = _gpu_ids(spec)
+    env.update({env_name(k): as_text(v) for k, v in params.items()})
+    env.update(
+        {
+            script.REPORT_FILE: os.path.join(trial_dir, SCRIPT_REPORTS),
+            script.CHECKPOINT_DIR: checkpoints.root,
+            script.CONFIG_JSON: config_json,
+            script.TRIAL_ID: session.trial_id,
+            script.TRIAL_DIR: trial_dir,
+            script.MAX_EPOCHS: str(spec.max_epochs),
+        }
+    )
+    env.pop(script.RESTORE_DIR, None)
+    if restored is not None:
+        env[script.RESTORE_DIR] = checkpoints.path(restored)
+    if os.path.exists(env[script.REPORT_FILE]):
+        os.remove(env[script.REPORT_FILE])  # an earlier run's: those epochs are in the journal
+    return argv, env
+
+
+class Follower:
+    """Turns the script's reports into the trial's epochs."""
+
+    def __init__(self, f: Frame, progress: Progress, checkpoints: ScriptCheckpoints, epoch: int):
+        self.f, self.progress, self.checkpoints = f, progress, checkpoints
+        self.epoch = epoch  # the last epoch reported (or restored)
+        self.last: Optional[dict[str, Any]] = None
+        self.ended: Optional[str] = None  # the failure the trial ended with as a result
+        self._t0 = time.perf_counter()
+
+    def take(self, report: dict[str, Any]) -> bool:
+        """Record and report one epoch; False when it ended the trial (diverged)."""
+        spec = self.f.spec
+        row = dict(report)
+        epoch, ckpt = row.pop("epoch", None), row.pop("checkpoint", None)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= self.epoch:
+            raise ScriptError(
+                f"the script reported epoch {epoch!r} after epoch {self.epoch}: report epochs done, "
+                "1 after the first, on from the restored checkpoint's after a resume"
+            )
+        for key, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ScriptError(f"the script reported {key}={value!r}: metrics are numbers (or strings)")
+        self.epoch = epoch
+        row.update(epoch=epoch, epoch_time_s=time.perf_counter() - self._t0)
+        value = row.get(spec.metric)
+        if isinstance(value, float) and not math.isfinite(value):
+            row = failed(row, spec, "diverged", f"non-finite {spec.metric} at epoch {epoch}", epoch)
+        self.last = row
+        if not self.progress.record(row):  # journal first (then checkpoint, then report)
+            self.ended = str(row["failure"])
+            return False
+        if ckpt is not None:
+            self.checkpoints.commit(str(ckpt), epoch)
+        self.f.session.report(row, None)
+        self.progress.kick()
+        self._t0 = time.perf_counter()
+        return True
+
+
+class ScriptCheckpoints:
+    """The script's checkpoints: `<root>/epoch_NNNNNN/`, one directory per epoch, the newest
+    `keep` kept. A directory the script filled becomes an epoch's by a rename, so a directory
+    with that name is complete; `.pending-*` ones are what a stopped script was writing."""
+
+    def __init__(self, root: str, keep: int):
+        self.root, self.keep = root, max(1, keep)
+        os.makedirs(root, exist_ok=True)
+
+    def epochs(self) -> list[int]:
+        return numbered(self.root, _EPOCH_DIR)
+
+    def path(self, epoch: int) -> str:
+        return os.path.join(self.root, checkpoint_name(epoch))
+
+    def latest(self) -> Optional[int]:
+        return (self.epochs() or [None])[-1]
+
+    def clean(self) -> None:
+        """Remove what an earlier run was writing when it ended."""
+        for name in os.listdir(self.root):
+            if name.startswith(script.PENDING):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+    def commit(self, directory: str, epoch: int) -> None:
+        """Make `directory` (inside root) epoch `epoch`'s checkpoint; drop the oldest."""
+        src = os.path.realpath(directory)
+        if os.path.dirname(src) != os.path.realpath(self.root) or not os.path.isdir(src):
+            raise ScriptError(
+                f"checkpoint {directory!r} of epoch {epoch} is not a directory in $TUNER_CHECKPOINT_DIR "
+                f"({self.root}); use tuner.checkpoint_dir()"
+            )
+        final = self.path(epoch)
+        if os.path.exists(final):  # an earlier run's, past the one it resumed from
+            shutil.rmtree(final)
+        os.replace(src, final)
+        for old in self.epochs()[: -self.keep]:
+            shutil.rmtree(self.path(old), ignore_errors=True)
+
+
+def _gpu_ids(spec: TrialSpec) -> str:
+    """The trial's GPUs as CUDA_VISIBLE_DEVICES lists them ("" for none: the script sees none)."""
+    if spec.gpus_per_worker <= 0:
+        return ""
+    import ray
+
+    return ",".join(str(i) for i in ray.get_gpu_ids())
+
+
+def _exit_message(code: int, tail: list[str]) -> str:
+    """One line: the exit code (the signal, if one ended it) and stderr's last lines."""
+    what = f"exit code {code}"
+    if code > 128:
+        try:
+            import signal
+
+            what += f" ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    lines = [ln.strip() for ln in tail if ln.strip()][-5:]
+    return f"task.command ended with {what}" + (f"; stderr ends: {' | '.join(lines)}" if lines else "")
