@@ -27,7 +27,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
     from tuner.trial.session import TuneSession
 
-    _loop(spec)(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric))
+    _loop(spec)(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.also))
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -70,7 +70,7 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
     from tuner.trial.session import TrainSession
 
     spec = cfg["spec"]
-    _loop(spec)(cfg["hp"], spec, TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric))
+    _loop(spec)(cfg["hp"], spec, TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric, spec.also))
 
 
 def _loop(spec: TrialSpec) -> Callable[..., Any]:

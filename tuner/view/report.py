@@ -3,7 +3,8 @@
 Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
 time, learning curves of the top trials, parallel coordinates, hyperparameter importance
-(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds).
+(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds); with several objectives,
+the Pareto front (drawn, and its trials listed) after the leaderboard.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner.results import Outcome, clock, config_label, counts, finite, ranked, short
+from tuner.results import (
+    Outcome,
+    clock,
+    config_label,
+    counts,
+    finite,
+    objective_values,
+    pareto,
+    ranked,
+    short,
+)
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Code, Heading, Image, Table, Text
@@ -54,6 +65,7 @@ def build(data: SweepData, out: str) -> list[Block]:
     png = lambda name: os.path.join(out, name)  # noqa: E731 - a one-word helper
     points, running = analysis.best_so_far(data)
     blocks: list[Block] = [Text(_overview(data)), *_best(data), *_leaderboard(data)]
+    blocks += _pareto(data, png("pareto.png"))
     blocks += [
         Heading("Best so far"),
         Image(plots.best_so_far(points, running, data.metric, png("best_so_far.png")), "best so far"),
@@ -74,10 +86,47 @@ def _overview(data: SweepData) -> str:
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (
         f"Sweep {data.state}: {len(data.records)} trials ({ended}). {cfg.search.algorithm} search, "
-        f"metric {data.metric} ({data.mode}), up to {cfg.schedule.max_epochs} epochs per trial, "
+        f"{_objectives(data)}, up to {cfg.schedule.max_epochs} epochs per trial, "
         f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU each. "
         f"Directory: {data.sweep_dir}. Report made {when}."
     )
+
+
+def _objectives(data: SweepData) -> str:
+    named = ", ".join(f"{n} ({m})" for n, m in data.cfg.objectives)
+    return f"objectives {named}" if len(data.cfg.objectives) > 1 else f"metric {named}"
+
+
+def _pareto(data: SweepData, path: str) -> list[Block]:
+    """With several objectives: the front drawn (the first two) and its trials listed."""
+    objectives = data.cfg.objectives
+    if len(objectives) < 2:
+        return []
+    ids = set(pareto(data.records, objectives))
+    names = [n for n, _ in objectives]
+    values = {r.trial_id: v for r in data.records if (v := objective_values(r, names)) is not None}
+    front = [r for r in ranked(data.records, data.mode) if r.trial_id in ids]
+    image = plots.pareto(
+        [(v[0], v[1]) for v in values.values()],
+        [(values[r.trial_id][0], values[r.trial_id][1], r.trial_id) for r in front],
+        (objectives[0], objectives[1]),
+        path,
+    )
+    rows = [
+        [r.trial_id, *(short(r.best_metrics[n]) for n in names), str(r.best_epoch), config_label(r.config)]
+        for r in front
+    ]
+    note = (
+        f"{len(front)} of the {len(values)} trials with a value of every objective are on the Pareto "
+        "front: no other trial is as good in every objective and better in one. Each trial counts "
+        f"with its values at its best epoch of {names[0]}; best {names[0]} first."
+    )
+    return [
+        Heading("Pareto front"),
+        Text(note),
+        Image(image, "Pareto front"),
+        Table(["trial", *names, "epoch", "config"], rows, right=set(range(1, len(names) + 2))),
+    ]
 
 
 def _best(data: SweepData) -> list[Block]:
