@@ -258,8 +258,12 @@ def pareto(
         linewidth=1.6,
         label=f"Pareto front ({len(front)} trials)",
     )
-    for x, y, label in line:
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#0969da")
+    labels: dict[tuple[float, float], list[str]] = {}
+    for x, y, label in line:  # trials of equal values share a point, and its label
+        labels.setdefault((x, y), []).append(label)
+    for (x, y), names in labels.items():
+        text = ", ".join(names)
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#0969da")
     (xname, xmode), (yname, ymode) = axes
     for values, setter in (([x for x, _ in points], ax.set_xscale), ([y for _, y in points], ax.set_yscale)):
         if min(values) > 0 and max(values) / min(values) > 100:

@@ -157,12 +157,14 @@ def _best(data: SweepData) -> list[Block]:
 
 def _leaderboard(data: SweepData) -> list[Block]:
     names = list(data.cfg.search.params)
+    others = [n for n, _ in data.cfg.objectives[1:]]
     top = ranked(data.records, data.mode)
     rows = [
         [
             str(i),
             r.trial_id,
             f"{r.best_value:.4f}",
+            *(short(r.best_metrics.get(n, "")) for n in others),  # other objectives, at that epoch
             str(r.best_epoch),
             str(r.epochs),
             _duration(r.time_s),
@@ -171,12 +173,13 @@ def _leaderboard(data: SweepData) -> list[Block]:
         ]
         for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
     ]
-    headers = ["#", "trial", data.metric, "best epoch", "epochs", "time", "status", *names]
+    headers = ["#", "trial", data.metric, *others, "best epoch", "epochs", "time", "status", *names]
     more = len(top) - len(rows)
     note = f"Top {len(rows)} of {len(top)} trials with a result" + (
         f"; the other {more} are in summary.json." if more else "."
     )
-    return [Heading("Leaderboard"), Text(note), Table(headers, rows, right={0, 2, 3, 4, 5})]
+    right = set(range(2, 6 + len(others))) | {0}
+    return [Heading("Leaderboard"), Text(note), Table(headers, rows, right=right)]
 
 
 def _curves(data: SweepData, path: str) -> str:
