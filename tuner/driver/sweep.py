@@ -256,7 +256,9 @@ def _launch(
     }
     callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
     if sweep_dir:
-        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), cfg.objective))
+        callbacks.append(
+            HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), [n for n, _ in cfg.objectives])
+        )
     if not verbose:
         callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow
