@@ -209,3 +209,16 @@ def test_the_cli_refuses_them_in_one_line_before_ray(tmp_path) -> None:
     assert not any(tmp_path.iterdir())
     ok = run_cli("validate", str(DEBUG), "--set", "metric=[val_acc, num_params]", "--set", "mode=[max, min]")
     assert ok.returncode == 0 and "metrics val_acc (max), num_params (min)" in ok.stdout, ok.stdout
+
+
+def test_a_trial_must_report_every_objective(tmp_path) -> None:
+    """With task.train a trial reports its own objectives: the first report must hold them all."""
+    from tuner.errors import MissingMetricError
+    from tuner.trial.session import LocalSession
+
+    session = LocalSession(str(tmp_path), metric="val_acc", also=("num_params",))
+    with pytest.raises(MissingMetricError, match="metric 'num_params' is not among the values"):
+        session.report({"epoch": 1, "val_acc": 0.5}, None)
+    assert session.metrics == []  # nothing was sent
+    session.report({"epoch": 1, "val_acc": 0.5, "num_params": 10}, None)
+    assert session.metrics == [{"epoch": 1, "val_acc": 0.5, "num_params": 10}]
