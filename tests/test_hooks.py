@@ -186,7 +186,7 @@ def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> N
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: mode: required for metric 'val_dice' (max or min): tuner knows the direction of "
-        "val_acc, val_loss, train_loss, val_mse, val_rmse, val_mae only"
+        "val_acc, val_loss, train_loss, num_params, val_mse, val_rmse, val_mae only"
     ]
     raw["mode"] = "max"
     f.write_text(yaml.safe_dump(raw))

@@ -34,9 +34,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     params = ", ".join(f"{k} ({getattr(p, 'type', 'fixed')})" for k, p in cfg.search.params.items())
     print(
         f"ok: {cfg.name}: {cfg.search.algorithm}, {cfg.expected_trials()} trials, "
-        f"{cfg.schedule.max_epochs} epochs max, metric {cfg.metric} ({cfg.mode}); params: {params or '-'}"
+        f"{cfg.schedule.max_epochs} epochs max, {_objectives(cfg)}; params: {params or '-'}"
     )
     return ExitCode.OK
+
+
+def _objectives(cfg: SweepConfig) -> str:
+    """`metric val_acc (max)`, or `metrics val_acc (max), num_params (min)` with several."""
+    both = ", ".join(f"{name} ({mode})" for name, mode in cfg.objectives)
+    return ("metrics " if len(cfg.objectives) > 1 else "metric ") + both
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -107,6 +113,9 @@ def _print_outcome(outcome: Any) -> int:
             f"\nbest: trial {b['trial_id']} {s['metric']}={b['metrics'].get(s['metric']):.4f} "
             f"(epoch {b['epoch']}) config {json.dumps(b['config'])}"
         )
+    if "pareto" in s:
+        names = " vs ".join(name for name, _ in s["objectives"])
+        print(f"pareto front ({names}): {len(s['pareto'])} trials, marked * above (summary.json's pareto)")
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
     print(f"{len(s['trials'])} trials ({counts}); status {s['status']}")
     print(f"results: {outcome.sweep_dir}")
@@ -213,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
         "comparison report (compare.html) of sweeps of one metric, into --output",
     )
     p.add_argument(
-        "--output", "--out", dest="out", metavar="DIR",
+        "--output",
+        "--out",
+        dest="out",
+        metavar="DIR",
         help="write the report here instead of into the sweep directory (needed to compare sweeps)",
     )
     p.add_argument("--format", choices=["html", "md"], default="html", help="md: also print the Markdown")

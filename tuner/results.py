@@ -11,6 +11,7 @@ was interrupted, or whose driver was killed.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Optional
@@ -101,7 +102,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         status = "TERMINATED"
     if status == "ERROR" and failure is None:  # (a timeout's is in the journal already)
         failure = "error: " + error_line(trial_dir)
-    best_row = _best_row(rows, metric, mode) if failure is None else None
+    best_row = best_row_of(rows, metric, mode) if failure is None else None
     config = info.get("config") or {}
     stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs
     return TrialRecord(
@@ -127,7 +128,8 @@ def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: li
     return [record(d, metric, mode, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
 
 
-def _best_row(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
+def best_row_of(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
+    """The row (epoch) of a trial's best value of `metric`; None if no row has a finite one."""
     ok = [r for r in rows if finite(r.get(metric)) and "failure" not in r]
     if not ok:
         return None
@@ -166,10 +168,13 @@ def summarize(
     algorithm: str,
     expected_trials: int,
     ended: Optional[str] = None,
+    objectives: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """The summary.json document. status: completed; interrupted (resume continues it); or,
     every started trial having ended, why the sweep ended before its planned trials: `ended`
-    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met)."""
+    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met).
+    `metric`/`mode`: the first objective; with several `objectives`, the document also lists
+    them and their Pareto front (`pareto`)."""
     top = best(trials, mode)
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
@@ -192,6 +197,11 @@ def summarize(
             "metrics": top.best_metrics,
             "epoch": top.best_epoch,
         },
+        **(
+            {"objectives": [[n, m] for n, m in objectives], "pareto": pareto(trials, objectives)}
+            if len(objectives) > 1
+            else {}
+        ),
         "trials": [{k: v for k, v in asdict(r).items() if k not in hidden} for r in trials],
     }
 
@@ -202,27 +212,87 @@ def counts(trials: list[TrialRecord]) -> dict[str, int]:
     return {o.value: found.count(o) for o in Outcome if o in found}
 
 
-def leaderboard(trials: list[TrialRecord], metric: str, mode: str, top: int = 5) -> str:
-    """A short plain-text table of the best trials."""
-    best_first = ranked(trials, mode)[:top]
-    if not best_first:
+def pareto(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]) -> list[str]:
+    """The ids of the trials no other trial dominates, in the trials' order.
+
+    Each trial counts with its values of every objective at its best epoch of the first
+    (`best_metrics`); failed trials and those missing a finite value of one never count. A
+    trial dominates another when it is at least as good in every objective and better in one,
+    so trials of equal values are all on the front, or all off it.
+    """
+    signs = [1.0 if mode == "max" else -1.0 for _, mode in objectives]
+    names = [n for n, _ in objectives]
+    points = [
+        (r.trial_id, tuple(s * v for s, v in zip(signs, values, strict=True)))
+        for r in trials
+        if (values := objective_values(r, names)) is not None
+    ]
+    # Best first, lexicographically: a trial that dominates another comes before it, so each
+    # needs comparing with the front found so far only.
+    front: list[tuple[float, ...]] = []
+    on: set[str] = set()
+    for trial_id, p in sorted(points, key=lambda t: t[1], reverse=True):
+        if not any(_dominates(q, p) for q in front):
+            front.append(p)
+            on.add(trial_id)
+    return [r.trial_id for r in trials if r.trial_id in on]
+
+
+def objective_values(r: TrialRecord, names: Sequence[str]) -> Optional[tuple[float, ...]]:
+    """A trial's values of `names` at its best epoch of the first objective; None for a
+    failed trial, or one without a finite value of each."""
+    values = [r.best_metrics.get(n) for n in names]
+    if r.failure is not None or not all(finite(v) for v in values):
+        return None
+    return tuple(float(v) for v in values)  # type: ignore[arg-type]
+
+
+def _dominates(q: tuple[float, ...], p: tuple[float, ...]) -> bool:
+    """Whether q is at least p everywhere and more somewhere (every objective maximised)."""
+    return all(a >= b for a, b in zip(q, p, strict=True)) and q != p
+
+
+PARETO_ROWS = 15  # most rows of the CLI's table with several objectives
+
+
+def leaderboard(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]], top: int = 5) -> str:
+    """A short plain-text table of the best trials by the first objective. With several
+    objectives: a column of each, the Pareto front's trials too (marked `*`), best first."""
+    metric, mode = objectives[0]
+    best_first = ranked(trials, mode)
+    several = len(objectives) > 1
+    front = set(pareto(trials, objectives)) if several else set()
+    shown = [r for i, r in enumerate(best_first) if i < top or r.trial_id in front][: max(top, PARETO_ROWS)]
+    if not shown:
         return "(no trial produced a finite metric)"
-    rows = [("trial", metric, "epoch", "status", "config")]
-    for r in best_first:
+    names = [n for n, _ in objectives]
+    rows = [("trial", *names, "epoch", "status", *(["pareto"] if several else []), "config")]
+    for r in shown:
         rows.append(
             (
                 r.trial_id,
-                f"{r.best_value:.4f}",
+                *(_value(r.best_metrics.get(n)) for n in names),
                 f"{r.best_epoch}/{r.epochs}",
                 r.outcome.value,
+                *(["*" if r.trial_id in front else ""] if several else []),
                 config_label(r.config),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+    cells = len(rows[0]) - 1
+    widths = [max(len(row[i]) for row in rows) for i in range(cells)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:cells], widths, strict=True)) + "  " + row[cells]
         for row in rows
-    )
+    ]
+    left = len(front - {r.trial_id for r in shown})
+    return "\n".join(lines + ([f"(and {left} more on the Pareto front: summary.json)"] if left else []))
+
+
+def _value(v: Any) -> str:
+    """An objective's value in the table: integers whole, the rest to 4 decimals."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return f"{v:.4f}" if finite(v) else "-"
 
 
 def short(v: Any) -> str:

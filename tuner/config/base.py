@@ -9,11 +9,13 @@ from typing import Any, get_args
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 # Metrics whose direction tuner knows: `metric` may name any value a trial reports, but one
-# not listed here needs `mode`. Built-in trials report the first three every epoch.
+# not listed here needs `mode`. Tuner's own loop reports the first four every epoch
+# (num_params: the model's trainable parameters, for "accuracy against size" objectives).
 OBJECTIVES = {
     "val_acc": "max",
     "val_loss": "min",
     "train_loss": "min",
+    "num_params": "min",
     "val_mse": "min",
     "val_rmse": "min",
     "val_mae": "min",

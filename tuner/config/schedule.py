@@ -55,7 +55,8 @@ class ScheduleSection(Section):
     early_stopping: Optional[bool] = Field(
         None,
         description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
-        "for grid; bohb always uses it (asynchronous BOHB).",
+        "for grid and with several objectives (where true is refused); bohb always uses it "
+        "(asynchronous BOHB).",
     )
     trial_timeout: Optional[float] = Field(
         None,

@@ -11,18 +11,22 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, Optional
 
-from pydantic import (
-    Field,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from tuner import catalogue
 from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_param, check_search
 from tuner.config.command import check_command
+from tuner.config.objectives import (
+    MetricField,
+    ModeField,
+    check_several,
+    directions,
+    metric_shape,
+    mode_shape,
+    pairs,
+)
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.config.task import TaskSection
@@ -198,17 +202,18 @@ class SweepConfig(Section):
         max_length=255,  # NAME_MAX of common filesystems
     )
     task: TaskSection
-    metric: str = Field(
+    metric: MetricField = Field(
         "val_acc",
         description="What to optimise: any value the trials report each epoch (val_acc, "
-        "val_loss, train_loss, or val_<name> of task.metrics).",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_./-]*$",
-        max_length=200,
+        "val_loss, train_loss, num_params, or val_<name> of task.metrics); or a list of them, "
+        "several objectives: the sweep finds their Pareto front (summary.json's pareto); the "
+        "first is what best and the ranking use (README: Several objectives).",
     )
-    mode: Optional[Literal["max", "min"]] = Field(
+    mode: ModeField = Field(
         None,
-        description=f"max or min. Default for the metrics tuner knows ({', '.join(OBJECTIVES)}): "
-        "max for val_acc, min for the others; required for any other metric.",
+        description=f"max or min (a list, one per metric, with several). Default for the "
+        f"metrics tuner knows ({', '.join(OBJECTIVES)}): max for val_acc, min for the others; "
+        "required for any other metric.",
     )
     search: SearchSection = Field(default_factory=SearchSection)
     schedule: ScheduleSection = Field(default_factory=ScheduleSection)
@@ -234,6 +239,11 @@ class SweepConfig(Section):
                 params["amp"] = amp_from_yaml(amp)
         return raw
 
+    @field_validator("metric", "mode", mode="before")
+    @classmethod
+    def _objective_shape(cls, value: Any, info: ValidationInfo) -> Any:
+        return metric_shape(value) if info.field_name == "metric" else mode_shape(value)
+
     @field_validator("name")
     @classmethod
     def _one_directory(cls, value: str) -> str:
@@ -250,17 +260,9 @@ class SweepConfig(Section):
                 "schedule.early_stopping",
                 "bohb always stops early (ASHA); use random or optuna to turn it off",
             )
-        natural = OBJECTIVES.get(self.metric)
-        if self.mode is None and natural is None:
-            raise ConfigError(
-                "mode",
-                f"required for metric '{self.metric}' (max or min): tuner knows the direction of "
-                f"{', '.join(OBJECTIVES)} only",
-            )
-        if self.mode is None:
-            self.mode = natural  # type: ignore[assignment]
-        elif natural is not None and self.mode != natural:
-            raise ConfigError("mode", f"{self.metric} is to be {natural}imised, not {self.mode}")
+        modes = directions(self.metric, self.mode)
+        self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
+        check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
         if self.task.command is None:  # a script reads its parameters as it likes
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)
@@ -287,6 +289,21 @@ class SweepConfig(Section):
         if True in (values_of(self.hyperparameters()["find_batch_size"]) or []):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, mode) of each objective, the first first."""
+        return pairs(self.metric, self.mode)
+
+    @property
+    def objective(self) -> str:
+        """The first objective's metric: what best, the ranking and Ray Tune's own metric use."""
+        return self.objectives[0][0]
+
+    @property
+    def direction(self) -> str:
+        """The first objective's mode (max or min)."""
+        return self.objectives[0][1]
 
     def expected_trials(self) -> int:
         """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""

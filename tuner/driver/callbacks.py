@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
@@ -35,11 +36,12 @@ STATUS_FILE_SUFFIX = ".tuner-status"
 EXTRA_TAGS = ("train_loss", "samples_per_s", "epoch")
 
 
-def metric_tags(metric: str, result: dict[str, Any]) -> list[str]:
-    """The HParams table's metric columns: the sweep's metric, every validation value a
-    trial reports (val_loss, and val_<name> of task.metrics), then EXTRA_TAGS."""
+def metric_tags(metrics: Sequence[str], result: dict[str, Any]) -> list[str]:
+    """The HParams table's metric columns: the sweep's metric (every objective's, with
+    several), every validation value a trial reports (val_loss, and val_<name> of
+    task.metrics), then EXTRA_TAGS."""
     numeric = [k for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    tags = [metric, *(k for k in numeric if k.startswith("val_")), *(k for k in EXTRA_TAGS if k in numeric)]
+    tags = [*metrics, *(k for k in numeric if k.startswith("val_")), *(k for k in EXTRA_TAGS if k in numeric)]
     return list(dict.fromkeys(tags))
 
 
@@ -122,8 +124,8 @@ class HParamsCallback(Callback):
     trial itself.
     """
 
-    def __init__(self, sweep_dir: str, domains: dict[str, Any], metric: str):
-        self.sweep_dir, self.domains, self.metric = sweep_dir, domains, metric
+    def __init__(self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str]):
+        self.sweep_dir, self.domains, self.metrics = sweep_dir, domains, list(metrics)
         self._started: set[str] = set()
         self._described = False
 
@@ -137,7 +139,7 @@ class HParamsCallback(Callback):
         if os.path.exists(marker):  # resumed: the experiment is already described
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
-        tags = metric_tags(self.metric, result)
+        tags = metric_tags(self.metrics, result)
         _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
         open(marker, "w").close()
 

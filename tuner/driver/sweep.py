@@ -180,10 +180,11 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         cfg.search,
         cfg.schedule,
         cfg.hyperparameters(),
-        cfg.metric,
-        str(cfg.mode),
+        cfg.objective,
+        cfg.direction,
         res.max_concurrent,
         start.prior,
+        objectives=cfg.objectives,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs)
@@ -258,15 +259,17 @@ def _launch(
     }
     callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
     if sweep_dir:
-        callbacks.append(HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), cfg.metric))
+        callbacks.append(
+            HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), [n for n, _ in cfg.objectives])
+        )
     if not verbose:
-        callbacks.append(Progress(cfg.metric, str(cfg.mode), cfg.expected_trials(), done=start.done))
+        callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and sweep_dir:
         from tuner.driver.tracking import MLflowTracking
 
         callbacks.append(MLflowTracking(mlflow.uri, mlflow.experiment or cfg.name, cfg.name, sweep_dir))
-    limits = SweepLimits.wanted(cfg.metric, str(cfg.mode), cfg.schedule.time_budget, cfg.schedule.stop_at)
+    limits = SweepLimits.wanted(cfg.objective, cfg.direction, cfg.schedule.time_budget, cfg.schedule.stop_at)
     if limits is not None:
         callbacks.append(limits)
     names = TrialNames(start.resumed_dirs)
@@ -315,7 +318,7 @@ def _launch(
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
-    return records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
+    return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
 
 
 def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
@@ -325,8 +328,9 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
     summary = summarize(
         trials,
         name=cfg.name,
-        metric=cfg.metric,
-        mode=str(cfg.mode),
+        metric=cfg.objective,
+        mode=cfg.direction,
+        objectives=cfg.objectives,
         algorithm=cfg.search.algorithm,
         expected_trials=cfg.expected_trials(),
         ended=ended,
@@ -342,4 +346,4 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
         code = ExitCode.INTERRUPTED
     elif any(r.status == "ERROR" for r in trials) or summary["best"] is None:
         code = ExitCode.ERRORS
-    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.metric, str(cfg.mode)), int(code))
+    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.objectives), int(code))

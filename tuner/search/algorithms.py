@@ -153,15 +153,14 @@ def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, 
 def _grid(r: SearchRequest) -> SearchPlan:
     every = grid_configs(r.params, r.search.grid_points, r.search.constraints)
     todo = r.prior.resumed + _not_started(every, r.prior)
-    stop_early = r.schedule.early_stopping is True
-    return _listed_plan(r, todo, stop_early, f"grid over {len(every)} combinations")
+    return _listed_plan(r, todo, r.stop_early, f"grid over {len(every)} combinations")
 
 
 def _random(r: SearchRequest) -> SearchPlan:
     prior, search = r.prior, r.search
     fresh = _not_started(random_configs(r.params, search.num_samples, search.seed, search.constraints), prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
-    return _listed_plan(r, todo, r.schedule.early_stopping is not False, "random search")
+    return _listed_plan(r, todo, r.stop_early, "random search")
 
 
 def _listed_plan(
@@ -225,16 +224,18 @@ def _optuna(r: SearchRequest) -> SearchPlan:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = _searcher_seed(search.seed, prior)
-    searcher = OptunaTPE(params, metric, mode, seed, Feasible(params, search.constraints, seed))
+    objectives = list(r.objectives) or [(metric, mode)]
+    searcher = OptunaTPE(params, objectives, seed, Feasible(params, search.constraints, seed))
     for t in prior.finished:  # told, as it was told live
         searcher.replay(t.config, t.history, t.error)
-    stop_early = schedule.early_stopping is not False
+    stop_early = r.stop_early
     return SearchPlan(
         param_space=_fixed(params),
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
         scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
         num_samples=_budget(search, prior),
-        description="Optuna TPE, define-by-run" + (" + ASHA" if stop_early else ""),
+        description=("Optuna TPE, define-by-run" if len(objectives) < 2 else "Optuna multi-objective TPE")
+        + (" + ASHA" if stop_early else ""),
     )
 
 
@@ -274,14 +275,19 @@ def build(
     mode: str,
     max_concurrent: Optional[int] = None,
     prior: Optional[Prior] = None,
+    objectives: Sequence[tuple[str, str]] = (),
 ) -> SearchPlan:
     """The Tune pieces for `search.algorithm` over `params` (fixed values included).
 
     `max_concurrent`: trials running at once (None: as many as resources allow).
     `prior`: the earlier run of a resumed sweep (None: a new sweep).
+    `objectives`: (metric, mode) of each when there are several (`metric`, `mode`: the first).
     """
     try:
         builder = ALGORITHMS[search.algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm '{search.algorithm}' (valid: {', '.join(ALGORITHMS)})") from None
-    return builder(SearchRequest(search, schedule, params, metric, mode, max_concurrent, prior or Prior()))
+    request = SearchRequest(
+        search, schedule, params, metric, mode, max_concurrent, prior or Prior(), tuple(objectives)
+    )
+    return builder(request)

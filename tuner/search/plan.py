@@ -98,3 +98,12 @@ class SearchRequest:
     mode: str
     max_concurrent: Optional[int]  # trials running at once (None: as many as resources allow)
     prior: Prior  # the earlier run of a resumed sweep (empty for a new sweep)
+    # (metric, mode) of every objective when there are several (metric, mode: the first's).
+    objectives: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def stop_early(self) -> bool:
+        """ASHA unless turned off (grid: unless turned on); never with several objectives."""
+        wanted = self.schedule.early_stopping
+        on = wanted is True if self.search.algorithm == "grid" else wanted is not False
+        return on and len(self.objectives) < 2

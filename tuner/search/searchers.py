@@ -14,7 +14,7 @@ from ray.tune.search import Searcher
 from tuner import conditions
 from tuner.constraints import allows
 from tuner.errors import ConfigError
-from tuner.results import finite
+from tuner.results import best_row_of, finite
 from tuner.search.plan import TIME_ATTR
 from tuner.space import Fixed, ParamT, to_optuna
 
@@ -124,17 +124,28 @@ class OptunaTPE(_SavesState, Searcher):
     Feasible. Told like Ray's OptunaSearch: each result as an intermediate value at its epoch,
     the trial's last value when it completes; an error, a reported `failure` or a non-finite
     value is a failed trial.
+
+    With several `objectives` the study is multi-objective (optuna's TPE then is MOTPE, Ozaki
+    et al. 2020) and is told, when a trial completes, every objective's value at the trial's
+    best epoch of the first: where summary.json's Pareto front judges it (tuner.results.pareto).
+    Optuna takes no intermediate values there.
     """
 
-    def __init__(self, params: dict[str, ParamT], metric: str, mode: str, seed: int, feasible: Feasible):
+    def __init__(
+        self, params: dict[str, ParamT], objectives: list[tuple[str, str]], seed: int, feasible: Feasible
+    ):
         import optuna
 
+        metric, mode = objectives[0]
         super().__init__(metric=metric, mode=mode)
+        self.objectives = list(objectives)
         sampler = optuna.samplers.TPESampler(seed=seed)
-        direction = "maximize" if mode == "max" else "minimize"
         self.study = optuna.create_study(
-            direction=direction, sampler=sampler, pruner=optuna.pruners.NopPruner()
+            directions=["maximize" if m == "max" else "minimize" for _, m in self.objectives],
+            sampler=sampler,
+            pruner=optuna.pruners.NopPruner(),
         )
+        self.rows: dict[str, list[dict[str, Any]]] = {}  # several objectives: each trial's values
         self.searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
         self.names = conditions.order(self.searched)
         self.feasible = feasible
@@ -167,6 +178,10 @@ class OptunaTPE(_SavesState, Searcher):
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if len(self.objectives) > 1:
+            if trial_id in self.trials:
+                self.rows.setdefault(trial_id, []).append(self._kept(result))
+            return
         ot, value, step = self.trials.get(trial_id), result.get(self.metric), result.get(TIME_ATTR)
         if ot is not None and finite(value) and finite(step) and int(step) not in self.reported[trial_id]:
             self.reported[trial_id].add(int(step))
@@ -175,13 +190,27 @@ class OptunaTPE(_SavesState, Searcher):
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         ot = self.trials.pop(trial_id, None)
         self.reported.pop(trial_id, None)
+        rows = self.rows.pop(trial_id, []) + ([self._kept(result)] if result else [])
         if ot is None:
             return
-        value = (result or {}).get(self.metric)
-        if error or "failure" in (result or {}) or not finite(value):
+        values = self._values(rows) if len(self.objectives) > 1 else _one((result or {}).get(self.metric))
+        if error or "failure" in (result or {}) or values is None:
             self.study.tell(ot, state=_state("FAIL"))
         else:
-            self.study.tell(ot, float(value))
+            self.study.tell(ot, values)
+
+    def _kept(self, result: dict) -> dict[str, Any]:
+        """What the study needs of a result: the objectives' values, and whether it failed."""
+        names = [n for n, _ in self.objectives] + ["failure"]
+        return {k: result[k] for k in names if k in result}
+
+    def _values(self, rows: list[dict[str, Any]]) -> Optional[list[float]]:
+        """Every objective's value at the best epoch of the first; None if one is missing."""
+        if any("failure" in r for r in rows):
+            return None
+        row = best_row_of(rows, self.metric, str(self.mode)) or {}
+        values = [row.get(n) for n, _ in self.objectives]
+        return [float(v) for v in values] if all(finite(v) for v in values) else None  # type: ignore[arg-type]
 
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
         """Tell the study an earlier run's trial (a resumed sweep), as it was told live."""
@@ -192,17 +221,24 @@ class OptunaTPE(_SavesState, Searcher):
             for r in history
             if finite(r.get(self.metric)) and finite(r.get(TIME_ATTR))
         }
+        several = self._values(history) if len(self.objectives) > 1 else None
         failed = error or not values or any("failure" in r for r in history)
+        failed = failed or (len(self.objectives) > 1 and several is None)
         params = {k: config[k] for k in self.searched if k in config}
         self.study.add_trial(
             optuna.trial.create_trial(
                 state=_state("FAIL" if failed else "COMPLETE"),
-                value=None if failed else values[max(values)],
+                value=None if failed or several else values[max(values)],
+                values=None if failed else several,
                 params=params,
                 distributions={k: to_optuna(self.searched[k]) for k in params},
-                intermediate_values=None if failed else values,
+                intermediate_values=None if failed or several else values,
             )
         )
+
+
+def _one(value: Any) -> Optional[float]:
+    return float(value) if finite(value) else None
 
 
 def _state(name: str) -> Any:

@@ -67,6 +67,8 @@ def build_parts(
     data = load_data(spec.data, spec.data_args, hp, spec.search_path)
     # Built and formatted on the CPU; the strategy moves it (FSDP: only each rank's shard).
     model = build_model(spec.model, hp, data.input_shape, data.num_classes, spec.search_path)
+    # Trainable parameters, counted before a strategy wraps or shards the model (FSDP).
+    num_params = sum(t.numel() for t in model.parameters() if t.requires_grad)
     fmt = input_format(s.channels_last, data.input_shape, log)
     model = model.to(memory_format=fmt)
     amp = make_amp(s.amp, device)
@@ -111,6 +113,7 @@ def build_parts(
         find_batch_size=s.find_batch_size,
         state=TrainState(micro_batch=micro),
         log=log,
+        num_params=num_params,
     )
 
 
@@ -166,6 +169,7 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "world_size": p.session.world_size,
         "micro_batch": p.state.micro_batch,
         "oom_backoffs": p.state.oom_backoffs,
+        "num_params": p.num_params,  # an objective of its own (model size), every epoch
         **p.gpu.stats(),
     }
     losses_ok = math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])

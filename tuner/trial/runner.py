@@ -29,7 +29,8 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
     from tuner.trial.session import TuneSession
 
-    _loop(spec)(config, spec, TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode))
+    session = TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also)
+    _loop(spec)(config, spec, session)
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -73,7 +74,7 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
 
     spec = cfg["spec"]
     local = spec.sweep_dir is not None  # (rank 0 keeps the best epoch's weights there)
-    session = TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric, spec.mode, local)
+    session = TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric, spec.mode, spec.also, local)
     _loop(spec)(cfg["hp"], spec, session)
 
 

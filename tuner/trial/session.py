@@ -31,6 +31,7 @@ class Session:
     notice: Optional[str] = None  # what load_checkpoint had to pass over, in one line
     metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
     best: Optional[BestCheckpoint] = None  # the best epoch's weights (trials in a sweep directory)
+    also: tuple[str, ...] = ()  # the other objectives' metrics, with several: likewise
     _reported: bool = False
 
     @property
@@ -48,12 +49,15 @@ class Session:
         """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first.
 
         Every report of a trial passes here, whoever runs the loop. The first must hold the
-        sweep's metric, or the trial ends with MissingMetricError before anything is sent. An
-        epoch better than any before keeps its weights (`best`) before the scheduler hears
-        of it, so a trial stopped at this report has them.
+        sweep's metric (every objective's), or the trial ends with MissingMetricError before
+        anything is sent. An epoch better than any before (by the first objective) keeps its
+        weights (`best`) before the scheduler hears of it, so a trial stopped at this report
+        has them.
         """
-        if not self._reported and self.metric is not None and self.metric not in metrics:
-            raise MissingMetricError(self.metric, list(metrics))
+        wanted = (self.metric, *self.also) if self.metric is not None else ()
+        missing = [name for name in wanted if name not in metrics]
+        if not self._reported and missing:
+            raise MissingMetricError(missing[0], list(metrics))
         self._reported = True
         if self.best is not None and state is not None and self.is_main:
             self.best.offer(metrics, state)
@@ -75,9 +79,15 @@ class LocalSession(Session):
     """
 
     def __init__(
-        self, root: str, resume: bool = False, keep: int = 2, metric: Optional[str] = None, mode: str = "max"
+        self,
+        root: str,
+        resume: bool = False,
+        keep: int = 2,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
     ):
-        self.trial_dir, self.metric = root, metric
+        self.trial_dir, self.metric, self.also = root, metric, tuple(also)
         self.rank = int(os.environ.get("RANK", 0))
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -110,10 +120,17 @@ class TuneSession(Session):
     `tuner.trial.checkpoint`); with URI storage (s3://...) Tune persists them.
     """
 
-    def __init__(self, sweep_dir: Optional[str], keep: int, metric: Optional[str] = None, mode: str = "max"):
+    def __init__(
+        self,
+        sweep_dir: Optional[str],
+        keep: int,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+    ):
         from ray import tune
 
-        self.metric = metric
+        self.metric, self.also = metric, tuple(also)
         ctx = tune.get_context()
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
@@ -164,11 +181,12 @@ class TrainSession(Session):
         trial_id: str,
         metric: Optional[str] = None,
         mode: str = "max",
+        also: Sequence[str] = (),
         local: bool = False,
     ):
         import ray.train
 
-        self.metric = metric
+        self.metric, self.also = metric, tuple(also)
         ctx = ray.train.get_context()
         self.rank = ctx.get_world_rank()
         self.local_rank = ctx.get_local_rank()

@@ -30,6 +30,8 @@ class TrialSpec:
     max_epochs: int = 10
     metric: str = "val_acc"
     mode: str = "max"
+    # The other objectives' metrics, with several (`metric` is the first): reported too.
+    also: tuple[str, ...] = ()
     workers: int = 1
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0

@@ -64,6 +64,7 @@ class Parts:
     find_batch_size: bool
     state: TrainState
     log: logging.Logger
+    num_params: int = 0  # the model's trainable parameters (an objective: metric num_params)
 
     def close(self) -> None:
         """End what outlives a reference: the DataLoaders' worker processes."""

@@ -35,11 +35,11 @@ class SweepData:
 
     @property
     def metric(self) -> str:
-        return self.cfg.metric
+        return self.cfg.objective
 
     @property
     def mode(self) -> str:
-        return str(self.cfg.mode)
+        return self.cfg.direction
 
     def searched(self) -> dict[str, ParamT]:
         """The parameters that vary between trials (fixed ones left out)."""
@@ -51,7 +51,9 @@ def load(sweep_dir: str) -> SweepData:
     sweep_dir = check_sweep_dir(sweep_dir)
     cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
-    trials = records(sweep_dir, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
+    trials = records(
+        sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params)
+    )
     if not trials:
         raise ConfigError("", f"{sweep_dir}: no trial recorded yet; try again in a moment")
     return SweepData(

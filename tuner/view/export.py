@@ -61,8 +61,8 @@ class Chosen:
             "sweep": self.cfg.name,
             "trial_id": self.trial.trial_id,
             "epoch": int(self.best["epoch"]),
-            "metric": self.cfg.metric,
-            "mode": str(self.cfg.mode),
+            "metric": self.cfg.objective,
+            "mode": self.cfg.direction,
             "task": self.cfg.task.model_dump(mode="json"),
             "config": full_config(self.trial.path),
         }
@@ -71,7 +71,7 @@ class Chosen:
         epoch = int(self.best["epoch"])
         rows = [r for r in self.trial.history if r.get("epoch") == epoch]
         row = dict(rows[-1]) if rows else {"epoch": epoch}
-        row[self.cfg.metric] = float(self.best["value"])  # what the weights scored, as kept
+        row[self.cfg.objective] = float(self.best["value"])  # what the weights scored, as kept
         return row
 
 
@@ -79,9 +79,9 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
     """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not."""
     path = check_sweep_dir(sweep_dir)
     cfg = read_config(path, standins=True)
-    trials = records(path, cfg.metric, str(cfg.mode), cfg.schedule.max_epochs, list(cfg.search.params))
+    trials = records(path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
     if trial_id is None:
-        top = ranked(trials, str(cfg.mode))
+        top = ranked(trials, cfg.direction)
         if not top:
             raise ConfigError("", f"{sweep_dir}: no trial has a result yet: nothing to export")
         trial = top[0]

@@ -227,3 +227,50 @@ def outcomes(counts: dict[str, int], path: str) -> str:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("How trials ended")
     return _save(fig, path)
+
+
+def pareto(
+    points: Sequence[tuple[float, float]],
+    front: Sequence[tuple[float, float, str]],
+    axes: tuple[tuple[str, str], tuple[str, str]],
+    path: str,
+) -> str:
+    """The first two objectives of every trial (at its best epoch of the first): each trial a
+    grey dot, the Pareto front's trials labelled and joined.
+
+    `axes`: (metric, mode) of x and of y. A positive axis spanning over two decades (a model's
+    parameter count) is drawn in log scale.
+    """
+    fig = _figure(8.0, 5.0)
+    ax = fig.add_subplot()
+    if not points:
+        _empty(ax, "no trial has a value of both objectives yet")
+        return _save(fig, path)
+    ax.scatter([x for x, _ in points], [y for _, y in points], s=14, color="#8c959f", label="trials")
+    # The front, in order along the x axis (its points never cross: each is better in one).
+    line = sorted(front)
+    ax.plot(
+        [x for x, _, _ in line],
+        [y for _, y, _ in line],
+        "-o",
+        color="#0969da",
+        markersize=6,
+        linewidth=1.6,
+        label=f"Pareto front ({len(front)} trials)",
+    )
+    labels: dict[tuple[float, float], list[str]] = {}
+    for x, y, label in line:  # trials of equal values share a point, and its label
+        labels.setdefault((x, y), []).append(label)
+    for (x, y), names in labels.items():
+        text = ", ".join(names)
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#0969da")
+    (xname, xmode), (yname, ymode) = axes
+    for values, setter in (([x for x, _ in points], ax.set_xscale), ([y for _, y in points], ax.set_yscale)):
+        if min(values) > 0 and max(values) / min(values) > 100:
+            setter("log")
+    ax.set_xlabel(f"{xname} ({'higher' if xmode == 'max' else 'lower'} is better)")
+    ax.set_ylabel(f"{yname} ({'higher' if ymode == 'max' else 'lower'} is better)")
+    ax.set_title(f"{yname} against {xname}: the Pareto front")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    return _save(fig, path)

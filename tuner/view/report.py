@@ -3,7 +3,8 @@
 Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
 time, learning curves of the top trials, parallel coordinates, hyperparameter importance
-(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds).
+(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds); with several objectives,
+the Pareto front (drawn, and its trials listed) after the leaderboard.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner.results import Outcome, clock, config_label, counts, finite, ranked, short
+from tuner.results import (
+    Outcome,
+    clock,
+    config_label,
+    counts,
+    finite,
+    objective_values,
+    pareto,
+    ranked,
+    short,
+)
 from tuner.sweepdir import BEST_DIR, EXPORT_FILES, read_best_record
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
@@ -55,6 +66,7 @@ def build(data: SweepData, out: str) -> list[Block]:
     png = lambda name: os.path.join(out, name)  # noqa: E731 - a one-word helper
     points, running = analysis.best_so_far(data)
     blocks: list[Block] = [Text(_overview(data)), *_best(data), *_leaderboard(data)]
+    blocks += _pareto(data, png("pareto.png"))
     blocks += [
         Heading("Best so far"),
         Image(plots.best_so_far(points, running, data.metric, png("best_so_far.png")), "best so far"),
@@ -75,10 +87,47 @@ def _overview(data: SweepData) -> str:
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (
         f"Sweep {data.state}: {len(data.records)} trials ({ended}). {cfg.search.algorithm} search, "
-        f"metric {data.metric} ({data.mode}), up to {cfg.schedule.max_epochs} epochs per trial, "
+        f"{_objectives(data)}, up to {cfg.schedule.max_epochs} epochs per trial, "
         f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU each. "
         f"Directory: {data.sweep_dir}. Report made {when}."
     )
+
+
+def _objectives(data: SweepData) -> str:
+    named = ", ".join(f"{n} ({m})" for n, m in data.cfg.objectives)
+    return f"objectives {named}" if len(data.cfg.objectives) > 1 else f"metric {named}"
+
+
+def _pareto(data: SweepData, path: str) -> list[Block]:
+    """With several objectives: the front drawn (the first two) and its trials listed."""
+    objectives = data.cfg.objectives
+    if len(objectives) < 2:
+        return []
+    ids = set(pareto(data.records, objectives))
+    names = [n for n, _ in objectives]
+    values = {r.trial_id: v for r in data.records if (v := objective_values(r, names)) is not None}
+    front = [r for r in ranked(data.records, data.mode) if r.trial_id in ids]
+    image = plots.pareto(
+        [(v[0], v[1]) for v in values.values()],
+        [(values[r.trial_id][0], values[r.trial_id][1], r.trial_id) for r in front],
+        (objectives[0], objectives[1]),
+        path,
+    )
+    rows = [
+        [r.trial_id, *(short(r.best_metrics[n]) for n in names), str(r.best_epoch), config_label(r.config)]
+        for r in front
+    ]
+    note = (
+        f"{len(front)} of the {len(values)} trials with a value of every objective are on the Pareto "
+        "front: no other trial is as good in every objective and better in one. Each trial counts "
+        f"with its values at its best epoch of {names[0]}; best {names[0]} first."
+    )
+    return [
+        Heading("Pareto front"),
+        Text(note),
+        Image(image, "Pareto front"),
+        Table(["trial", *names, "epoch", "config"], rows, right=set(range(1, len(names) + 2))),
+    ]
 
 
 def _best(data: SweepData) -> list[Block]:
@@ -125,12 +174,14 @@ def _best_weights(data: SweepData, trial_id: str) -> list[Block]:
 
 def _leaderboard(data: SweepData) -> list[Block]:
     names = list(data.cfg.search.params)
+    others = [n for n, _ in data.cfg.objectives[1:]]
     top = ranked(data.records, data.mode)
     rows = [
         [
             str(i),
             r.trial_id,
             f"{r.best_value:.4f}",
+            *(short(r.best_metrics.get(n, "")) for n in others),  # other objectives, at that epoch
             str(r.best_epoch),
             str(r.epochs),
             _duration(r.time_s),
@@ -139,12 +190,13 @@ def _leaderboard(data: SweepData) -> list[Block]:
         ]
         for i, r in enumerate(top[:LEADERBOARD_ROWS], 1)
     ]
-    headers = ["#", "trial", data.metric, "best epoch", "epochs", "time", "status", *names]
+    headers = ["#", "trial", data.metric, *others, "best epoch", "epochs", "time", "status", *names]
     more = len(top) - len(rows)
     note = f"Top {len(rows)} of {len(top)} trials with a result" + (
         f"; the other {more} are in summary.json." if more else "."
     )
-    return [Heading("Leaderboard"), Text(note), Table(headers, rows, right={0, 2, 3, 4, 5})]
+    right = set(range(2, 6 + len(others))) | {0}
+    return [Heading("Leaderboard"), Text(note), Table(headers, rows, right=right)]
 
 
 def _curves(data: SweepData, path: str) -> str:
