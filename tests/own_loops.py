@@ -104,6 +104,7 @@ def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
         metric="val_loss",
         mode="min",
         search_path=str(root),
+        start_dir=str(root),
         storage=str(storage),
         sweep_dir=str(storage / "hb"),
         **task,

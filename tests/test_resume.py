@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEBUG, ROOT, run_cli
-from tuner.sweepdir import read_metrics
+from tuner.search.algorithms import random_configs
+from tuner.search.plan import key
+from tuner.space import Fixed
+from tuner.sweepdir import read_config, read_metrics
 from tuner.trial.checkpoint import DirCheckpoints
 
 pytestmark = pytest.mark.slow
@@ -128,6 +131,21 @@ def test_ctrl_c_stops_gracefully_then_resume(tmp_path: Path) -> None:
     assert again.returncode == 0 and "nothing to resume" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()} == before
     assert summary["best"] is not None
+    # Extend after resume: two more trials, the next two of the planned random sequence, the
+    # eight before kept as they were.
+    journals = {t["trial_id"]: read_metrics(str(sweep / t["trial_id"])) for t in summary["trials"]}
+    grown = run_cli("extend", str(sweep), "--num-samples", "2", timeout=600)
+    assert grown.returncode == 0, grown.stdout[-2000:] + grown.stderr[-2000:]
+    after = json.loads((sweep / "summary.json").read_text())
+    assert after["status"] == "completed" and len(after["trials"]) == SAMPLES + 2
+    assert all(read_metrics(str(sweep / t)) == j for t, j in journals.items())
+    cfg = read_config(str(sweep))
+    searched = [k for k, p in cfg.search.params.items() if not isinstance(p, Fixed)]
+    planned = random_configs(cfg.hyperparameters(), SAMPLES + 2, cfg.search.seed)
+    new = [t["config"] for t in after["trials"] if t["trial_id"] not in journals]
+    assert sorted(key({k: c[k] for k in searched}) for c in new) == sorted(
+        key({k: c[k] for k in searched}) for c in planned[SAMPLES:]
+    )
 
 
 def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
