@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,14 +52,13 @@ class Task:
     sweep_file: str
     target: float  # the value the best must reach (at least, or at most with mode min)
     table: str = ""  # benchmarks/curves/<name>.json: real curves ("" for the synthetic task)
-    num_samples: int = 100
 
 
 TASKS = [
     Task("synthetic", "search_spaces/synthetic.yaml", 0.10),
     Task("digits_mlp", "search_spaces/digits_mlp.yaml", 0.975, "benchmarks/curves/digits_mlp.json"),
-    Task("digits_cnn", "search_spaces/digits_cnn.yaml", 0.97, "benchmarks/curves/digits_cnn.json"),
-    Task("regression", "search_spaces/regression.yaml", 2975.0, "benchmarks/curves/regression.json"),
+    Task("digits_cnn", "search_spaces/digits_cnn.yaml", 0.995, "benchmarks/curves/digits_cnn.json"),
+    Task("regression", "search_spaces/regression.yaml", 3000.0, "benchmarks/curves/regression.json"),
 ]
 
 # name -> (search.algorithm, sweep overrides, searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS)
@@ -73,14 +72,14 @@ VARIANTS: dict[str, Variant] = {
 
 
 def variant(name: str) -> Variant:
-    """A name of VARIANTS, or 'algorithm:key=value,...' (keys of TPESampler or of
+    """A name of VARIANTS, or 'algorithm:key=value+key=value' (keys of TPESampler or of
     hpbandster's BOHB; 'grace'/'factor' set the schedule)."""
     if name in VARIANTS:
         return VARIANTS[name]
     algo, _, spec = name.partition(":")
     settings: dict[str, Any] = {}
     overrides: dict[str, Any] = {}
-    for item in filter(None, spec.split(",")):
+    for item in filter(None, spec.split("+")):
         k, _, v = item.partition("=")
         value = json.loads(v)
         if k == "grace":
@@ -92,8 +91,17 @@ def variant(name: str) -> Variant:
     return (algo, overrides, settings if algo == "optuna" else {}, settings if algo == "bohb" else {})
 
 
+_CURVES: dict[str, tuple[Callable[..., float], float]] = {}
+
+
 def make_curve(task: Task, params: dict[str, Any]) -> tuple[Callable[..., float], float]:
     """The task's curve and its training seconds per epoch (0 for the synthetic task)."""
+    if task.name not in _CURVES:
+        _CURVES[task.name] = _make_curve(task, params)
+    return _CURVES[task.name]
+
+
+def _make_curve(task: Task, params: dict[str, Any]) -> tuple[Callable[..., float], float]:
     if not task.table:
         from search_spaces.synthetic import loss
 
@@ -107,10 +115,16 @@ def make_curve(task: Task, params: dict[str, Any]) -> tuple[Callable[..., float]
 class Run:
     events: list[Event]
     seconds: float  # CPU seconds of the simulation: the searcher's and scheduler's own work
-    configs: int
+    trials: dict[str, Any]
 
 
-def run_one(task: Task, name: str, seed: int, slots: int, num_samples: int) -> Run:
+MAX_TRIALS = 2000  # num_samples of a benchmark run: the epoch budget ends it first
+
+
+def run_one(
+    task: Task, name: str, seed: int, slots: int, num_samples: int = MAX_TRIALS, budget: Optional[int] = None
+) -> Run:
+    """One seed of one algorithm: num_samples trials, or `budget` × max_epochs epochs spent."""
     algo, overrides, tpe, bohb = variant(name)
     cfg = load_sweep(
         ROOT / task.sweep_file,
@@ -135,8 +149,9 @@ def run_one(task: Task, name: str, seed: int, slots: int, num_samples: int) -> R
             cfg.metric,
             str(cfg.mode),
             log,
+            epoch_budget=budget * cfg.schedule.max_epochs if budget else None,
         )
-        return Run(log, time.process_time() - t0, len(trials))
+        return Run(log, time.process_time() - t0, trials)
     finally:
         for live, old in zip((searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS), saved, strict=True):
             live.clear()
@@ -176,67 +191,70 @@ def fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.0f}"
 
 
-def bench_task(
-    task: Task, names: list[str], seeds: list[int], slots: int, num_samples: int
-) -> dict[str, Any]:
+def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budget: int) -> dict[str, Any]:
     cfg = load_sweep(ROOT / task.sweep_file)
     sign = 1.0 if str(cfg.mode) == "max" else -1.0
     _, per_epoch = make_curve(task, cfg.hyperparameters())
     curves: dict[str, list[list[float]]] = {}
     rows = {}
     for name in names:
-        runs = [run_one(task, name, s, slots, num_samples) for s in (seeds[:1] if name == "grid" else seeds)]
+        runs = [
+            run_one(task, name, s, slots, budget=budget) for s in (seeds[:1] if name == "grid" else seeds)
+        ]
         curves[name] = [best_so_far(r.events, sign) for r in runs]
         rows[name] = runs
-    common = min(len(c) for cs in curves.values() for c in cs)
+    full = min(len(c) for cs in curves.values() for c in cs)  # the budget (grid: its list, if shorter)
+    random_reach = [epochs_to(c, task.target, sign) for c in curves.get("random", [])]
+    random_med = statistics.median(random_reach) if random_reach else math.nan
     table = []
-    random_med = quartiles([epochs_to(c, task.target, sign) for c in curves.get("random", [])] or [math.nan])[
-        1
-    ]
     for name in names:
         cs, runs = curves[name], rows[name]
         reach = [epochs_to(c, task.target, sign) for c in cs]
-        q1, med, q3 = quartiles(reach)
-        spent = statistics.median(len(c) for c in cs)
+        med = statistics.median(reach)
         table.append(
             {
                 "algorithm": name,
                 "runs": len(cs),
                 "reached": sum(math.isfinite(x) for x in reach),
-                "epochs_to_target": (q1, med, q3),
-                "vs_random": med / random_med
-                if math.isfinite(med) and math.isfinite(random_med)
-                else math.nan,
-                "best_at_common": statistics.median(at(c, common) for c in cs),
-                "best_at_end": statistics.median(c[-1] for c in cs),
-                "epochs_spent": spent,
+                "epochs_to_target": quartiles(reach),
+                "vs_random": _ratio(med, random_med),
+                "best_at_half": statistics.median(at(c, full // 2) for c in cs),
+                "best_at_end": statistics.median(at(c, full) for c in cs),
+                "trials": statistics.median(len(r.trials) for r in runs),
                 "search_s": statistics.median(r.seconds for r in runs),
-                "train_s": spent * per_epoch,
+                "train_s": statistics.median(len(c) for c in cs) * per_epoch,
             }
         )
-    return {"task": task, "mode": str(cfg.mode), "common": common, "rows": table, "curves": curves}
+    return {"task": task, "mode": str(cfg.mode), "budget": full, "rows": table, "curves": curves}
+
+
+def _ratio(ours: float, random: float) -> str:
+    if math.isfinite(ours) and math.isfinite(random):
+        return f"{ours / random:.2f}x"
+    if math.isfinite(ours):
+        return "< 1x (random: not reached)"
+    return "" if math.isnan(random) or math.isinf(random) else "> 1x"
 
 
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = []
     for res in results:
-        task = res["task"]
+        task, budget = res["task"], res["budget"]
         better = "≥" if res["mode"] == "max" else "≤"
         lines += [
-            f"#### {task.name}: target {task.metric_name} {better} {task.target:g}"
-            f" ({args.num_samples} trials, seeds {args.seeds_text})",
+            f"#### {task.name}: target {task.metric_name} {better} {task.target:g};"
+            f" budget {budget} epochs, seeds {args.seeds_text}",
             "",
             "| algorithm | reached | epochs to target: median [q1, q3] | vs random"
-            f" | best at {res['common']} epochs | best at end | epochs spent | search CPU s | training s |",
+            f" | best at {budget // 2} epochs | best at {budget} | trials | search CPU s | training s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in res["rows"]:
             q1, med, q3 = r["epochs_to_target"]
-            ratio = "" if math.isnan(r["vs_random"]) else f"{r['vs_random']:.2f}x"
             lines.append(
                 f"| {r['algorithm']} | {r['reached']}/{r['runs']} | {fmt(med)} [{fmt(q1)}, {fmt(q3)}]"
-                f" | {ratio} | {fmt(r['best_at_common'])} | {fmt(r['best_at_end'])} | {r['epochs_spent']:.0f}"
-                f" | {r['search_s']:.1f} | {r['train_s']:.0f} |"
+                f" | {r['vs_random']} | {fmt(r['best_at_half'])} | {fmt(r['best_at_end'])}"
+                f" | {r['trials']:.0f} | {r['search_s']:.1f} | {r['train_s']:.0f} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -278,20 +296,65 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def cross_check(n: int, algorithm: str = "random") -> str:
+    """One seed of the synthetic task as a real sweep (`python -m tuner sweep`, Ray, 2 trials
+    side by side on this machine's CPUs) and through the simulation: the same configurations,
+    the epochs each was given, the best value, the epochs spent."""
+    import subprocess
+    import tempfile
+
+    task = TASKS[0]
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "tuner", "sweep", task.sweep_file, "--algorithm", algorithm]
+        command += ["--num-samples", str(n), "--set", f"output={out}", "--set", "search.seed=0"]
+        t0 = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, capture_output=True, text=True)  # 1: some trials diverged
+        wall = time.perf_counter() - t0
+        summary = json.loads((Path(out) / "synthetic" / "summary.json").read_text())
+    real = {_key(t["config"]): t["epochs"] for t in summary["trials"]}
+    run = run_one(task, algorithm, 0, 2, n)
+    sim = {_key(t.config): len(t.values) for t in run.trials.values()}
+    same = sum(real.get(k) == e for k, e in sim.items())
+    return (
+        f"Cross-check ({algorithm}, {n} trials, seed 0, synthetic): the real sweep took {wall:.0f} s;"
+        f" {len(set(real) & set(sim))} of {n} configurations the same in both, {same} of them given the"
+        f" same epochs; epochs spent {sum(real.values())} (sweep) vs {len(run.events)} (simulation);"
+        f" best val_loss {summary['best']['metrics'][summary['metric']]:.4f} vs"
+        f" {best_so_far(run.events, -1.0)[-1]:.4f}. Epochs per trial, sweep: {sorted(real.values())};"
+        f" simulation: {sorted(sim.values())}."
+    )
+
+
+def _key(config: dict[str, Any]) -> str:
+    from search_spaces.synthetic import BEST
+
+    return json.dumps({k: round(float(config[k]), 9) if k != "optimizer" else config[k] for k in BEST})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 per task and algorithm")
-    ap.add_argument("--num-samples", type=int, default=100, help="trials per run")
+    ap.add_argument("--budget", type=int, default=20, help="epochs per run, in multiples of max_epochs")
     ap.add_argument("--slots", type=int, default=2, help="trials running side by side")
     ap.add_argument("--tasks", default=",".join(t.name for t in TASKS))
-    ap.add_argument("--algorithms", default="random,bohb,optuna,grid", help="names or 'bohb:key=value,...'")
+    ap.add_argument(
+        "--algorithms",
+        default="random,bohb,optuna,grid",
+        help="names, or 'bohb:key=value+key=value' (TPESampler/BOHB settings)",
+    )
     ap.add_argument("--write", help="append the tables to this markdown file")
     ap.add_argument("--plot", help="the best-so-far curves to this PNG")
     ap.add_argument("--retrain", type=int, metavar="N", help="train the real tasks' tables anew (N configs)")
     ap.add_argument("--smoke", action="store_true", help="2 seeds, 12 trials, seconds")
+    ap.add_argument(
+        "--cross-check", type=int, metavar="N", help="N trials of synthetic: a real sweep and the simulation"
+    )
     args = ap.parse_args()
+    if args.cross_check:
+        print(cross_check(args.cross_check))
+        return 0
     if args.smoke:
-        args.seeds, args.num_samples = 2, 12
+        args.seeds, args.budget = 2, 2
     args.seeds_text = f"0..{args.seeds - 1}"
     tasks = [t for t in TASKS if t.name in args.tasks.split(",")]
     names = args.algorithms.split(",")
@@ -301,7 +364,7 @@ def main() -> int:
         if args.retrain and task.table:
             train_table(task.sweep_file, args.retrain, str(ROOT / task.table))
         t0 = time.perf_counter()
-        results.append(bench_task(task, names, list(range(args.seeds)), args.slots, args.num_samples))
+        results.append(bench_task(task, names, list(range(args.seeds)), args.slots, args.budget))
         print(f"{task.name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     text = markdown(results, args)
     print(text)

@@ -47,6 +47,7 @@ def simulate(
     metric: str = "val_acc",
     mode: str = "max",
     log: Optional[list[Event]] = None,
+    epoch_budget: Optional[int] = None,
 ) -> dict[str, Trial]:
     """Run n trials, `slots` at a time, through the plan's scheduler and searcher as Tune's
     controller does (ray.tune.execution.tune_controller): a result goes to the scheduler
@@ -54,12 +55,15 @@ def simulate(
     the searcher's on_trial_complete. Trials side by side take turns epoch by epoch (the one
     with the fewest epochs next). A non-finite value ends the trial as tuner's loop does: the
     row carries the worst value and `failure: diverged`. Every epoch is appended to `log`.
+    With `epoch_budget`, the run ends once that many epochs are spent in all, trials running
+    or not (as a sweep's schedule.time_budget ends it).
     """
     sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
     worst = -math.inf if mode == "max" else math.inf
     trials: dict[str, Trial] = {}
     running: list[SimpleNamespace] = []
-    while len(trials) < n or running:
+    spent = 0
+    while (len(trials) < n or running) and (epoch_budget is None or spent < epoch_budget):
         while len(running) < slots and len(trials) < n:
             tid = f"t{len(trials)}"
             suggested = searcher.suggest(tid)
@@ -81,6 +85,7 @@ def simulate(
             result.update({metric: worst, "failure": "diverged"})
             trial.failed = True
         trial.values.append(result[metric])
+        spent += 1
         if log is not None:
             log.append(Event(handle.trial_id, result["epoch"], result[metric]))
         decision = sched.on_trial_result(None, handle, result) if sched is not None else "CONTINUE"
