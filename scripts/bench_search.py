@@ -73,7 +73,8 @@ VARIANTS: dict[str, Variant] = {
 
 def variant(name: str) -> Variant:
     """A name of VARIANTS, or 'algorithm:key=value+key=value' (keys of TPESampler or of
-    hpbandster's BOHB; 'grace'/'factor' set the schedule)."""
+    hpbandster's BOHB; 'grace'/'factor' set the schedule; optuna's 'stopped=COMPLETE' tells
+    trials ASHA stopped as complete, searchers.STOPPED_EARLY)."""
     if name in VARIANTS:
         return VARIANTS[name]
     algo, _, spec = name.partition(":")
@@ -81,7 +82,7 @@ def variant(name: str) -> Variant:
     overrides: dict[str, Any] = {}
     for item in filter(None, spec.split("+")):
         k, _, v = item.partition("=")
-        value = json.loads(v)
+        value = json.loads(v) if v[:1] in "0123456789-.tfn[{" else v  # numbers, true/false; else a word
         if k == "grace":
             overrides["schedule.grace_epochs"] = value
         elif k == "factor":
@@ -132,7 +133,9 @@ def run_one(
     )
     params = cfg.hyperparameters()
     curve, _ = make_curve(task, params)
-    saved = dict(searchers.TPE_SETTINGS), dict(searchers.BOHB_SETTINGS)
+    saved = dict(searchers.TPE_SETTINGS), dict(searchers.BOHB_SETTINGS), searchers.STOPPED_EARLY
+    tpe = dict(tpe)
+    searchers.STOPPED_EARLY = tpe.pop("stopped", searchers.STOPPED_EARLY)
     searchers.TPE_SETTINGS.update(tpe)
     searchers.BOHB_SETTINGS.update(bohb)
     try:
@@ -153,7 +156,8 @@ def run_one(
         )
         return Run(log, time.process_time() - t0, trials)
     finally:
-        for live, old in zip((searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS), saved, strict=True):
+        searchers.STOPPED_EARLY = saved[2]
+        for live, old in zip((searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS), saved[:2], strict=True):
             live.clear()
             live.update(old)
 
@@ -180,9 +184,16 @@ def at(curve: list[float], epochs: int) -> float:
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """25th, 50th and 75th percentiles, interpolated; infinite where an infinite value takes
+    part (a seed that never reached the target)."""
     s = sorted(xs)
-    q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0]] * 3
-    return q[0], statistics.median(s), q[2]
+
+    def q(p: float) -> float:
+        i = p * (len(s) - 1)
+        lo, hi = s[math.floor(i)], s[math.ceil(i)]
+        return lo if lo == hi else lo + (hi - lo) * (i - math.floor(i))
+
+    return q(0.25), q(0.5), q(0.75)
 
 
 def fmt(x: float, digits: int = 4) -> str:
@@ -202,15 +213,17 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
             run_one(task, name, s, slots, budget=budget) for s in (seeds[:1] if name == "grid" else seeds)
         ]
         curves[name] = [best_so_far(r.events, sign) for r in runs]
+        cpu = sum(r.seconds for r in runs)
+        print(f"  {task.name} {name}: {len(runs)} runs, {cpu:.0f} CPU s", file=sys.stderr, flush=True)
         rows[name] = runs
     full = min(len(c) for cs in curves.values() for c in cs)  # the budget (grid: its list, if shorter)
     random_reach = [epochs_to(c, task.target, sign) for c in curves.get("random", [])]
-    random_med = statistics.median(random_reach) if random_reach else math.nan
+    random_med = quartiles(random_reach)[1] if random_reach else math.nan
     table = []
     for name in names:
         cs, runs = curves[name], rows[name]
         reach = [epochs_to(c, task.target, sign) for c in cs]
-        med = statistics.median(reach)
+        med = quartiles(reach)[1]
         table.append(
             {
                 "algorithm": name,
@@ -231,9 +244,9 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
 def _ratio(ours: float, random: float) -> str:
     if math.isfinite(ours) and math.isfinite(random):
         return f"{ours / random:.2f}x"
-    if math.isfinite(ours):
-        return "< 1x (random: not reached)"
-    return "" if math.isnan(random) or math.isinf(random) else "> 1x"
+    if math.isnan(random) or math.isinf(ours) == math.isinf(random):
+        return ""
+    return "< 1x (random: not reached)" if math.isinf(random) else "> 1x (not reached)"
 
 
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:

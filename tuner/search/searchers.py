@@ -117,6 +117,11 @@ MAX_RANDOM_DRAWS = 10_000
 # The model-based searchers' settings (keyword arguments of optuna's TPESampler and of
 # hpbandster's BOHB config generator), chosen with scripts/bench_search.py (BENCHMARKS.md).
 TPE_SETTINGS: dict[str, Any] = {}
+# How Optuna is told of a trial ASHA stopped before max_epochs: PRUNED (TPE ranks such trials
+# below every complete one, among themselves by the epoch they reached, then their last value)
+# or COMPLETE (its last value, as Ray's OptunaSearch tells it: a value at epoch 3 ranked
+# against values at max_epochs).
+STOPPED_EARLY = "PRUNED"
 BOHB_SETTINGS: dict[str, Any] = {}
 
 
@@ -131,7 +136,15 @@ class OptunaTPE(_SavesState, Searcher):
     value is a failed trial.
     """
 
-    def __init__(self, params: dict[str, ParamT], metric: str, mode: str, seed: int, feasible: Feasible):
+    def __init__(
+        self,
+        params: dict[str, ParamT],
+        metric: str,
+        mode: str,
+        seed: int,
+        feasible: Feasible,
+        max_epochs: Optional[int] = None,
+    ):
         import optuna
 
         super().__init__(metric=metric, mode=mode)
@@ -143,6 +156,7 @@ class OptunaTPE(_SavesState, Searcher):
         self.searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
         self.names = conditions.order(self.searched)
         self.feasible = feasible
+        self.max_epochs = max_epochs  # a trial ended before it was stopped early (by ASHA)
         self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
         self.reported: dict[str, set[int]] = {}
 
@@ -178,6 +192,8 @@ class OptunaTPE(_SavesState, Searcher):
             ot.report(float(value), int(step))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        if result:  # the stopping result, which Tune gives the scheduler only (a pruned trial's last)
+            self.on_trial_result(trial_id, result)
         ot = self.trials.pop(trial_id, None)
         self.reported.pop(trial_id, None)
         if ot is None:
@@ -185,8 +201,13 @@ class OptunaTPE(_SavesState, Searcher):
         value = (result or {}).get(self.metric)
         if error or "failure" in (result or {}) or not finite(value):
             self.study.tell(ot, state=_state("FAIL"))
+        elif STOPPED_EARLY == "PRUNED" and self._stopped_early((result or {}).get(TIME_ATTR)):
+            self.study.tell(ot, state=_state("PRUNED"))
         else:
             self.study.tell(ot, float(value))
+
+    def _stopped_early(self, epoch: Any) -> bool:
+        return self.max_epochs is not None and finite(epoch) and int(epoch) < self.max_epochs
 
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
         """Tell the study an earlier run's trial (a resumed sweep), as it was told live."""
@@ -198,10 +219,11 @@ class OptunaTPE(_SavesState, Searcher):
             if finite(r.get(self.metric)) and finite(r.get(TIME_ATTR))
         }
         failed = error or not values or any("failure" in r for r in history)
+        state = "FAIL" if failed else STOPPED_EARLY if self._stopped_early(max(values)) else "COMPLETE"
         params = {k: config[k] for k in self.searched if k in config}
         self.study.add_trial(
             optuna.trial.create_trial(
-                state=_state("FAIL" if failed else "COMPLETE"),
+                state=_state(state),
                 value=None if failed else values[max(values)],
                 params=params,
                 distributions={k: to_optuna(self.searched[k]) for k in params},
