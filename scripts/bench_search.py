@@ -300,10 +300,12 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         finite = [
             v for cs in res["curves"].values() for c in cs for v in c[len(c) // 20 :] if math.isfinite(v)
         ]
-        if finite:
-            lo, hi = np.percentile(finite, [2, 100 if res["mode"] == "max" else 98])
-            pad = 0.1 * (hi - lo or 1)
-            ax.set_ylim(lo - pad, hi + pad)
+        if finite and res["mode"] == "max":
+            lo, hi = np.percentile(finite, [2, 100])
+            ax.set_ylim(lo - 0.1 * (hi - lo or 1), hi + 0.1 * (hi - lo or 1))
+        elif finite:  # a loss: on a log scale, from its best to where the curves stand early on
+            ax.set_yscale("log")
+            ax.set_ylim(min(finite) * 0.95, np.percentile(finite, 90) * 1.1)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

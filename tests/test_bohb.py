@@ -247,3 +247,19 @@ def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path,
     for t in epochs:  # asynchronous: no trial paused at a rung, so none was restored
         rows = _tune_results(Path(out.sweep_dir) / t)
         assert [r["iterations_since_restore"] for r in rows] == [r["epoch"] for r in rows]
+
+
+@pytest.mark.parametrize("m, bw", [(0.5, 0.2), (0.05, 0.3), (0.97, 0.01)])
+def test_the_fast_truncated_normal_is_scipys_distribution(m: float, bw: float) -> None:
+    """hpbandster's draw around a point m of [0, 1] with bandwidth bw, by the inverse CDF:
+    inside [0, 1], and the distribution scipy's truncnorm defines (Kolmogorov-Smirnov)."""
+    import numpy as np
+    from scipy import stats
+
+    from tuner.search.fast_sampling import _TruncNorm
+
+    np.random.seed(0)
+    a, b = -m / bw, (1 - m) / bw
+    xs = [_TruncNorm.rvs(a, b, loc=m, scale=bw) for _ in range(5000)]
+    assert 0.0 <= min(xs) and max(xs) <= 1.0
+    assert stats.kstest(xs, stats.truncnorm(a, b, loc=m, scale=bw).cdf).pvalue > 0.01

@@ -15,6 +15,7 @@ from tuner import conditions
 from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.results import finite
+from tuner.search.fast_sampling import fast_truncnorm
 from tuner.search.plan import TIME_ATTR
 from tuner.space import Fixed, ParamT, to_optuna
 
@@ -248,29 +249,6 @@ def _suggest(ot: Any, name: str, p: ParamT) -> Any:
     return ot.suggest_categorical(name, list(dist.choices))
 
 
-class _TruncNorm:
-    """scipy.stats.truncnorm.rvs for the one call hpbandster's BOHB makes (scalar bounds, loc
-    and scale; the bounds on either side of 0), by the inverse CDF from numpy's global
-    generator as scipy draws: the same distribution, ~100x faster (scipy's generic sampler
-    took 0.4 s of each proposal, 64 samples × each parameter; scripts/bench_search.py)."""
-
-    @staticmethod
-    def rvs(a: float, b: float, loc: float = 0.0, scale: float = 1.0) -> float:
-        import numpy as np
-        from scipy.special import ndtr, ndtri
-
-        x = ndtri(np.random.uniform(ndtr(a), ndtr(b)))
-        return float(loc + scale * min(max(x, a), b))
-
-
-def _fast_truncnorm() -> None:
-    from types import SimpleNamespace
-
-    from hpbandster.optimizers.config_generators import bohb
-
-    bohb.sps = SimpleNamespace(truncnorm=_TruncNorm)  # its only use of scipy.stats
-
-
 class _Job:
     """What hpbandster's config generator reads of a finished run: a loss at a budget."""
 
@@ -309,7 +287,7 @@ class AsyncBOHB(_SavesState, Searcher):
         from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
 
         super().__init__(metric=metric, mode=mode)
-        _fast_truncnorm()
+        fast_truncnorm()
         self.bohber = BOHB(space, **BOHB_SETTINGS)
         # hpbandster draws from numpy's global generator (the random share, the model's
         # samples), which Ray's schedulers also draw from: a generator of our own, swapped in
