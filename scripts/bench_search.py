@@ -11,15 +11,18 @@ turns epoch by epoch; training is replaced by a learning curve:
   proposal gets its nearest configuration's curve). The tables are committed under
   benchmarks/curves/; `--retrain` trains them again.
 
+Each run spends a fixed budget, `--budget` × max_epochs epochs (num_samples is no limit).
 Reported per task and algorithm: epochs spent until the best value seen reaches the task's
 target (median and quartiles over seeds; a seed that never reaches it counts as infinite),
-the best at equal total epochs and at the end, epochs spent in all, the searcher's own time
-(suggest and learn: the simulation's CPU time, which the load of a shared machine does not
-inflate as it does wall time) and the training time those epochs would take
-at the table's measured seconds per epoch. The best-so-far curves go to a PNG.
+the best at half and at the whole budget, the trials run, the searcher's own time (suggest
+and learn: the simulation's CPU time, which the load of a shared machine does not inflate as
+it does wall time) and the training time the epochs would take at the table's measured
+seconds per epoch. The best-so-far curves go to a PNG. BENCHMARKS.md has a run and its notes.
 
-    python scripts/bench_search.py --seeds 10 --write BENCHMARKS-search.md --plot benchmarks/search.png
-    python scripts/bench_search.py --smoke      # seconds: CI (tests/test_bench.py)
+    python scripts/bench_search.py --seeds 10 --plot benchmarks/search.png
+    python scripts/bench_search.py --algorithms bohb,bohb:random_fraction=0.1 --tasks synthetic
+    python scripts/bench_search.py --cross-check 20   # a real sweep against the simulation
+    python scripts/bench_search.py --smoke            # seconds: CI (tests/test_bench.py)
 """
 
 from __future__ import annotations
