@@ -159,3 +159,30 @@ def test_random_search_takes_a_grid_parameter_in_turn() -> None:
     assert [c["width"] for c in configs] == [32, 64, 128, 32, 64, 128, 32]
     assert all(isinstance(c["lr"], float) and 1e-3 <= c["lr"] <= 1e-1 for c in configs)
     assert configs == algorithms.random_configs(params, 7, seed=0)
+
+
+def test_optuna_is_told_a_trial_asha_stopped_as_pruned_live_and_on_resume() -> None:
+    """A trial stopped before max_epochs is PRUNED (TPE ranks it below every complete trial,
+    by the epoch it reached): its epoch-1 value is not ranked against values at max_epochs.
+    A resumed sweep's study is rebuilt the same way."""
+    from tuner.search.algorithms import Prior, PriorTrial
+
+    cfg, plan = _plan("optuna")
+    last = cfg.schedule.max_epochs
+    short = [{"epoch": 1, "val_acc": 0.9}]
+    full = [{"epoch": e, "val_acc": 0.5} for e in range(1, last + 1)]
+    s = plan.search_alg
+    configs = []
+    for tid, history in (("short", short), ("full", full)):
+        configs.append(s.suggest(tid))
+        for row in history[:-1]:
+            s.on_trial_result(tid, row)
+        s.on_trial_complete(tid, history[-1])
+    live = [(t.state.name, t.value, t.intermediate_values) for t in s.inner.study.trials]
+    assert live == [("PRUNED", 0.9, {1: 0.9}), ("COMPLETE", 0.5, {e: 0.5 for e in range(1, last + 1)})]
+    prior = Prior(finished=[PriorTrial(configs[0], short), PriorTrial(configs[1], full)], new=2)
+    resumed = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+    )
+    again = [(t.state.name, t.value) for t in resumed.search_alg.inner.study.trials]
+    assert again == [("PRUNED", 0.9), ("COMPLETE", 0.5)]

@@ -1,4 +1,4 @@
-"""The benchmark script stays runnable: every section at toy sizes (its numbers mean nothing)."""
+"""The benchmark scripts stay runnable: every section at toy sizes (their numbers mean nothing)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,22 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench import have_peers  # noqa: E402
+from bench_search import TASKS, best_so_far, epochs_to  # noqa: E402
 
-pytestmark = pytest.mark.slow
+from tuner.search.simulate import Event  # noqa: E402
 
 
-def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
-    out_md = tmp_path / "bench.md"
+def _smoke(script: str, *args: str) -> None:
     done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--smoke", "--write", str(out_md)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        [sys.executable, script, "--smoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
+    out_md = tmp_path / "bench.md"
+    _smoke("scripts/bench.py", "--write", str(out_md))
     text = out_md.read_text()
     for heading in (
         "Sweep throughput",
@@ -46,3 +48,28 @@ def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
     else:  # a checkout without them says so instead of inventing ratios
         assert not any(f"| {c} |" in text for c in peers)
         assert "No peers:" in text
+
+
+def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> None:
+    """scripts/bench_search.py --smoke: 2 seeds of 12 trials, every task and algorithm, the
+    real scheduler and searchers in the simulated controller (seconds)."""
+    out_md, png = tmp_path / "search.md", tmp_path / "search.png"
+    _smoke("scripts/bench_search.py", "--write", str(out_md), "--plot", str(png))
+    text = out_md.read_text()
+    for task in TASKS:
+        assert f"#### {task.name}: target" in text, task.name
+    for algorithm in ("random", "bohb", "optuna", "grid"):
+        assert text.count(f"| {algorithm} | ") == len(TASKS), algorithm
+    assert png.stat().st_size > 10_000
+
+
+def test_best_so_far_and_epochs_to_target_by_hand() -> None:
+    """A loss (min): a diverged epoch (inf) is never a best; the target is met at the 4th epoch
+    spent; never met is infinite, not a number of epochs."""
+    values = [2.0, 1.0, float("inf"), 0.4, 0.6]
+    events = [Event(f"t{i % 2}", i // 2 + 1, v) for i, v in enumerate(values)]
+    curve = best_so_far(events, sign=-1.0)
+    assert curve == [2.0, 1.0, 1.0, 0.4, 0.4]
+    assert epochs_to(curve, 0.5, sign=-1.0) == 4
+    assert epochs_to(curve, 0.1, sign=-1.0) == float("inf")
+    assert epochs_to(best_so_far(events[:1], sign=1.0), 1.5, sign=1.0) == 1  # max: 2.0 >= 1.5

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import debug_config
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
+from tuner.search.simulate import simulate as run_simulation
 from tuner.sweepdir import read_metrics
 
 Curve = Callable[[dict[str, Any], int, random.Random], float]
@@ -51,36 +52,11 @@ def learning_curve(config: dict[str, Any], epoch: int, rng: random.Random) -> fl
 
 def simulate(
     plan: Any, n: int, max_epochs: int, curve: Curve = learning_curve, slots: int = 2, seed: int = 0
-):
-    """Run n trials, `slots` at a time, through the plan's scheduler and searcher as Tune's
-    controller does (ray.tune.execution.tune_controller): a result goes to the scheduler
-    first, to the searcher only if the trial goes on, and a stopped trial's last result to
-    the searcher's on_trial_complete. Trials side by side take turns epoch by epoch.
-
-    Returns {trial_id: (config, [metric at epoch 1, 2, ...])}.
-    """
-    sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
-    trials: dict[str, tuple[dict[str, Any], list[float]]] = {}
-    running: list[SimpleNamespace] = []
-    while len(trials) < n or running:
-        while len(running) < slots and len(trials) < n:
-            tid = f"t{len(trials)}"
-            config = {**plan.param_space, **searcher.suggest(tid)}
-            trials[tid] = (config, [])
-            running.append(SimpleNamespace(trial_id=tid, config=config))
-            sched.on_trial_add(None, running[-1])
-        trial = min(running, key=lambda t: len(trials[t.trial_id][1]))
-        config, values = trials[trial.trial_id]
-        values.append(curve(config, len(values) + 1, rng))
-        result = {"epoch": len(values), "val_acc": values[-1]}
-        decision = sched.on_trial_result(None, trial, result)
-        if decision == "STOP" or len(values) >= max_epochs:
-            sched.on_trial_complete(None, trial, result)
-            searcher.on_trial_complete(trial.trial_id, result)
-            running.remove(trial)
-        else:
-            searcher.on_trial_result(trial.trial_id, result)
-    return trials
+) -> dict[str, tuple[dict[str, Any], list[float]]]:
+    """n trials through the plan as Tune's controller runs them (tuner.search.simulate):
+    {trial_id: (config, [metric at epoch 1, 2, ...])}."""
+    trials = run_simulation(plan, n, max_epochs, curve, slots=slots, seed=seed)
+    return {t: (x.config, x.values) for t, x in trials.items()}
 
 
 # ----------------------------------------------------------------------------- the rungs
@@ -271,3 +247,19 @@ def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path,
     for t in epochs:  # asynchronous: no trial paused at a rung, so none was restored
         rows = _tune_results(Path(out.sweep_dir) / t)
         assert [r["iterations_since_restore"] for r in rows] == [r["epoch"] for r in rows]
+
+
+@pytest.mark.parametrize("m, bw", [(0.5, 0.2), (0.05, 0.3), (0.97, 0.01)])
+def test_the_fast_truncated_normal_is_scipys_distribution(m: float, bw: float) -> None:
+    """hpbandster's draw around a point m of [0, 1] with bandwidth bw, by the inverse CDF:
+    inside [0, 1], and the distribution scipy's truncnorm defines (Kolmogorov-Smirnov)."""
+    import numpy as np
+    from scipy import stats
+
+    from tuner.search.fast_sampling import _TruncNorm
+
+    np.random.seed(0)
+    a, b = -m / bw, (1 - m) / bw
+    xs = [_TruncNorm.rvs(a, b, loc=m, scale=bw) for _ in range(5000)]
+    assert 0.0 <= min(xs) and max(xs) <= 1.0
+    assert stats.kstest(xs, stats.truncnorm(a, b, loc=m, scale=bw).cdf).pvalue > 0.01

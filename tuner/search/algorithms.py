@@ -225,7 +225,9 @@ def _optuna(r: SearchRequest) -> SearchPlan:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = _searcher_seed(search.seed, prior)
     objectives = list(r.objectives) or [(metric, mode)]
-    searcher = OptunaTPE(params, objectives, seed, Feasible(params, search.constraints, seed))
+    searcher = OptunaTPE(
+        params, objectives, seed, Feasible(params, search.constraints, seed), schedule.max_epochs
+    )
     for t in prior.finished:  # told, as it was told live
         searcher.replay(t.config, t.history, t.error)
     stop_early = r.stop_early

@@ -15,6 +15,7 @@ from tuner import conditions
 from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.results import best_row_of, finite
+from tuner.search.fast_sampling import fast_truncnorm
 from tuner.search.plan import TIME_ATTR
 from tuner.space import Fixed, ParamT, to_optuna
 
@@ -114,6 +115,16 @@ class Feasible:
 
 MAX_RANDOM_DRAWS = 10_000
 
+# The model-based searchers' settings (keyword arguments of optuna's TPESampler and of
+# hpbandster's BOHB config generator), chosen with scripts/bench_search.py (BENCHMARKS.md).
+TPE_SETTINGS: dict[str, Any] = {}
+# How Optuna is told of a trial ASHA stopped before max_epochs: PRUNED (TPE ranks such trials
+# below every complete one, among themselves by the epoch they reached, then their last value)
+# or COMPLETE (its last value, as Ray's OptunaSearch tells it: a value at epoch 3 ranked
+# against values at max_epochs).
+STOPPED_EARLY = "PRUNED"
+BOHB_SETTINGS: dict[str, Any] = {}
+
 
 class OptunaTPE(_SavesState, Searcher):
     """Optuna's TPE sampler, define-by-run: a conditional parameter is suggested only where its
@@ -132,14 +143,19 @@ class OptunaTPE(_SavesState, Searcher):
     """
 
     def __init__(
-        self, params: dict[str, ParamT], objectives: list[tuple[str, str]], seed: int, feasible: Feasible
+        self,
+        params: dict[str, ParamT],
+        objectives: list[tuple[str, str]],
+        seed: int,
+        feasible: Feasible,
+        max_epochs: Optional[int] = None,
     ):
         import optuna
 
         metric, mode = objectives[0]
         super().__init__(metric=metric, mode=mode)
         self.objectives = list(objectives)
-        sampler = optuna.samplers.TPESampler(seed=seed)
+        sampler = optuna.samplers.TPESampler(seed=seed, **TPE_SETTINGS)
         self.study = optuna.create_study(
             directions=["maximize" if m == "max" else "minimize" for _, m in self.objectives],
             sampler=sampler,
@@ -149,6 +165,7 @@ class OptunaTPE(_SavesState, Searcher):
         self.searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
         self.names = conditions.order(self.searched)
         self.feasible = feasible
+        self.max_epochs = max_epochs  # a trial ended before it was stopped early (by ASHA)
         self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
         self.reported: dict[str, set[int]] = {}
 
@@ -188,14 +205,18 @@ class OptunaTPE(_SavesState, Searcher):
             ot.report(float(value), int(step))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        if result:  # the stopping result, which Tune gives the scheduler only (a pruned trial's last)
+            self.on_trial_result(trial_id, result)
         ot = self.trials.pop(trial_id, None)
         self.reported.pop(trial_id, None)
-        rows = self.rows.pop(trial_id, []) + ([self._kept(result)] if result else [])
+        rows = self.rows.pop(trial_id, [])  # (the stopping result among them, just above)
         if ot is None:
             return
         values = self._values(rows) if len(self.objectives) > 1 else _one((result or {}).get(self.metric))
         if error or "failure" in (result or {}) or values is None:
             self.study.tell(ot, state=_state("FAIL"))
+        elif STOPPED_EARLY == "PRUNED" and self._stopped_early((result or {}).get(TIME_ATTR)):
+            self.study.tell(ot, state=_state("PRUNED"))
         else:
             self.study.tell(ot, values)
 
@@ -212,6 +233,9 @@ class OptunaTPE(_SavesState, Searcher):
         values = [row.get(n) for n, _ in self.objectives]
         return [float(v) for v in values] if all(finite(v) for v in values) else None  # type: ignore[arg-type]
 
+    def _stopped_early(self, epoch: Any) -> bool:
+        return self.max_epochs is not None and finite(epoch) and int(epoch) < self.max_epochs
+
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
         """Tell the study an earlier run's trial (a resumed sweep), as it was told live."""
         import optuna
@@ -224,12 +248,13 @@ class OptunaTPE(_SavesState, Searcher):
         several = self._values(history) if len(self.objectives) > 1 else None
         failed = error or not values or any("failure" in r for r in history)
         failed = failed or (len(self.objectives) > 1 and several is None)
+        state = "FAIL" if failed else STOPPED_EARLY if self._stopped_early(max(values)) else "COMPLETE"
         params = {k: config[k] for k in self.searched if k in config}
         self.study.add_trial(
             optuna.trial.create_trial(
-                state=_state("FAIL" if failed else "COMPLETE"),
+                state=_state(state),
                 value=None if failed or several else values[max(values)],
-                values=None if failed else several,
+                values=None if failed or state != "COMPLETE" else several,
                 params=params,
                 distributions={k: to_optuna(self.searched[k]) for k in params},
                 intermediate_values=None if failed or several else values,
@@ -295,7 +320,8 @@ class AsyncBOHB(_SavesState, Searcher):
         from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
 
         super().__init__(metric=metric, mode=mode)
-        self.bohber = BOHB(space)  # hpbandster's defaults
+        fast_truncnorm()
+        self.bohber = BOHB(space, **BOHB_SETTINGS)
         # hpbandster draws from numpy's global generator (the random share, the model's
         # samples), which Ray's schedulers also draw from: a generator of our own, swapped in
         # for each proposal, keeps "same seed, same results, same suggestions" true.

@@ -1,0 +1,398 @@
+"""Search efficiency: every algorithm tuner offers, on four tasks, many seeds, fixed budgets.
+
+Each run is a simulation of Tune's controller (tuner.search.simulate) driving the very
+scheduler and searcher `algorithms.build` gives a sweep, `--slots` trials side by side taking
+turns epoch by epoch; training is replaced by a learning curve:
+
+- synthetic: search_spaces/synthetic.py's objective (known optimum, crossing curves, noise
+  shrinking with the epochs, diverging learning rates), the function its `task.train` runs;
+- digits_mlp, digits_cnn, regression: real curves, trained in-process by tuner's trial loop
+  for a table of configurations of the sweep file's space (scripts/search_curves.py; each
+  proposal gets its nearest configuration's curve). The tables are committed under
+  benchmarks/curves/; `--retrain` trains them again.
+
+Each run spends a fixed budget, `--budget` × max_epochs epochs (num_samples is no limit).
+Reported per task and algorithm: epochs spent until the best value seen reaches the task's
+target (median and quartiles over seeds; a seed that never reaches it counts as infinite),
+the best at half and at the whole budget, the trials run, the searcher's own time (suggest
+and learn: the simulation's CPU time, which the load of a shared machine does not inflate as
+it does wall time) and the training time the epochs would take at the table's measured
+seconds per epoch. The best-so-far curves go to a PNG. BENCHMARKS.md has a run and its notes.
+
+    python scripts/bench_search.py --seeds 10 --plot benchmarks/search.png
+    python scripts/bench_search.py --algorithms bohb,bohb:random_fraction=0.1 --tasks synthetic
+    python scripts/bench_search.py --cross-check 20   # a real sweep against the simulation
+    python scripts/bench_search.py --smoke            # seconds: CI (tests/test_bench.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from search_curves import NearestCurve, train_table  # noqa: E402
+
+from tuner.config import load_sweep  # noqa: E402
+from tuner.search import algorithms, searchers  # noqa: E402
+from tuner.search.simulate import Event, simulate  # noqa: E402
+
+
+@dataclass
+class Task:
+    name: str
+    sweep_file: str
+    target: float  # the value the best must reach (at least, or at most with mode min)
+    table: str = ""  # benchmarks/curves/<name>.json: real curves ("" for the synthetic task)
+
+
+TASKS = [
+    Task("synthetic", "search_spaces/synthetic.yaml", 0.10),
+    Task("digits_mlp", "search_spaces/digits_mlp.yaml", 0.975, "benchmarks/curves/digits_mlp.json"),
+    Task("digits_cnn", "search_spaces/digits_cnn.yaml", 0.995, "benchmarks/curves/digits_cnn.json"),
+    Task("regression", "search_spaces/regression.yaml", 3000.0, "benchmarks/curves/regression.json"),
+]
+
+# name -> (search.algorithm, sweep overrides, searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS)
+Variant = tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]
+VARIANTS: dict[str, Variant] = {
+    "random": ("random", {}, {}, {}),
+    "bohb": ("bohb", {}, {}, {}),
+    "optuna": ("optuna", {}, {}, {}),
+    "grid": ("grid", {"search.grid_points": 3}, {}, {}),
+}
+
+
+def variant(name: str) -> Variant:
+    """A name of VARIANTS, or 'algorithm:key=value+key=value' (keys of TPESampler or of
+    hpbandster's BOHB; 'grace'/'factor' set the schedule; optuna's 'stopped=COMPLETE' tells
+    trials ASHA stopped as complete, searchers.STOPPED_EARLY)."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    algo, _, spec = name.partition(":")
+    settings: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    for item in filter(None, spec.split("+")):
+        k, _, v = item.partition("=")
+        value = json.loads(v) if v[:1] in "0123456789-.tfn[{" else v  # numbers, true/false; else a word
+        if k == "grace":
+            overrides["schedule.grace_epochs"] = value
+        elif k == "factor":
+            overrides["schedule.reduction_factor"] = value
+        else:
+            settings[k] = value
+    return (algo, overrides, settings if algo == "optuna" else {}, settings if algo == "bohb" else {})
+
+
+_CURVES: dict[str, tuple[Callable[..., float], float]] = {}
+
+
+def make_curve(task: Task, params: dict[str, Any]) -> tuple[Callable[..., float], float]:
+    """The task's curve and its training seconds per epoch (0 for the synthetic task)."""
+    if task.name not in _CURVES:
+        _CURVES[task.name] = _make_curve(task, params)
+    return _CURVES[task.name]
+
+
+def _make_curve(task: Task, params: dict[str, Any]) -> tuple[Callable[..., float], float]:
+    if not task.table:
+        from search_spaces.synthetic import loss
+
+        return loss, 0.0
+    table = json.loads((ROOT / task.table).read_text())
+    epochs = sum(len(r["curve"]) for r in table["rows"])
+    return NearestCurve(table, params), table["train_seconds"] / max(1, epochs)
+
+
+@dataclass
+class Run:
+    events: list[Event]
+    seconds: float  # CPU seconds of the simulation: the searcher's and scheduler's own work
+    trials: dict[str, Any]
+
+
+MAX_TRIALS = 2000  # num_samples of a benchmark run: the epoch budget ends it first
+
+
+def run_one(
+    task: Task, name: str, seed: int, slots: int, num_samples: int = MAX_TRIALS, budget: Optional[int] = None
+) -> Run:
+    """One seed of one algorithm: num_samples trials, or `budget` × max_epochs epochs spent."""
+    algo, overrides, tpe, bohb = variant(name)
+    cfg = load_sweep(
+        ROOT / task.sweep_file,
+        {"search.algorithm": algo, "search.num_samples": num_samples, "search.seed": seed, **overrides},
+    )
+    params = cfg.hyperparameters()
+    curve, _ = make_curve(task, params)
+    saved = dict(searchers.TPE_SETTINGS), dict(searchers.BOHB_SETTINGS), searchers.STOPPED_EARLY
+    tpe = dict(tpe)
+    searchers.STOPPED_EARLY = tpe.pop("stopped", searchers.STOPPED_EARLY)
+    searchers.TPE_SETTINGS.update(tpe)
+    searchers.BOHB_SETTINGS.update(bohb)
+    try:
+        t0 = time.process_time()
+        plan = algorithms.build(cfg.search, cfg.schedule, params, cfg.metric, str(cfg.mode))
+        log: list[Event] = []
+        trials = simulate(
+            plan,
+            plan.num_samples,
+            cfg.schedule.max_epochs,
+            curve,
+            slots,
+            seed,
+            cfg.metric,
+            str(cfg.mode),
+            log,
+            epoch_budget=budget * cfg.schedule.max_epochs if budget else None,
+        )
+        return Run(log, time.process_time() - t0, trials)
+    finally:
+        searchers.STOPPED_EARLY = saved[2]
+        for live, old in zip((searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS), saved[:2], strict=True):
+            live.clear()
+            live.update(old)
+
+
+def best_so_far(events: list[Event], sign: float) -> list[float]:
+    """After each epoch spent: the best finite value seen (sign·value maximised), or nan."""
+    out, best = [], -math.inf
+    for e in events:
+        if math.isfinite(e.value):
+            best = max(best, sign * e.value)
+        out.append(sign * best if math.isfinite(best) else math.nan)
+    return out
+
+
+def epochs_to(curve: list[float], target: float, sign: float) -> float:
+    for i, v in enumerate(curve):
+        if math.isfinite(v) and sign * v >= sign * target:
+            return i + 1
+    return math.inf
+
+
+def at(curve: list[float], epochs: int) -> float:
+    return curve[min(epochs, len(curve)) - 1]
+
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """25th, 50th and 75th percentiles, interpolated; infinite where an infinite value takes
+    part (a seed that never reached the target)."""
+    s = sorted(xs)
+
+    def q(p: float) -> float:
+        i = p * (len(s) - 1)
+        lo, hi = s[math.floor(i)], s[math.ceil(i)]
+        return lo if lo == hi else lo + (hi - lo) * (i - math.floor(i))
+
+    return q(0.25), q(0.5), q(0.75)
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    if math.isinf(x):
+        return "not reached"
+    return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
+def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budget: int) -> dict[str, Any]:
+    cfg = load_sweep(ROOT / task.sweep_file)
+    sign = 1.0 if str(cfg.mode) == "max" else -1.0
+    _, per_epoch = make_curve(task, cfg.hyperparameters())
+    curves: dict[str, list[list[float]]] = {}
+    rows = {}
+    for name in names:
+        runs = [
+            run_one(task, name, s, slots, budget=budget) for s in (seeds[:1] if name == "grid" else seeds)
+        ]
+        curves[name] = [best_so_far(r.events, sign) for r in runs]
+        cpu = sum(r.seconds for r in runs)
+        print(f"  {task.name} {name}: {len(runs)} runs, {cpu:.0f} CPU s", file=sys.stderr, flush=True)
+        rows[name] = runs
+    full = min(len(c) for cs in curves.values() for c in cs)  # the budget (grid: its list, if shorter)
+    random_reach = [epochs_to(c, task.target, sign) for c in curves.get("random", [])]
+    random_med = quartiles(random_reach)[1] if random_reach else math.nan
+    table = []
+    for name in names:
+        cs, runs = curves[name], rows[name]
+        reach = [epochs_to(c, task.target, sign) for c in cs]
+        med = quartiles(reach)[1]
+        table.append(
+            {
+                "algorithm": name,
+                "runs": len(cs),
+                "reached": sum(math.isfinite(x) for x in reach),
+                "epochs_to_target": quartiles(reach),
+                "vs_random": _ratio(med, random_med),
+                "best_at_half": statistics.median(at(c, full // 2) for c in cs),
+                "best_at_end": statistics.median(at(c, full) for c in cs),
+                "trials": statistics.median(len(r.trials) for r in runs),
+                "search_s": statistics.median(r.seconds for r in runs),
+                "train_s": statistics.median(len(c) for c in cs) * per_epoch,
+            }
+        )
+    return {"task": task, "mode": str(cfg.mode), "budget": full, "rows": table, "curves": curves}
+
+
+def _ratio(ours: float, random: float) -> str:
+    if math.isfinite(ours) and math.isfinite(random):
+        return f"{ours / random:.2f}x"
+    if math.isnan(random) or math.isinf(ours) == math.isinf(random):
+        return ""
+    return "< 1x (random: not reached)" if math.isinf(random) else "> 1x (not reached)"
+
+
+def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = []
+    for res in results:
+        task, budget = res["task"], res["budget"]
+        better = "≥" if res["mode"] == "max" else "≤"
+        lines += [
+            f"#### {task.name}: target {task.metric_name} {better} {task.target:g};"
+            f" budget {budget} epochs, seeds {args.seeds_text}",
+            "",
+            "| algorithm | reached | epochs to target: median [q1, q3] | vs random"
+            f" | best at {budget // 2} epochs | best at {budget} | trials | search CPU s | training s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in res["rows"]:
+            q1, med, q3 = r["epochs_to_target"]
+            lines.append(
+                f"| {r['algorithm']} | {r['reached']}/{r['runs']} | {fmt(med)} [{fmt(q1)}, {fmt(q3)}]"
+                f" | {r['vs_random']} | {fmt(r['best_at_half'])} | {fmt(r['best_at_end'])}"
+                f" | {r['trials']:.0f} | {r['search_s']:.1f} | {r['train_s']:.0f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6))
+    for ax, res in zip(np.atleast_1d(axes), results, strict=True):
+        task = res["task"]
+        for name, cs in res["curves"].items():
+            n = min(len(c) for c in cs)
+            m = np.array([c[:n] for c in cs], dtype=float)
+            x = np.arange(1, n + 1)
+            med = np.nanmedian(m, axis=0)
+            (line,) = ax.plot(x, med, label=name, lw=1.4)
+            if len(cs) > 1:
+                lo, hi = np.nanpercentile(m, 25, axis=0), np.nanpercentile(m, 75, axis=0)
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+        ax.axhline(task.target, color="k", ls="--", lw=0.8)
+        ax.set_title(task.name)
+        ax.set_xlabel("epochs spent (all trials)")
+        ax.set_ylabel(f"best {task.metric_name} so far")
+        ax.set_xscale("log")
+        finite = [
+            v for cs in res["curves"].values() for c in cs for v in c[len(c) // 20 :] if math.isfinite(v)
+        ]
+        if finite and res["mode"] == "max":
+            lo, hi = np.percentile(finite, [2, 100])
+            ax.set_ylim(lo - 0.1 * (hi - lo or 1), hi + 0.1 * (hi - lo or 1))
+        elif finite:  # a loss: on a log scale, from its best to where the curves stand early on
+            ax.set_yscale("log")
+            ax.set_ylim(min(finite) * 0.95, np.percentile(finite, 90) * 1.1)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cross_check(n: int, algorithm: str = "random") -> str:
+    """One seed of the synthetic task as a real sweep (`python -m tuner sweep`, Ray, 2 trials
+    side by side on this machine's CPUs) and through the simulation: the same configurations,
+    the epochs each was given, the best value, the epochs spent."""
+    import subprocess
+    import tempfile
+
+    task = TASKS[0]
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "tuner", "sweep", task.sweep_file, "--algorithm", algorithm]
+        command += ["--num-samples", str(n), "--set", f"output={out}", "--set", "search.seed=0"]
+        t0 = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, capture_output=True, text=True)  # 1: some trials diverged
+        wall = time.perf_counter() - t0
+        summary = json.loads((Path(out) / "synthetic" / "summary.json").read_text())
+    real = {_key(t["config"]): t["epochs"] for t in summary["trials"]}
+    run = run_one(task, algorithm, 0, 2, n)
+    sim = {_key(t.config): len(t.values) for t in run.trials.values()}
+    same = sum(real.get(k) == e for k, e in sim.items())
+    return (
+        f"Cross-check ({algorithm}, {n} trials, seed 0, synthetic): the real sweep took {wall:.0f} s;"
+        f" {len(set(real) & set(sim))} of {n} configurations the same in both, {same} of them given the"
+        f" same epochs; epochs spent {sum(real.values())} (sweep) vs {len(run.events)} (simulation);"
+        f" best val_loss {summary['best']['metrics'][summary['metric']]:.4f} vs"
+        f" {best_so_far(run.events, -1.0)[-1]:.4f}. Epochs per trial, sweep: {sorted(real.values())};"
+        f" simulation: {sorted(sim.values())}."
+    )
+
+
+def _key(config: dict[str, Any]) -> str:
+    from search_spaces.synthetic import BEST
+
+    return json.dumps({k: round(float(config[k]), 9) if k != "optimizer" else config[k] for k in BEST})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 per task and algorithm")
+    ap.add_argument("--budget", type=int, default=20, help="epochs per run, in multiples of max_epochs")
+    ap.add_argument("--slots", type=int, default=2, help="trials running side by side")
+    ap.add_argument("--tasks", default=",".join(t.name for t in TASKS))
+    ap.add_argument(
+        "--algorithms",
+        default="random,bohb,optuna,grid",
+        help="names, or 'bohb:key=value+key=value' (TPESampler/BOHB settings)",
+    )
+    ap.add_argument("--write", help="append the tables to this markdown file")
+    ap.add_argument("--plot", help="the best-so-far curves to this PNG")
+    ap.add_argument("--retrain", type=int, metavar="N", help="train the real tasks' tables anew (N configs)")
+    ap.add_argument("--smoke", action="store_true", help="2 seeds, 12 trials, seconds")
+    ap.add_argument(
+        "--cross-check", type=int, metavar="N", help="N trials of synthetic: a real sweep and the simulation"
+    )
+    args = ap.parse_args()
+    if args.cross_check:
+        print(cross_check(args.cross_check))
+        return 0
+    if args.smoke:
+        args.seeds, args.budget = 2, 2
+    args.seeds_text = f"0..{args.seeds - 1}"
+    tasks = [t for t in TASKS if t.name in args.tasks.split(",")]
+    names = args.algorithms.split(",")
+    results = []
+    for task in tasks:
+        task.metric_name = load_sweep(ROOT / task.sweep_file).metric  # type: ignore[attr-defined]
+        if args.retrain and task.table:
+            train_table(task.sweep_file, args.retrain, str(ROOT / task.table))
+        t0 = time.perf_counter()
+        results.append(bench_task(task, names, list(range(args.seeds)), args.slots, args.budget))
+        print(f"{task.name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    text = markdown(results, args)
+    print(text)
+    if args.write:
+        with open(args.write, "a") as f:
+            f.write(text + "\n")
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

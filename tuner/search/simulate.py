@@ -1,0 +1,99 @@
+"""Tune's controller in miniature: a search plan's real scheduler and searcher driven with a
+learning curve in place of training, thousands of trials in seconds.
+
+Used by the tests of the algorithms (tests/test_bohb.py) and by the search benchmark
+(scripts/bench_search.py), so both exercise exactly what `algorithms.build` gives a sweep.
+What it does not model: wall-clock time (every epoch costs the same), trial start-up, and
+asynchrony beyond `slots` trials taking turns epoch by epoch (a real sweep's trials finish
+epochs in whatever order their speeds give).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Optional
+
+# metric after `epoch` epochs of `config` (a non-finite value: the trial diverged there)
+Curve = Callable[[dict[str, Any], int, random.Random], float]
+
+
+@dataclass
+class Trial:
+    config: dict[str, Any]
+    values: list[float] = field(default_factory=list)  # the metric at epoch 1, 2, ...
+    failed: bool = False  # ended diverged (its last value is the worst)
+
+
+@dataclass
+class Event:
+    """One epoch of one trial, in the order they ran."""
+
+    trial_id: str
+    epoch: int
+    value: float
+
+
+def simulate(
+    plan: Any,
+    n: int,
+    max_epochs: int,
+    curve: Curve,
+    slots: int = 2,
+    seed: int = 0,
+    metric: str = "val_acc",
+    mode: str = "max",
+    log: Optional[list[Event]] = None,
+    epoch_budget: Optional[int] = None,
+) -> dict[str, Trial]:
+    """Run n trials, `slots` at a time, through the plan's scheduler and searcher as Tune's
+    controller does (ray.tune.execution.tune_controller): a result goes to the scheduler
+    first, to the searcher only if the trial goes on, and a stopped trial's last result to
+    the searcher's on_trial_complete. Trials side by side take turns epoch by epoch (the one
+    with the fewest epochs next). A non-finite value ends the trial as tuner's loop does: the
+    row carries the worst value and `failure: diverged`. Every epoch is appended to `log`.
+    With `epoch_budget`, the run ends once that many epochs are spent in all, trials running
+    or not (as a sweep's schedule.time_budget ends it).
+    """
+    sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
+    worst = -math.inf if mode == "max" else math.inf
+    trials: dict[str, Trial] = {}
+    running: list[SimpleNamespace] = []
+    spent = 0
+    while (len(trials) < n or running) and (epoch_budget is None or spent < epoch_budget):
+        while len(running) < slots and len(trials) < n:
+            tid = f"t{len(trials)}"
+            suggested = searcher.suggest(tid)
+            if suggested is None or suggested == "FINISHED":
+                n = len(trials)
+                break
+            config = {**plan.param_space, **suggested}
+            trials[tid] = Trial(config)
+            running.append(SimpleNamespace(trial_id=tid, config=config))
+            if sched is not None:
+                sched.on_trial_add(None, running[-1])
+        if not running:
+            break
+        handle = min(running, key=lambda t: len(trials[t.trial_id].values))
+        trial = trials[handle.trial_id]
+        value = float(curve(trial.config, len(trial.values) + 1, rng))
+        result: dict[str, Any] = {"epoch": len(trial.values) + 1, metric: value}
+        if not math.isfinite(value):
+            result.update({metric: worst, "failure": "diverged"})
+            trial.failed = True
+        trial.values.append(result[metric])
+        spent += 1
+        if log is not None:
+            log.append(Event(handle.trial_id, result["epoch"], result[metric]))
+        decision = sched.on_trial_result(None, handle, result) if sched is not None else "CONTINUE"
+        if decision == "STOP" or trial.failed or len(trial.values) >= max_epochs:
+            if sched is not None:
+                sched.on_trial_complete(None, handle, result)
+            searcher.on_trial_complete(handle.trial_id, result)
+            running.remove(handle)
+        else:
+            searcher.on_trial_result(handle.trial_id, result)
+    return trials
