@@ -70,8 +70,11 @@ def test_report_of_several_sweeps_needs_output_and_one_metric(two, tmp_path: Pat
     assert done.stderr.count("\n") == 1
     other = tmp_path / "other"
     shutil.copytree(b, other)
-    cfg = (other / "sweep.yaml").read_text().replace("metric: val_acc", "metric: val_loss").replace(
-        "mode: max", "mode: min"
+    cfg = (
+        (other / "sweep.yaml")
+        .read_text()
+        .replace("metric: val_acc", "metric: val_loss")
+        .replace("mode: max", "mode: min")
     )
     (other / "sweep.yaml").write_text(cfg)
     with pytest.raises(ConfigError, match="compare sweeps of one metric"):

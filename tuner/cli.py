@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(needs the onnx extra); not for task.train sweeps",
     )
     p.add_argument(
-        "--output", metavar="DIR",
+        "--output",
+        metavar="DIR",
         help="where (default: <sweep>/best/, or <sweep>/exports/<ID>/ with --trial); an existing "
         "directory is replaced only if it is empty or an earlier export",
     )

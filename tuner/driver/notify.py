@@ -53,8 +53,14 @@ def payload(
 ) -> dict[str, Any]:
     """What the webhook gets: the sweep, how it ended, its best trial and counts, where it is."""
     if summary is None:  # it failed or was stopped before it had a summary
-        return {"name": name, "status": status or "failed", "error": error, "results": sweep_dir,
-                "best": None, "counts": {}}
+        return {
+            "name": name,
+            "status": status or "failed",
+            "error": error,
+            "results": sweep_dir,
+            "best": None,
+            "counts": {},
+        }
     best = summary.get("best")
     metric = summary.get("metric")
     return {

@@ -122,8 +122,10 @@ def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], lis
     status = _status(sweep_dir) if not unfinished else None
     if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
-            what = "damaged summary.json is rewritten" if sweepdir.has_summary(sweep_dir) else (
-                "summary.json (the driver stopped before it) is written"
+            what = (
+                "damaged summary.json is rewritten"
+                if sweepdir.has_summary(sweep_dir)
+                else ("summary.json (the driver stopped before it) is written")
             )
             with sweepdir.claim(sweep_dir, new=False, command="resume"):
                 status = f"{finish(cfg, sweep_dir).summary['status']}; its {what}"
