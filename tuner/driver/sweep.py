@@ -339,7 +339,7 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
     )
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
-        if summary["best"] is not None:
+        if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
             from tuner.view.export import write_best
 
             write_best(sweep_dir)  # <sweep>/best/: the best trial's best weights

@@ -98,6 +98,8 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
 
 
 def _why_none(cfg: SweepConfig) -> str:
+    if cfg.task.command:
+        return "task.command: your script keeps its own weights (its checkpoints); tuner has none"
     if cfg.task.train:
         return (
             "task.train keeps the model in the state it reports: ctx.report(metrics, "
@@ -145,7 +147,7 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
     """The sweep's best trial's best weights in a model (torch.nn.Module, in eval mode, on the CPU).
 
     Built-in and `task.model` models are rebuilt from the trial's configuration (user
-    functions imported from the current directory, as the sweep did). A `task.train`
+    functions imported from where the sweep imported them: code.json). A `task.train`
     sweep's model is yours: pass it (`model=MyNet(...)`), built as your loop built it; its
     weights are what your loop reported under `state["model"]`. `trial`: that trial's best
     epoch instead of the sweep's best.
