@@ -78,9 +78,6 @@ def _none_left(sweep: Path, timeout: float = 30) -> bool:
     """Whether every process of the sweep's scripts ends within `timeout` seconds (a script
     whose actor Ray killed gets SIGTERM from its supervisor, and has a grace to exit)."""
     deadline = time.time() + timeout
-    left = _scripts_of(sweep)
-    if left:  # diagnostics
-        print("left:", [(p.pid, p.status(), p.cmdline()[-6:], time.time() - p.create_time()) for p in left])
     while _scripts_of(sweep):
         if time.time() > deadline:
             return False
