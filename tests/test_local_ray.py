@@ -56,3 +56,57 @@ def test_an_existing_readable_token_is_named_in_a_warning(tmp_path: Path) -> Non
     assert run.returncode == 0, run.stderr
     assert f"{token} can be read by other users of this machine: chmod 600 {token}" in run.stderr
     assert token.read_text() == "x" * 64  # the user's token is used, not replaced
+
+
+def _marked(mark: str) -> list[str]:
+    """Live processes whose environment carries `mark` (Ray's processes inherit the driver's)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("TUNER_TEST_MARK") == mark:
+                found.append(f"{proc.pid} {proc.name()}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_sweep_exits_without_leaving_ray_behind_and_starts_no_api_server(tmp_path: Path) -> None:
+    """`tuner sweep` ends its private Ray itself (no slow graceful shutdown after the results):
+    nothing it started outlives it, and a sweep of 1-worker trials starts no API server."""
+    import time
+    import uuid
+
+    mark = uuid.uuid4().hex
+    ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
+    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "tuner", "sweep", "search_spaces/debug.yaml", "--num-samples", "2"]
+            + ["--max-epochs", "1", "--output", str(tmp_path), "--name", "s", "--num-cpus", "2"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert f"results: {tmp_path / 's'}" in run.stdout
+        summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+        assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
+        left = _marked(mark)
+        for _ in range(50):  # SIGKILLed: gone at once, bar the kernel's tear-down
+            if not left:
+                break
+            time.sleep(0.1)
+            left = _marked(mark)
+        assert not left, left
+        logs = next(ray_tmp.glob("ray/session_*/logs"))
+        names = {p.name for p in logs.iterdir()}
+        assert "raylet.out" in names, names  # this is the sweep's Ray
+        assert not any(n.startswith("dashboard.") for n in names), names  # no API server
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -3,5 +3,8 @@
 import sys
 
 from tuner.cli import main
+from tuner.cluster.connect import leave
 
-sys.exit(main())
+code = main()
+leave(code)  # a private Ray of this process's own: exit now, not after its slow shutdown
+sys.exit(code)

@@ -8,6 +8,7 @@ work on another Ray version fails here, in one line that names it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from typing import Any, Optional
@@ -133,3 +134,73 @@ def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeo
 
 if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
     ray_start_on_loopback(sys.argv[1:])
+
+
+@contextlib.contextmanager
+def without_api_server() -> Iterator[None]:
+    """`ray.init` inside starts no API server process (Ray 2.60: ray._private.node.Node.
+    start_api_server). With `include_dashboard=False` Ray still starts the dashboard process
+    with one module (usage statistics) and waits for it to publish its address before it
+    starts the raylet: about 1.5 s on 2 cores, spent by every sweep. Nothing a sweep of
+    1-worker trials uses needs it (Ray Train V2's State API does, and keeps it)."""
+    from ray._private import node
+
+    original = node.Node.start_api_server
+
+    def skip(self: Any, **_: Any) -> None:
+        self._webui_url = None
+
+    node.Node.start_api_server = skip  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        node.Node.start_api_server = original  # type: ignore[method-assign]
+
+
+def skip_callback_usage_tag() -> None:
+    """Tune's fit() no longer counts our callbacks for Ray's usage statistics (Ray 2.60:
+    ray.air._internal.usage.tag_callbacks, called from ray/tune/tune.py). To count them it
+    imports every integration it knows, MLflow included where MLflow is installed: 1.4-2.8 s
+    of the driver's start-up for a tag."""
+    from ray.air._internal import usage
+
+    usage.tag_callbacks = lambda callbacks: False
+
+
+def node_process_ids() -> list[int]:
+    """Pids of the processes this driver's `ray.init` started (GCS, raylet, monitor, log
+    monitor, API server; Ray 2.60: ray._private.worker._global_node.all_processes), or []
+    when this process started no Ray of its own."""
+    from ray._private import worker
+
+    node = worker._global_node
+    if node is None or not getattr(node, "head", False):
+        return []
+    return [info.process.pid for infos in node.all_processes.values() for info in infos]
+
+
+# What `ray.init` imports on first use (Ray 2.60, listed from sys.modules before and after it).
+_INIT_MODULES = (
+    "ray._private.node",
+    "ray._private.services",
+    "ray._private.state",
+    "ray._private.runtime_env.uv_runtime_env_hook",
+    "ray.dashboard.optional_deps",
+    "ray.autoscaler._private.cli_logger",
+    "ray.autoscaler._private.util",
+    "ray.autoscaler.v2.utils",
+)
+
+
+def import_for_init() -> None:
+    """Import, on this thread, the modules `ray.init` would import: another thread can then
+    import Ray Tune while `ray.init` runs without the two meeting inside one package's
+    circular imports. A module missing from another Ray is skipped (ray.init imports what
+    it needs)."""
+    import importlib
+
+    for name in _INIT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
