@@ -8,12 +8,14 @@ validates a file and refuses bad input before paying for Ray's start-up.
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tuner import sweepdir
-from tuner.cluster import join
+from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
 from tuner.driver import resources
@@ -172,8 +174,10 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
     resources.precheck_local(cfg, runtime)
     quiet_ray(runtime.verbose)
+    preload = _preload(cfg.search.algorithm)
     # Trials with several workers run Ray Train, which needs the dashboard's State API.
     connect(runtime, dashboard=cfg.resources.workers_per_trial > 1)
+    preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
     if start.announce:
         print(start.announce, flush=True)
@@ -193,6 +197,37 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage, ended)
+
+
+# What the launch imports (seconds of Python on 2 cores), and each search's own library.
+_LAUNCH_MODULES = (
+    "ray.tune",
+    "ray.tune.logger",
+    "tuner.driver.callbacks",
+    "tuner.driver.limits",
+    "tuner.trial.runner",
+)
+_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.searchers",)}
+
+
+def _preload(algorithm: str) -> threading.Thread:
+    """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
+    for Ray's processes to come up; join it before using them. What `ray.init` imports is
+    imported first, here: two threads importing the same package's circular imports at once
+    could see each other's half-made modules. An import that fails in the thread fails
+    again where it is used, with its own error."""
+    _ray_internals.import_for_init()
+
+    def imports() -> None:
+        for name in (*_LAUNCH_MODULES, *_SEARCH_MODULES.get(algorithm, ())):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported by the import that needs it
+                return
+
+    thread = threading.Thread(target=imports, name="tuner-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 class _disk_full_stops:
@@ -251,6 +286,8 @@ def _launch(
     )
     from tuner.driver.limits import Budgeted, SweepLimits
     from tuner.trial.runner import trainable_for
+
+    _ray_internals.skip_callback_usage_tag()
 
     storage, sweep_dir = start.storage, start.sweep_dir
     spec = resources.trial_spec(cfg, res, storage, sweep_dir)
