@@ -2,7 +2,10 @@
 
 usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCHMARKS.md] [--smoke]
 
-Sections (issue: "Performance: beat the hand-written peers"):
+Sections (issues 7 and 16):
+  fixed       issue 16's command (digits_mlp, random, 30 trials, <= 27 epochs, seed 1) against
+              the Optuna peer, whole processes alternating: wall, best, and our fixed cost
+              (start -> first epoch, last epoch -> results / summary / exit); bench_fixed.py
   throughput  30-trial sweeps of digits_mlp (<= 27 epochs): wall time, epochs/s, best val_acc,
               ours (bohb, random, optuna) vs ../shared/peers or $TUNER_PEERS (Optuna in-process; Ray Tune with
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
@@ -35,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+import bench_fixed
+
 from tuner import sweepdir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = Path(os.environ.get("TUNER_PEERS", ROOT.parent / "shared" / "peers"))
 PY = sys.executable
 TARGET_ACC = 0.975
+DEFAULT_SECTIONS = "fixed,throughput,overhead,ddp,parity,makespan,search"
 
 
 def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
@@ -170,6 +176,13 @@ def throughput_table(results: dict[str, list[dict[str, Any]]]) -> str:
     else:
         rows.append(f"\nNo peers: {PEERS} does not hold them (set TUNER_PEERS), so no ratios.")
     return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- fixed cost
+
+
+def fixed(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
+    return bench_fixed.fixed(cfg, work, PEERS, have_peers())
 
 
 # ----------------------------------------------------------------------------- overhead
@@ -348,10 +361,13 @@ def _epochs_to_target(sweep: Path) -> int:
 def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
     lines = [f"## Run of {datetime.date.today().isoformat()} on {machine()}", ""]
     lines += [
-        f"Command: `python scripts/bench.py --repeats {cfg.repeats}{' --smoke' if cfg.smoke else ''}`"
+        f"Command: `python scripts/bench.py --repeats {cfg.repeats}{' --smoke' if cfg.smoke else ''}"
+        f"{'' if cfg.only == DEFAULT_SECTIONS else ' --only ' + cfg.only}`"
         f" (all sections in one run, repeats alternating).",
         "",
     ]
+    if "fixed" in res:
+        lines += bench_fixed.report(res["fixed"], cfg)
     if "throughput" in res:
         lines += [
             "### Sweep throughput: digits_mlp, "
@@ -441,7 +457,7 @@ def machine() -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", default="throughput,overhead,ddp,parity,makespan,search")
+    p.add_argument("--only", default=DEFAULT_SECTIONS)
     p.add_argument("--write", metavar="FILE", help="append the tables to this Markdown file")
     p.add_argument("--smoke", action="store_true", help="toy sizes: checks every section runs")
     p.add_argument("--keep", action="store_true", help="keep the sweep directories")
@@ -454,6 +470,7 @@ def main() -> None:
         makespan_epochs=10,
         makespan_widths=[8192, 6144, 4096, 3072, 2048, 1024, 512, 128],
         parity_args=[],
+        fixed_seed=1,
     )
     if cfg.smoke:
         sizes = dict(
@@ -464,10 +481,11 @@ def main() -> None:
             makespan_epochs=1,
             makespan_widths=[32, 16],
             parity_args=["--samples", "512", "--epochs", "2", "--width", "16"],
+            fixed_seed=1,
         )
         cfg.repeats = 1
     vars(cfg).update(sizes)
-    if not cfg.smoke and "throughput" in cfg.only.split(",") and not have_peers():
+    if not cfg.smoke and {"throughput", "fixed"} & set(cfg.only.split(",")) and not have_peers():
         p.error(f"the peers are not in {PEERS}: set TUNER_PEERS to their directory")
     work = Path(tempfile.mkdtemp(prefix="tuner-bench-"))
     sections = cfg.only.split(",")
