@@ -288,7 +288,8 @@ def _launch(
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
             # actor only drives a TorchTrainer, and its reset waits on the Train run's
-            # teardown (Tune gives up after 2 s, then stalled here): no reuse for those.
+            # teardown (Tune gives up after 2 s, then stalled here), or drives its own ranks,
+            # which a reset would leave holding the placement group: no reuse for those.
             reuse_actors=reuse,
             trial_name_creator=names,
             trial_dirname_creator=names,
