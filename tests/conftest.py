@@ -31,6 +31,20 @@ def ray_session():
     ray.shutdown()
 
 
+def assert_resources_returned(within_s: float = 10.0) -> None:
+    """Every CPU and GPU of the test's Ray is free again (its view lags a little)."""
+    import ray
+
+    deadline = time.monotonic() + within_s
+    while True:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        held = {k: total[k] - free.get(k, 0) for k in ("CPU", "GPU") if k in total}
+        if not any(held.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not any(held.values()), f"still held after the sweep: {held}"
+
+
 def debug_config(tmp_path: Path, **overrides: Any):
     """debug.yaml with results under tmp_path and dotted overrides ("search.algorithm")."""
     from tuner.config import load_sweep

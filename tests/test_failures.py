@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, run_cli
+from tests.conftest import DEBUG, assert_resources_returned, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.driver.resources import TrialResources, check_scalable
 from tuner.driver.sweep import run_sweep
@@ -71,6 +71,28 @@ def test_ddp_trial_whose_rank1_dies_is_retried_from_its_checkpoint(tmp_path: Pat
     trial_dir = Path(out.sweep_dir) / t["trial_id"]
     assert [r["epoch"] for r in read_metrics(str(trial_dir))] == [1, 2, 3, 4]
     assert "resumed at epoch 2" in (trial_dir / "trial.log").read_text()  # not from epoch 0
+    assert_resources_returned()
+
+
+@pytest.mark.slow
+def test_ddp_trial_whose_ranks_raise_fails_alone_and_hands_its_workers_back(tmp_path: Path) -> None:
+    params = {"broken_width": 12, "width": [12, 8]}
+    cfg = _one_trial(
+        tmp_path,
+        params,
+        task__model="tests.chaos:broken_width",
+        resources__workers_per_trial=2,
+        schedule__max_epochs=2,
+    )
+    out = run_sweep(cfg)
+    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    assert by_width[12]["status"] == "ERROR"
+    assert by_width[12]["failure"] == "error: ValueError: cannot build a layer of width 12"
+    # The next trial got both CPUs back while the sweep ran, and trained over both ranks.
+    assert by_width[8]["status"] == "TERMINATED" and by_width[8]["epochs"] == 2
+    assert by_width[8]["last_metrics"]["world_size"] == 2
+    assert out.exit_code == 1
+    assert_resources_returned()
 
 
 def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(

@@ -140,6 +140,24 @@ def test_plan_refuses_pack_that_cannot_fit_or_has_no_gpu() -> None:
         resources.plan(_section(gpus_per_worker="pack"), CLUSTER, NODES, probe=broken)
 
 
+def test_ddp_workers_start_their_own_only_where_one_node_holds_them_all(tmp_path: Path) -> None:
+    two = _section(workers_per_trial=2, cpus_per_worker=2, gpus_per_worker=1)
+    big, small = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}
+    assert resources.plan(two, {"CPU": 10.0, "GPU": 3.0}, [big, small]).one_node
+    assert not resources.plan(two, {"CPU": 4.0, "GPU": 2.0}, [small, small]).one_node  # 2 nodes
+    assert resources.plan(two, {"CPU": 2.0, "GPU": 1.0}, [small], [(big, 3)]).one_node  # may be added
+    assert not resources.plan(_section(workers_per_trial=1), {"CPU": 2.0}, [{"CPU": 2.0}]).one_node
+    # The trials start their own workers only with a local or shared sweep directory (URI
+    # storage keeps checkpoints through Ray Train), and never for task.command (torchrun's).
+    res = resources.plan(two, {"CPU": 10.0, "GPU": 3.0}, [big])
+    cfg = debug_config(tmp_path, resources__workers_per_trial=2)
+    assert resources.trial_spec(cfg, res, str(tmp_path), str(tmp_path / "debug")).one_node
+    assert not resources.trial_spec(cfg, res, "s3://bucket/runs", None).one_node
+    bundles = resources.tune_request(res, resources.trial_spec(cfg, res, str(tmp_path), str(tmp_path)))
+    assert bundles.bundles == [{"CPU": 2.0, "GPU": 1.0}] * 2 and bundles.head_bundle_is_empty
+    assert bundles.strategy == "STRICT_PACK"
+
+
 def test_plan_of_a_fixed_fraction_does_not_probe() -> None:
     def never() -> MemoryProfile:
         raise AssertionError("probed")

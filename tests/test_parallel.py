@@ -1,4 +1,4 @@
-"""DDP and FSDP2 trials in two local processes on CPU (gloo): the loop Ray Train's workers run."""
+"""DDP and FSDP2 trials in two local processes on CPU (gloo): the loop a trial's workers run."""
 
 from __future__ import annotations
 
@@ -119,9 +119,16 @@ def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
-    from tests.conftest import debug_config
+@pytest.mark.parametrize("path", ["one node", "ray train"])
+def test_fsdp_sweep_checkpoints_a_full_state_dict(
+    tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import assert_resources_returned, debug_config
+    from tuner.driver import resources
     from tuner.driver.sweep import run_sweep
+
+    if path == "ray train":  # as when a trial's workers need more than one node
+        monkeypatch.setattr(resources, "fits_one_node", lambda res, nodes: False)
 
     cfg = debug_config(
         tmp_path,
@@ -140,10 +147,15 @@ def test_fsdp_sweep_runs_on_ray_train(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.summary
     (trial,) = out.summary["trials"]
     assert trial["last_metrics"]["world_size"] == 2 and trial["epochs"] == 2
-    run = Path(out.sweep_dir) / trial["trial_id"] / "train"
-    ckpts = sorted(run.glob(f"checkpoint_*/{CHECKPOINT_FILE}"))
-    assert ckpts, "Train V2 keeps the trial's checkpoints"
-    weights = torch.load(ckpts[-1], weights_only=True)["model"]
+    run = Path(out.sweep_dir) / trial["trial_id"]
+    if path == "ray train":
+        ckpts = sorted((run / "train").glob(f"checkpoint_*/{CHECKPOINT_FILE}"))
+        assert ckpts, "Train V2 keeps the trial's checkpoints"
+        weights = torch.load(ckpts[-1], weights_only=True)["model"]
+    else:
+        assert not (run / "train").exists()
+        weights = DirCheckpoints(str(run)).load("cpu")["model"]
+        assert_resources_returned()
     assert weights["1.weight"].shape == (trial["config"]["width"], 8)  # gathered, not a shard
 
 

@@ -17,7 +17,10 @@ class ResourcesSection(Section):
     """What each trial gets from Ray."""
 
     workers_per_trial: int = Field(
-        1, ge=1, description="1: train inside the Tune trial; >1: DDP (or FSDP) with Ray Train workers."
+        1,
+        ge=1,
+        description="1: train inside the Tune trial; >1: DDP (or FSDP) workers, started by the "
+        "trial when they fit on one node, else Ray Train's.",
     )
     cpus_per_worker: float = Field(1, gt=0, description="CPUs per worker (torch threads).")
     gpus_per_worker: Union[Literal["auto", "pack"], float] = Field(

@@ -37,6 +37,7 @@ class TrialResources:
     max_concurrent: Optional[int]
     profile: Optional[packing.MemoryProfile] = None  # gpus_per_worker: pack: what the probe saw
     trials_per_gpu: Optional[int] = None
+    one_node: bool = False  # several workers, and a node (or node type) can hold them all
 
     def describe(self) -> str:
         gpu = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
@@ -89,6 +90,8 @@ def plan(
         check_feasible(res, cluster, nodes)
     else:
         check_scalable(res, node_groups)
+    if res.workers > 1:
+        res = replace(res, one_node=fits_one_node(res, [r for r, _ in node_groups or []] or nodes))
     if res.max_concurrent is None and res.workers > 1:
         # Tune would start every DDP driver at once (they are nearly free) and leave their
         # Train runs waiting on each other for workers; bound them by what fits.
@@ -276,12 +279,32 @@ def import_path(dirs: list[str]) -> str:
     return os.pathsep.join(paths)
 
 
+def _all_workers(res: TrialResources) -> dict[str, float]:
+    return {"CPU": res.workers * res.cpus_per_worker, "GPU": res.workers * res.gpus_per_worker}
+
+
+def fits_one_node(res: TrialResources, nodes: list[dict[str, float]]) -> bool:
+    """Whether one of `nodes` (resources) can hold all of a trial's workers at once."""
+    return any(all(n.get(k, 0) >= v for k, v in _all_workers(res).items() if v) for n in nodes)
+
+
+def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
+    """What Tune reserves for each trial: the trial actor's bundle; for a DDP trial whose
+    actor starts its own workers (`spec.one_node`, trial/group.py), a placement group of one
+    bundle per worker on one node, the actor itself in an empty head bundle."""
+    if not spec.one_node:
+        return res.bundle
+    from ray import tune
+
+    worker = {"CPU": res.cpus_per_worker} | ({"GPU": res.gpus_per_worker} if res.gpus_per_worker else {})
+    return tune.PlacementGroupFactory([{}] + [worker] * res.workers, strategy="STRICT_PACK")
+
+
 def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResources:
     """task.command: the trial actor itself holds every worker's CPUs and GPUs (torchrun runs
     all of its processes there), so they must fit on one node."""
-    bundle = {"CPU": res.workers * res.cpus_per_worker, "GPU": res.workers * res.gpus_per_worker}
-    fits = any(all(n.get(k, 0) >= v for k, v in bundle.items() if v) for n in nodes)
-    if res.workers > 1 and nodes and not fits:
+    bundle = _all_workers(res)
+    if res.workers > 1 and nodes and not fits_one_node(res, nodes):
         raise ConfigError(
             "resources.workers_per_trial",
             f"torchrun runs a trial's {res.workers} workers on one node, and no node has "
@@ -311,6 +334,8 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         cpus_per_worker=res.cpus_per_worker,
         gpus_per_worker=res.gpus_per_worker,
         strategy=cfg.resources.strategy,
+        # (Ray Train's checkpoints are the ones a trial in URI storage keeps: it uses Train.)
+        one_node=res.one_node and sweep_dir is not None and cfg.task.command is None,
         gpu_memory_margin=cfg.resources.gpu_memory_margin,
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,

@@ -314,7 +314,7 @@ def _launch(
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
     trainable = tune.with_resources(
-        tune.with_parameters(trainable_for(spec), spec=spec), resources=res.bundle
+        tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )
     tuner = tune.Tuner(
         trainable,
@@ -325,7 +325,8 @@ def _launch(
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
             # actor only drives a TorchTrainer, and its reset waits on the Train run's
-            # teardown (Tune gives up after 2 s, then stalled here): no reuse for those.
+            # teardown (Tune gives up after 2 s, then stalled here), or drives its own ranks,
+            # which a reset would leave holding the placement group: no reuse for those.
             reuse_actors=reuse,
             trial_name_creator=names,
             trial_dirname_creator=names,
@@ -339,7 +340,10 @@ def _launch(
             # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
-            failure_config=tune.FailureConfig(max_failures=cfg.failure.max_failures if reuse else 0),
+            # Ray Train retries its own workers; Tune retries every other trial.
+            failure_config=tune.FailureConfig(
+                max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
+            ),
             stop=limits,
             verbose=2 if verbose else 0,
         ),

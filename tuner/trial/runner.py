@@ -1,14 +1,16 @@
-"""The Tune trainable: the loop in the trial actor (1 worker) or in Ray Train workers (DDP).
+"""The Tune trainable: the loop in the trial actor (1 worker) or in DDP workers.
 
 The loop is tuner's own (`trial.loop`) or the user's (`task.train`, `trial.own_loop`), or
 the user's script (`task.command`, `trial.command`), which always runs in the trial actor:
 with torchrun, that actor holds every worker's resources and runs all of its processes.
 
 One worker: the loop runs right here, in the (reused) Tune actor, and pays no Ray Train
-start-up. More workers: this actor becomes a small driver that runs a `TorchTrainer` whose
-workers run the same loop; `TuneReportCallback` forwards rank 0's (already reduced) metrics to
-Tune. The Train run is named after nothing but the trial directory it lives in, so a retried
-or resumed trial finds its checkpoints and continues instead of starting again.
+start-up. More workers on one node, in a local or shared sweep directory (`spec.one_node`):
+this actor starts the workers itself (`trial.group`). Otherwise (workers over several nodes,
+or URI storage) it becomes a small driver that runs a `TorchTrainer` whose workers run the same
+loop; `TuneReportCallback` forwards rank 0's (already reduced) metrics to Tune. The Train run
+is named after nothing but the trial directory it lives in, so a retried or resumed trial
+finds its checkpoints and continues instead of starting again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tuner.trial.loops import loop_for
 from tuner.trial.spec import TrialSpec, trial_dir_for
 
 # The loop (and torch) are imported inside the trainables: they run in the trial processes,
@@ -30,7 +33,14 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     from tuner.trial.session import TuneSession
 
     session = TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also)
-    _loop(spec)(config, spec, session)
+    loop_for(spec)(config, spec, session)
+
+
+def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
+    """Tune function trainable for several workers on one node, started by this actor."""
+    from tuner.trial.group import run_group
+
+    run_group(config, spec)
 
 
 def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -75,22 +85,7 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
     spec = cfg["spec"]
     local = spec.sweep_dir is not None  # (rank 0 keeps the best epoch's weights there)
     session = TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric, spec.mode, spec.also, local)
-    _loop(spec)(cfg["hp"], spec, session)
-
-
-def _loop(spec: TrialSpec) -> Callable[..., Any]:
-    """tuner's own training loop, the user's (task.train), or the user's script (task.command)."""
-    if spec.command is not None:
-        from tuner.trial.command import run_command
-
-        return run_command
-    if spec.train:
-        from tuner.trial.own_loop import run_own_loop
-
-        return run_own_loop
-    from tuner.trial.loop import run_trial
-
-    return run_trial
+    loop_for(spec)(cfg["hp"], spec, session)
 
 
 def _train_storage(spec: TrialSpec, trial_dir: str) -> str:
@@ -102,4 +97,6 @@ def _train_storage(spec: TrialSpec, trial_dir: str) -> str:
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
     """The function Tune runs for every trial of the sweep."""
-    return in_actor_trial if spec.workers == 1 or spec.command is not None else ddp_trial
+    if spec.workers == 1 or spec.command is not None:
+        return in_actor_trial
+    return group_trial if spec.one_node else ddp_trial

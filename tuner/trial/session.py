@@ -1,4 +1,5 @@
-"""Where a trial reports to: a Tune trial actor, a Ray Train worker, or nothing (local).
+"""Where a trial reports to: a Tune trial actor, a DDP rank (its own actor or a Ray Train
+worker), or nothing (local).
 
 The loop talks only to this interface (rank facts, `load_checkpoint`, `report`), so the same
 loop runs in every mode; each session decides where checkpoints go, and the Ray modules are
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -139,11 +140,7 @@ class TuneSession(Session):
             self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
-        if not (use_gpu and torch.cuda.is_available()):
-            return CPU
-        import ray
-
-        return cuda(cuda_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")))
+        return ray_actor_device(use_gpu)
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         if self.own is not None:
@@ -217,7 +214,60 @@ class TrainSession(Session):
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
+class GroupSession(Session):
+    """One rank of a DDP trial whose workers are actors on the trial's node (trial/group.py).
+
+    Rank 0 keeps the trial's checkpoints in its directory (local or shared, like a 1-worker
+    trial's) and hands each epoch's metrics, already reduced over the ranks by the loop, to
+    `send`; the trial actor forwards them to Tune. Every rank resumes from the newest checkpoint.
+    """
+
+    def __init__(
+        self,
+        trial_dir: str,
+        trial_id: str,
+        rank: int,
+        world_size: int,
+        keep: int,
+        send: Callable[[dict[str, Any]], None],
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+    ):
+        self.trial_dir, self.trial_id, self.metric, self.also = trial_dir, trial_id, metric, tuple(also)
+        self.rank = self.local_rank = rank  # (all ranks on one node)
+        self.world_size = world_size
+        self.own = DirCheckpoints(trial_dir, keep)
+        self._send = send
+        if self.is_main:
+            self.keep_best(metric, mode)
+
+    def device(self, use_gpu: bool) -> torch.device:
+        return ray_actor_device(use_gpu)
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        state = self.own.load(map_location)
+        self.notice = self.own.notice if self.is_main else None
+        return state
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        if not self.is_main:
+            return  # the loop reduced the metrics over ranks: rank 0's stand for all
+        if state is not None:
+            self.own.save(state, int(metrics["epoch"]))
+        self._send(dict(metrics))
+
+
 CPU = torch.device("cpu")
+
+
+def ray_actor_device(use_gpu: bool) -> torch.device:
+    """The device of a Ray actor that holds GPUs (its first), else the CPU."""
+    if not (use_gpu and torch.cuda.is_available()):
+        return CPU
+    import ray
+
+    return cuda(cuda_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")))
 
 
 def cuda(index: int) -> torch.device:
