@@ -175,8 +175,10 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     resources.precheck_local(cfg, runtime)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
-    # Trials with several workers run Ray Train, which needs the dashboard's State API.
-    connect(runtime, dashboard=cfg.resources.workers_per_trial > 1)
+    # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
+    # the DDP trials of a sweep in URI storage (trial/group.py runs the others' workers).
+    train = cfg.resources.workers_per_trial > 1 and cfg.task.command is None and start.sweep_dir is None
+    connect(runtime, dashboard=train)
     preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
     if start.announce:
