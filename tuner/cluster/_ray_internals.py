@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -137,24 +138,40 @@ if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster
 
 
 @contextlib.contextmanager
-def without_api_server() -> Iterator[None]:
-    """`ray.init` inside starts no API server process (Ray 2.60: ray._private.node.Node.
-    start_api_server). With `include_dashboard=False` Ray still starts the dashboard process
-    with one module (usage statistics) and waits for it to publish its address before it
-    starts the raylet: about 1.5 s on 2 cores, spent by every sweep. Nothing a sweep of
-    1-worker trials uses needs it (Ray Train V2's State API does, and keeps it)."""
+def api_server_after_init() -> Iterator[None]:
+    """`ray.init` inside starts its API server process after it has started everything
+    else, not before the raylet (Ray 2.60: ray._private.node.Node.start_api_server, called
+    from start_head_processes). With `include_dashboard=False` Ray still starts the
+    dashboard process (one module: usage statistics) and waits for it to publish its
+    address before it starts the raylet: about 1.5 s of every sweep's start-up on 2 cores.
+    Started on a thread of its own once `ray.init` returns, it comes up beside the first
+    trials instead. (Never started, the dashboard agent would log a traceback every second,
+    looking for its address.) The thread stays: Ray binds the process to the thread that
+    started it (PR_SET_PDEATHSIG)."""
     from ray._private import node
 
     original = node.Node.start_api_server
+    deferred: list[tuple[Any, dict[str, Any]]] = []
 
-    def skip(self: Any, **_: Any) -> None:
+    def later(self: Any, **kwargs: Any) -> None:
         self._webui_url = None
+        deferred.append((self, kwargs))
 
-    node.Node.start_api_server = skip  # type: ignore[method-assign]
+    node.Node.start_api_server = later  # type: ignore[method-assign]
     try:
         yield
     finally:
         node.Node.start_api_server = original  # type: ignore[method-assign]
+    for head, kwargs in deferred:
+        threading.Thread(target=_start_and_stay, args=(original, head, kwargs), daemon=True).start()
+
+
+def _start_and_stay(start: Any, head: Any, kwargs: dict[str, Any]) -> None:
+    try:
+        start(head, **kwargs)
+    except Exception:  # noqa: BLE001 - Ray logs its own failure; a sweep does not need it
+        return
+    threading.Event().wait()
 
 
 def skip_callback_usage_tag() -> None:

@@ -86,9 +86,9 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
         return "job"
     # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
     # without it a finished DDP trial's resources were never handed back and the next
-    # trial's workers waited forever (Ray 2.60). Sweeps of 1-worker trials use no Ray Train
-    # and skip it, and the API server process Ray would start anyway: seconds of start-up.
-    with contextlib.nullcontext() if dashboard else _ray_internals.without_api_server():
+    # trial's workers waited forever (Ray 2.60). Sweeps without Ray Train skip it, and start
+    # the API server process Ray starts anyway after the rest, not first: seconds sooner.
+    with contextlib.nullcontext() if dashboard else _ray_internals.api_server_after_init():
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
