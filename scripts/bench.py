@@ -12,6 +12,8 @@ Sections (issue: "Performance: beat the hand-written peers"):
   parity      samples/s of tuner's loop vs a hand-written DDP loop under torchrun, same work
   makespan    trials of 1-10 s, TensorBoard on: trials' span / (sum of epoch compute / slots)
   search      epochs each algorithm needs to reach val_acc 0.975 on digits, median of 5 seeds
+  compute     a digits CNN (epochs of ~0.3 s+), 30 trials: time to the Optuna peer's best
+              (scripts/peers/optuna_digits_cnn.py); scripts/bench_compute.py
 
 Every figure is a median over repeats; ratios compare runs of the same repeat set. --smoke
 runs every section at toy sizes in a minute or two (CI keeps it from rotting); its numbers
@@ -417,6 +419,10 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
                 f"- bohb / random: **{statistics.median(s['bohb']) / statistics.median(s['random']):.2f}x**"
             )
         lines.append("")
+    if "compute" in res:
+        from bench_compute import compute_report
+
+        lines += compute_report(cfg, res["compute"])
     return "\n".join(lines)
 
 
@@ -441,7 +447,7 @@ def machine() -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", default="throughput,overhead,ddp,parity,makespan,search")
+    p.add_argument("--only", default="throughput,overhead,ddp,parity,makespan,search,compute")
     p.add_argument("--write", metavar="FILE", help="append the tables to this Markdown file")
     p.add_argument("--smoke", action="store_true", help="toy sizes: checks every section runs")
     p.add_argument("--keep", action="store_true", help="keep the sweep directories")
@@ -477,6 +483,10 @@ def main() -> None:
             print(f"[bench] {name}", flush=True)
             if name == "search":
                 res[name] = search(cfg, work, res.get("throughput", {}))
+            elif name == "compute":  # its own module; imports this one, so imported here
+                from bench_compute import compute
+
+                res[name] = compute(cfg, work)
             else:
                 res[name] = globals()[name](cfg, work)
     finally:
