@@ -1,7 +1,7 @@
 """Section `compute` of scripts/bench.py: a sweep whose epochs, not start-up, take the time.
 
 A digits CNN (search_spaces/digits_cnn.yaml with channels {32, 48, 64} and 2-3 blocks, so an
-epoch takes ~0.3 s or more on one core), 30 trials of up to 9 epochs, against
+epoch takes 0.25-0.6 s on one core, quiet), 30 trials of up to 9 epochs, against
 scripts/peers/optuna_digits_cnn.py: the same CNN, space and training, Optuna TPE + Hyperband
 pruning in one process, torch on every core. Each repeat (seed = repeat) runs the peer and
 `python -m tuner sweep` with each algorithm, in an order that turns from one repeat to the next.
@@ -85,9 +85,13 @@ def compute(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
             print(
                 f"  [compute] {who} seed {rep}: {r['wall']:.1f}s, {r['epochs']} epochs, best {r['best']:.4f}"
             )
-    for rep, p in enumerate(out["peer"]):  # the peer's final best of the same seed is the target
+        target = out["peer"][rep]["best"]  # the peer's final best of the same seed
         for who in names:
-            out[who][rep]["to_target"] = time_to(out[who][rep]["curve"], p["best"])
+            out[who][rep]["to_target"] = time_to(out[who][rep]["curve"], target)
+        print(
+            f"  [compute] seed {rep}, to {target:.4f}: "
+            + ", ".join(f"{w} {out[w][rep]['to_target']:.1f}s" for w in names)
+        )
     return out
 
 
