@@ -15,6 +15,8 @@ Sections (issues 7 and 16):
   parity      samples/s of tuner's loop vs a hand-written DDP loop under torchrun, same work
   makespan    trials of 1-10 s, TensorBoard on: trials' span / (sum of epoch compute / slots)
   search      epochs each algorithm needs to reach val_acc 0.975 on digits, median of 5 seeds
+  compute     a digits CNN (epochs of ~0.3 s+), 30 trials: time to the Optuna peer's best
+              (scripts/peers/optuna_digits_cnn.py); scripts/bench_compute.py
 
 Every figure is a median over repeats; ratios compare runs of the same repeat set. --smoke
 runs every section at toy sizes in a minute or two (CI keeps it from rotting); its numbers
@@ -47,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = Path(os.environ.get("TUNER_PEERS", ROOT.parent / "shared" / "peers"))
 PY = sys.executable
 TARGET_ACC = 0.975
-DEFAULT_SECTIONS = "fixed,throughput,overhead,ddp,parity,makespan,search"
+DEFAULT_SECTIONS = "fixed,throughput,overhead,ddp,parity,makespan,search,compute"
 
 
 def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
@@ -433,6 +435,10 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
                 f"- bohb / random: **{statistics.median(s['bohb']) / statistics.median(s['random']):.2f}x**"
             )
         lines.append("")
+    if "compute" in res:
+        from bench_compute import compute_report
+
+        lines += compute_report(cfg, res["compute"])
     return "\n".join(lines)
 
 
@@ -495,6 +501,10 @@ def main() -> None:
             print(f"[bench] {name}", flush=True)
             if name == "search":
                 res[name] = search(cfg, work, res.get("throughput", {}))
+            elif name == "compute":  # its own module; imports this one, so imported here
+                from bench_compute import compute
+
+                res[name] = compute(cfg, work)
             else:
                 res[name] = globals()[name](cfg, work)
     finally:

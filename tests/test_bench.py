@@ -12,6 +12,7 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench import have_peers  # noqa: E402
+from bench_compute import time_to  # noqa: E402
 from bench_search import TASKS, best_so_far, epochs_to  # noqa: E402
 
 from tuner.search.simulate import Event  # noqa: E402
@@ -36,10 +37,12 @@ def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
         "Loop parity",
         "Makespan",
         "Search efficiency",
+        "Compute-bound sweep",
     ):
         assert f"### {heading}" in text, heading
     for contender in ("tuner bohb", "tuner random", "tuner optuna"):
         assert f"| {contender} |" in text, contender
+    assert "| peer optuna in-process (cnn) |" in text  # scripts/peers: always beside the bench
     peers = ("peer optuna in-process", "peer raytune random (reuse)", "peer raytune bohb (reuse)")
     if have_peers():  # ../shared/peers (or TUNER_PEERS) beside this checkout: they run too
         for contender in peers:
@@ -61,6 +64,16 @@ def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> N
     for algorithm in ("random", "bohb", "optuna", "grid"):
         assert text.count(f"| {algorithm} | ") == len(TASKS), algorithm
     assert png.stat().st_size > 10_000
+
+
+def test_time_to_the_peers_best_by_hand() -> None:
+    """The first time the best-so-far reaches the target; the peer's 4-place rounding of
+    2/3 (0.6667) is reached by 0.66666; never reached is infinite."""
+    curve = [(3.0, 0.5), (4.5, 0.66666), (9.0, 0.9)]
+    assert time_to(curve, 0.6667) == 4.5
+    assert time_to(curve, 0.9) == 9.0
+    assert time_to(curve, 0.95) == float("inf")
+    assert time_to([], 0.1) == float("inf")
 
 
 def test_best_so_far_and_epochs_to_target_by_hand() -> None:
