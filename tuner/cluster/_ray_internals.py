@@ -167,9 +167,15 @@ def api_server_after_init() -> Iterator[None]:
 
 
 def _start_and_stay(start: Any, head: Any, kwargs: dict[str, Any]) -> None:
+    import logging
+
+    # A Ray shut down while this one starts (a sweep that fails at once) leaves it an error
+    # line about its KV client on the console: this thread's records are not the user's.
+    me = threading.get_ident()
+    logging.getLogger("ray._private.services").addFilter(lambda record: record.thread != me)
     try:
         start(head, **kwargs)
-    except Exception:  # noqa: BLE001 - Ray logs its own failure; a sweep does not need it
+    except Exception:  # noqa: BLE001 - a sweep does not need it
         return
     threading.Event().wait()
 
