@@ -162,3 +162,26 @@ def test_a_failing_trial_leaves_its_traceback(tmp_path: Path) -> None:
         train(tmp_path / "out", spec, hp())
     text = (tmp_path / "out" / "traceback.txt").read_text()
     assert "ValueError: no such layer: 42" in text and "Traceback" in text
+
+
+def test_digits_without_sklearn_are_sklearns_digits_and_split() -> None:
+    """The recorded split and the file read directly give exactly what scikit-learn gives, and
+    the default split imports no scikit-learn (it costs a trial process about a second)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from tuner.trial import digits
+
+    ours = digits.load(digits.RECORDED_VAL_FRACTION)
+    theirs = digits._through_sklearn(digits.RECORDED_VAL_FRACTION)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    assert [len(a) for a in ours] == [1347, 450, 1347, 450]
+    assert digits._record() == digits.SPLIT  # the constant is scikit-learn's split today
+    other = digits.load(0.3)  # any other fraction: through scikit-learn
+    assert len(other[1]) == 540
+    probe = "from tuner.trial import digits; import sys; digits.load(0.25); print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -73,15 +72,10 @@ class DataBundle:
 
 def _digits(args: dict[str, Any]) -> DataBundle:
     """sklearn's 8x8 digits (1797 images, shipped with scikit-learn); fixed stratified split."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    from tuner.trial import digits
 
-    x, y = load_digits(return_X_y=True)
-    # Pixel values are integers 0..16: store uint8, scale to [0, 1] on the device.
-    x = x.astype(np.uint8).reshape(-1, 1, 8, 8)
-    xtr, xva, ytr, yva = train_test_split(
-        x, y, test_size=float(args.get("val_fraction", 0.25)), random_state=0, stratify=y
-    )
+    # Pixel values are integers 0..16: stored uint8, scaled to [0, 1] on the device.
+    xtr, xva, ytr, yva = digits.load(float(args.get("val_fraction", 0.25)))
     t = torch.from_numpy
     return DataBundle(
         TensorData(t(xtr), t(ytr).long()),
