@@ -133,10 +133,6 @@ def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeo
             return []
 
 
-if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
-    ray_start_on_loopback(sys.argv[1:])
-
-
 @contextlib.contextmanager
 def api_server_after_init() -> Iterator[None]:
     """`ray.init` inside starts its API server process after it has started everything
@@ -227,3 +223,7 @@ def import_for_init() -> None:
             importlib.import_module(name)
         except ImportError:
             continue
+
+
+if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
+    ray_start_on_loopback(sys.argv[1:])
