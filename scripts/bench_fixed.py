@@ -57,9 +57,9 @@ def ours(work: Path, trials: int, epochs: int, seed: int) -> dict[str, Any]:
     def line_at(prefix: str) -> float:
         return next(t for t, text in lines if text.startswith(prefix))
 
-    recs = [
-        (sweepdir.read_record(d) or {}, sweepdir.read_metrics(d)) for d in sweepdir.trial_dirs(str(sweep))
-    ]
+    from bench import records  # (bench imports this module first)
+
+    recs = records(sweep)
     epochs_at = [row["wall_time"] - start for _, rows in recs for row in rows]
     last = max(epochs_at)
     summary = sweepdir.read_summary(str(sweep)) or {}

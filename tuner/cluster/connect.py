@@ -103,12 +103,7 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
             _system_config={"health_check_failure_threshold": LOCAL_HEALTH_CHECK_FAILURES},
             **common,
         )
-    _STARTED.append(os.getpid())
     return "local"
-
-
-# The pid of the process whose connect() started a private local Ray, if one did.
-_STARTED: list[int] = []
 
 
 def leave(code: int) -> None:
@@ -120,7 +115,10 @@ def leave(code: int) -> None:
     process exits with `code` without running Ray's exit handler. Returns (doing nothing)
     in a process that joined a cluster or started no Ray: those exit as usual.
     """
-    if os.getpid() not in _STARTED:
+    if "ray" not in sys.modules:  # (a command that never started Ray pays no import for it)
+        return
+    pids = _ray_internals.node_process_ids()  # [] unless this process started the Ray
+    if not pids:
         return
     import psutil
 
@@ -131,7 +129,7 @@ def leave(code: int) -> None:
             pass
     logging.shutdown()
     nodes, descendants = [], []
-    for pid in _ray_internals.node_process_ids():
+    for pid in pids:
         try:
             nodes.append(psutil.Process(pid))
             descendants += nodes[-1].children(recursive=True)
