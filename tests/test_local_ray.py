@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, CliSweep
 
 # Starts the local Ray the way `tuner sweep` does, then lists what its processes listen on.
 PROBE = """
@@ -58,61 +58,21 @@ def test_an_existing_readable_token_is_named_in_a_warning(tmp_path: Path) -> Non
     assert token.read_text() == "x" * 64  # the user's token is used, not replaced
 
 
-def _marked(mark: str) -> list[str]:
-    """Live processes whose environment carries `mark` (Ray's processes inherit the driver's)."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("TUNER_TEST_MARK") == mark:
-                found.append(f"{proc.pid} {proc.name()}")
-        except psutil.Error:
-            continue
-    return found
-
-
 def _first_time(log: Path) -> str:
     """The time stamp of a Ray log's first line ("2026-11-25 01:05:19,365"), either format."""
     line = log.read_text().splitlines()[0]
     return line.lstrip("[")[:23]
 
 
-def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last(tmp_path: Path) -> None:
+def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last(cli_sweep: CliSweep) -> None:
     """`tuner sweep` ends its private Ray itself (no slow graceful shutdown after the results):
     nothing it started outlives it. Ray's API server starts after the raylet, not first."""
-    import time
-    import uuid
-
-    mark = uuid.uuid4().hex
-    ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
-    try:
-        run = subprocess.run(
-            [sys.executable, "-m", "tuner", "sweep", "search_spaces/debug.yaml", "--num-samples", "2"]
-            + ["--max-epochs", "1", "--output", str(tmp_path), "--name", "s", "--num-cpus", "2"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert f"results: {tmp_path / 's'}" in run.stdout
-        summary = json.loads((tmp_path / "s" / "summary.json").read_text())
-        assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
-        left = _marked(mark)
-        for _ in range(50):  # SIGKILLed: gone at once, bar the kernel's tear-down
-            if not left:
-                break
-            time.sleep(0.1)
-            left = _marked(mark)
-        assert not left, left
-        logs = next(ray_tmp.glob("ray/session_*/logs"))
-        names = {p.name for p in logs.iterdir()}
-        assert "raylet.out" in names and "dashboard.log" in names, names
-        assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
-    finally:
-        import shutil
-
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    run = cli_sweep.run
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((cli_sweep.sweep_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
+    assert not cli_sweep.left, cli_sweep.left
+    logs = cli_sweep.ray_logs
+    names = {p.name for p in logs.iterdir()}
+    assert "raylet.out" in names and "dashboard.log" in names, names
+    assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")

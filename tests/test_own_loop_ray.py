@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, kill_9_when, resumed_to_the_end, run_cli
+from tests.conftest import ROOT, cli, kill_9_when, resumed_to_the_end, run_cli
 from tests.own_loops import _data, hyperband_resumes, lines
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
@@ -60,7 +60,7 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     with pytest.raises(ConfigError, match="task.train"):
         tuner.load_best(out.sweep_dir)
     assert (Path(out.sweep_dir) / "best" / "model.pt").is_file()
-    script = run_cli("export", out.sweep_dir, "--format", "torchscript")
+    script = cli("export", out.sweep_dir, "--format", "torchscript")
     assert script.returncode == 2 and script.stderr.count("\n") == 1 and "model=YourModel" in script.stderr
 
 
