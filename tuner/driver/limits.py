@@ -6,6 +6,8 @@ nothing is cut mid-epoch), and when none runs any more the experiment ends.
 `schedule.stop_at`: the sweep ends as soon as a trial reports the target; running trials are
 stopped at once.
 
+A Ctrl-C or SIGTERM ends it too (driver/stopping.py); `UserStopped` is how Tune hears of it.
+
 `SweepLimits` is both Tune's Stopper (asked about every result, and about the whole
 experiment every step) and a Callback (it sees trials start and end), and remembers why the
 sweep ended; `Budgeted` wraps the sweep's scheduler, whose `choose_trial_to_run` Tune asks
@@ -24,6 +26,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
+from tuner.driver.stopping import INTERRUPTED
 from tuner.results import BUDGET, TARGET
 from tuner.sweepdir.files import finite
 
@@ -136,3 +139,23 @@ class Budgeted(TrialScheduler):
 
     def restore(self, checkpoint_path: str) -> None:
         self.inner.restore(checkpoint_path)
+
+
+class UserStopped(Stopper):
+    """Tune's Stopper for a sweep the user stopped (stopping.INTERRUPTED): the experiment ends
+    at Tune's next step, its running trials stopped at their next report."""
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return INTERRUPTED.is_set()
+
+
+def stoppers(limits: Optional[SweepLimits]) -> Stopper:
+    """What ends a sweep early: the user, and its budget or target where it has them."""
+    if limits is None:
+        return UserStopped()
+    from ray.tune.stopper import CombinedStopper
+
+    return CombinedStopper(limits, UserStopped())

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
-from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
-from tuner.driver import resources
+from tuner.driver import resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
@@ -212,12 +212,16 @@ _LAUNCH_MODULES = (
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.searchers",)}
 
 
-def _preload(algorithm: str) -> threading.Thread:
+def _preload(algorithm: str) -> Any:
     """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
     for Ray's processes to come up; join it before using them. What `ray.init` imports is
     imported first, here: two threads importing the same package's circular imports at once
     could see each other's half-made modules. An import that fails in the thread fails
-    again where it is used, with its own error."""
+    again where it is used, with its own error. On a Ray whose imports were not checked
+    (_ray_internals.imports_beside_init) nothing is preloaded: the launch imports what it
+    needs itself, in order, after `ray.init`."""
+    if not _ray_internals.imports_beside_init():
+        return _NothingPreloaded()
     _ray_internals.import_for_init()
 
     def imports() -> None:
@@ -230,6 +234,10 @@ def _preload(algorithm: str) -> threading.Thread:
     thread = threading.Thread(target=imports, name="tuner-preload", daemon=True)
     thread.start()
     return thread
+
+
+class _NothingPreloaded:
+    def join(self) -> None: ...
 
 
 class _disk_full_stops:
@@ -286,7 +294,7 @@ def _launch(
         TrialRecordCallback,
         hparam_domains,
     )
-    from tuner.driver.limits import Budgeted, SweepLimits
+    from tuner.driver.limits import Budgeted, SweepLimits, stoppers
     from tuner.trial.runner import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
@@ -346,7 +354,7 @@ def _launch(
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
             ),
-            stop=limits,
+            stop=stoppers(limits),
             verbose=2 if verbose else 0,
         ),
     )
@@ -356,8 +364,7 @@ def _launch(
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
-    INTERRUPTED.clear()
-    with sigterm_as_sigint():
+    with stopping.user_stops():
         tuner.fit()
     return None if limits is None else limits.reason
 
