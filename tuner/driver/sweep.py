@@ -173,6 +173,11 @@ def _resumed(
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
     resources.precheck_local(cfg, runtime)
+    mlflow = cfg.tracking.mlflow
+    if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
+        from tuner.driver import mlflow_store
+
+        mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
