@@ -223,7 +223,11 @@ class SweepConfig(Section):
     failure: FailureSection = Field(default_factory=FailureSection)
     notify: NotifySection = Field(default_factory=NotifySection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
-    output: str = Field("runs", description="Directory (or storage URI) under which <name>/ is written.")
+    output: str = Field(
+        "runs",
+        description="Directory under which <name>/ is written: a local path, or a path every "
+        "node of a cluster mounts (NFS). Storage URIs (s3://...) are not supported yet.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +248,19 @@ class SweepConfig(Section):
     @classmethod
     def _objective_shape(cls, value: Any, info: ValidationInfo) -> Any:
         return metric_shape(value) if info.field_name == "metric" else mode_shape(value)
+
+    @field_validator("output")
+    @classmethod
+    def _a_directory(cls, value: str) -> str:
+        # Trials in URI storage trained, then the driver found none of their records: refused
+        # until object storage is first-class, rather than a sweep that reports nothing.
+        if "://" in value:
+            raise ConfigError(
+                "output",
+                f"storage URIs are not supported yet ({value.split('://')[0]}://...): use a local "
+                "directory, or one every node mounts",
+            )
+        return value
 
     @field_validator("name")
     @classmethod

@@ -17,13 +17,13 @@ from typing import Any, Optional
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
-from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
+from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.sweepdir import full_config, remove_temporaries
+from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
 @dataclass
@@ -70,6 +70,29 @@ def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutco
     storage, sweep_dir = locate(cfg.output, cfg.name)
     with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
         return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
+
+
+def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """`sweep --resume-if-exists`, the command a retried job (a RayJob, a requeued batch job)
+    runs again: the sweep, new; or, when its directory already holds the same sweep (sweep.yaml
+    equal to the file and flags given, wherever the output was named from), continued as
+    `resume` continues it. A directory holding a different sweep is refused (ConfigError, that
+    names the first field that differs); a finished one raises AlreadyFinished."""
+    sweep_dir = locate(cfg.output, cfg.name)[1]
+    if sweep_dir is None:
+        raise ConfigError("--resume-if-exists", "needs a local output directory for now, not a storage URI")
+    if not sweepdir.holds_sweep(sweep_dir):
+        return run_sweep(cfg, runtime)
+    sweepdir.refuse_if_held(sweep_dir, "name")
+    ours = yamlfile.load(to_yaml(settled(cfg)[0]))  # both read back from YAML, the same way
+    theirs = yamlfile.load(to_yaml(sweepdir.read_config(sweep_dir)))
+    changed = sweepdir.difference(theirs, ours)
+    if changed:
+        raise ConfigError(
+            "name",
+            f"{sweep_dir} holds a different sweep ({changed}); choose another --name or --output",
+        )
+    return resume_sweep(sweep_dir, runtime)
 
 
 def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -172,6 +195,8 @@ def _resumed(
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
+    if start.sweep_dir is None:  # object storage: reachable, the bucket there, our credentials taken
+        remote.check_output(start.storage)
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
