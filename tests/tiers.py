@@ -4,11 +4,12 @@ A test is marked `ray` when it, a fixture it uses or a helper of tests/ it calls
 their source, transitively) starts a Ray: the `ray_session` fixture, tuner's run_sweep /
 resume_sweep / extend_sweep / connect, `ray.init`, or a `python -m tuner` command that runs
 sweeps or clusters in a subprocess (`run_cli("sweep", ...)`, an argument list holding
-"tuner", "sweep", a cluster or benchmark script). It is marked `browser` when it drives
-chromium. Nobody has to remember to mark: a new test lands in its tier by what it calls.
+"tuner", "sweep", `ray start`, a cluster or benchmark script). It is marked `browser` when
+it drives chromium, and `slow` when it runs a script that takes long without Ray (setup.sh,
+bench_gpu.py). Nobody has to remember to mark: a new test lands in its tier by what it calls.
 
-The quick tier is every test marked neither `ray`, `browser` nor `slow` (by hand: seconds of
-work without Ray, such as multi-process torch). What the scan cannot see (a sweep started
+The quick tier is every test marked neither `ray`, `browser` nor `slow` (also by hand: seconds
+of work without Ray, such as multi-process torch). What the scan cannot see (a sweep started
 some other way) the time limit catches: under --quick a test that takes longer than
 QUICK_LIMIT_S fails, naming the marks to give it.
 """
@@ -38,6 +39,8 @@ BROWSER_NAMES = frozenset({"browser_page", "sync_playwright"})
 RAY_COMMANDS = frozenset({"sweep", "resume", "extend", "submit", "cluster"})
 RAY_SCRIPTS = ("cluster.sh", "submit.sh", "demo.sh", "bench.py", "bench_compute.py", "bench_fixed.py")
 RAY_CODE = ("ray.init(", "connect(Runtime", "run_sweep(")  # in the code of a `python -c` probe
+# Scripts that take longer than the quick tier allows without starting a Ray.
+SLOW_SCRIPTS = ("setup.sh", "setup_browser.sh", "bench_gpu.py", "bench_search.py", "torchrun_loop.py")
 
 
 # Imported once before the quick tier's first test, so that no test is charged for seconds of
@@ -67,7 +70,7 @@ def import_shared() -> None:
 
 
 def mark(items: list[pytest.Item]) -> None:
-    """Add the `ray` / `browser` marks each item earns (see the module's docstring)."""
+    """Add the `ray` / `browser` / `slow` marks each item earns (see the module's docstring)."""
     for item in items:
         for tier in sorted(_tiers_of(item)):
             if tier not in {m.name for m in item.iter_markers()}:
@@ -114,6 +117,7 @@ def _uses(fn: types.FunctionType, depth: int = 0) -> frozenset[str]:
     if tree is None:
         return frozenset()
     found: set[str] = set()
+    local = _local_imports(tree)
     # What an assert compares (an expected command line, say) starts nothing.
     asserted = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a)}
     for node in ast.walk(tree):
@@ -127,17 +131,43 @@ def _uses(fn: types.FunctionType, depth: int = 0) -> frozenset[str]:
             if words and words[0] in RAY_COMMANDS and "--help" not in words:
                 found.add("ray")
         if id(node) not in asserted:
-            if isinstance(node, (ast.List, ast.Tuple)) and _runs_tuner(node.elts):
+            if isinstance(node, (ast.List, ast.Tuple)) and _starts_a_process_that_starts_ray(fn, node):
                 found.add("ray")
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _starts_ray(node.value):
-                found.add("ray")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if _starts_ray(node.value):
+                    found.add("ray")
+                elif node.value.endswith(SLOW_SCRIPTS):
+                    found.add("slow")
         if name and depth < 8:
-            target = _resolve(fn, node)
+            target = _resolve(fn, node, local)
             if isinstance(target, str) and _starts_ray(target):
                 found.add("ray")
-            elif isinstance(target, types.FunctionType) and target is not fn and _ours(target):
-                found |= _uses(target, depth + 1)
+            for code in _functions_of(target):
+                if code is not fn:
+                    found |= _uses(code, depth + 1)
     return frozenset(found)
+
+
+def _functions_of(target: Any) -> list[types.FunctionType]:
+    """The function of tests/ a name refers to, or every method of a class of tests/."""
+    if isinstance(target, types.FunctionType) and _ours(target):
+        return [target]
+    if isinstance(target, type) and _ours(target):
+        return [f for f in vars(target).values() if isinstance(f, types.FunctionType)]
+    return []
+
+
+def _local_imports(tree: ast.AST) -> dict[str, tuple[str, Optional[str]]]:
+    """Names a function imports itself from tests/: name -> (module, attribute or None)."""
+    names: dict[str, tuple[str, Optional[str]]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests"):
+            for alias in node.names:
+                if node.module == "tests":
+                    names[alias.asname or alias.name] = (f"tests.{alias.name}", None)
+                else:
+                    names[alias.asname or alias.name] = (node.module or "", alias.name)
+    return names
 
 
 def _tree(fn: types.FunctionType) -> Optional[ast.AST]:
@@ -164,20 +194,40 @@ def _calls_connect_or_init(node: ast.AST) -> bool:
     return isinstance(f, ast.Attribute) and f.attr == "init" and _name(f.value) == "ray"
 
 
-def _resolve(fn: types.FunctionType, node: ast.AST) -> Any:
-    """What a name (or module.name) in fn's body refers to among its module's globals."""
+def _resolve(fn: types.FunctionType, node: ast.AST, local: dict[str, tuple[str, Optional[str]]]) -> Any:
+    """What a name (or module.name) in fn's body refers to: its module's globals, or what the
+    function imports from tests/ itself."""
     if isinstance(node, ast.Name):
-        return fn.__globals__.get(node.id)
+        return fn.__globals__.get(node.id, _imported(local.get(node.id)))
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        module = fn.__globals__.get(node.value.id)
+        module = fn.__globals__.get(node.value.id, _imported(local.get(node.value.id)))
         if isinstance(module, types.ModuleType):
             return getattr(module, node.attr, None)
     return None
 
 
-def _runs_tuner(elts: list[ast.expr]) -> bool:
-    """An argument list `python -m tuner sweep ...` (not `... --help`)."""
-    words = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+def _imported(where: Optional[tuple[str, Optional[str]]]) -> Any:
+    if where is None:
+        return None
+    import importlib
+
+    try:
+        module = importlib.import_module(where[0])
+    except ImportError:
+        return None
+    return module if where[1] is None else getattr(module, where[1], None)
+
+
+def _starts_a_process_that_starts_ray(fn: types.FunctionType, node: ast.List | ast.Tuple) -> bool:
+    """An argument list `python -m tuner sweep ...` (not `... --help`), or `ray start ...`."""
+    words: list[str] = []
+    for e in node.elts:
+        if isinstance(e, ast.Name) and isinstance(fn.__globals__.get(e.id), str):
+            words.append(os.path.basename(fn.__globals__[e.id]))
+        else:  # a constant, or one inside a call (Path(...).with_name("ray"))
+            words += [c.value for c in ast.walk(e) if isinstance(c, ast.Constant) and type(c.value) is str]
+    if "ray" in words and "start" in words[words.index("ray") + 1 :]:
+        return True
     if "tuner" not in words or "--help" in words:
         return False
     return any(w in RAY_COMMANDS for w in words[words.index("tuner") + 1 :])
