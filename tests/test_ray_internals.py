@@ -166,3 +166,17 @@ def test_the_fallback_token_is_read_where_ray_reads_it(
     assert _ray_internals.ray_token() == "from-path"
     monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
     assert _ray_internals.ray_token() == "from-env"
+
+
+def test_a_private_use_without_a_fallback_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster probe (generated gRPC stubs) on a Ray without them: a ConfigError, which the
+    CLI prints as one line (exit 2), naming the function and the checked Ray version."""
+    import ray.core.generated as generated
+
+    monkeypatch.delattr(generated, "gcs_service_pb2", raising=False)
+    monkeypatch.setitem(sys.modules, "ray.core.generated.gcs_service_pb2", None)  # import fails
+    with pytest.raises(_ray_internals.RayMismatch) as caught:
+        _ray_internals.gcs_alive_nodes("127.0.0.1:1", None, 1.0)
+    line = str(caught.value)
+    assert line.startswith("ray: gcs_alive_nodes") and "checked against Ray 2.60" in line
+    assert "\n" not in line

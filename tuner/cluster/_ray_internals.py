@@ -25,6 +25,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
+from tuner.errors import ConfigError
+
 RAY_CHECKED = "2.60"  # every private use below was checked against this Ray version
 FALLBACKS_ENV = "TUNER_RAY_FALLBACKS"  # set (not 0): the public fallbacks, whatever Ray is installed
 LOOPBACK = "127.0.0.1"
@@ -50,14 +52,16 @@ def checked() -> bool:
     return version == RAY_CHECKED or version.startswith(RAY_CHECKED + ".")
 
 
-class RayMismatch(RuntimeError):
-    """A private Ray function tuner needs, with no public equivalent, is not what it was."""
+class RayMismatch(ConfigError):
+    """A private Ray function tuner needs, with no public equivalent, is not what it was: one
+    line (exit 2) naming it, before anything starts."""
 
 
 def _mismatch(what: str, err: BaseException) -> RayMismatch:
     return RayMismatch(
+        "ray",
         f"{what} is Ray's private API, checked against Ray {RAY_CHECKED}; this Ray "
-        f"({ray_version() or 'missing'}) does not have it as it was: {type(err).__name__}: {err}"
+        f"({ray_version() or 'missing'}) does not have it as it was ({type(err).__name__}: {err})",
     )
 
 
@@ -66,8 +70,8 @@ def local_init_options(health_check_failures: int) -> dict[str, Any]:
     `health_check_failures` missed health checks (3 s apart) before the GCS declares it dead.
 
     Checked Ray: `_node_ip_address` and `_system_config` (ray/_private/worker.py: init).
-    Fallback: none; the same settings go through the environment the GCS and raylet read
-    at start: RAY_health_check_failure_threshold (every Ray system setting reads its
+    Fallback: no private arguments; the same settings go through the environment the GCS and
+    raylet read at start: RAY_health_check_failure_threshold (every Ray system setting reads its
     RAY_<name>), and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (set by join.prepare_local before
     Ray is imported), under which Ray takes 127.0.0.1 as the node's address; the caller then
     checks that it did (`node_ip`).
