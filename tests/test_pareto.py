@@ -32,15 +32,16 @@ def _trial(
         time_s=1.0,
         failure=failure,
         stopped_early=False,
-        best_value=acc,
-        best_epoch=None if acc is None else 2,
+        best_value=None if failure else acc,  # (it failed before any epoch of its own)
+        best_epoch=None if acc is None or failure else 2,
         best_metrics={} if failure else best,
     )
 
 
 # Worked out by hand: a and b tie (equal values: both on the front); c is the most accurate;
 # f the smallest; d and its duplicate e are both dominated by a (less accurate, larger); i is
-# as accurate as c but larger (dominated); g would dominate everything but diverged; h never
+# as accurate as c but larger (dominated); g would dominate everything but diverged at its
+# first epoch (no result); h never
 # reported num_params; j reported no value at all.
 HAND = [
     _trial("a", 0.90, 1000),
