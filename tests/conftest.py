@@ -136,10 +136,17 @@ def kill_9_when(
     sweep = Path(raw["output"]) / raw["name"]
     deadline = time.time() + timeout
     while time.time() < deadline and not ready(sweep):
+        if proc.poll() is not None:  # it ended (or never started) before the moment came
+            log.flush()
+            pytest.fail(f"the driver exited {proc.returncode} first:\n" + log_tail(tmp_path / "driver.log"))
         time.sleep(0.1)
     os.kill(proc.pid, sig)
     proc.wait(timeout=120)
     return sweep
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def resumed_to_the_end(sweep: Path, trials: int) -> dict:

@@ -133,9 +133,11 @@ def _stray(trial: Path, report: str) -> subprocess.Popen:
 def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Path) -> None:
     raw = _silent_sweep(tmp_path, "fenced")
     raw["search"]["params"]["sleep"] = 2.0
+    raw["schedule"]["max_epochs"] = 5
     sweep = kill_9_when(raw, tmp_path, _mid_epoch)
     assert _none_left(sweep, 30)
     known, unknown = sorted(t for t in sweep.glob("*/") if (t / "trained.txt").exists())
+    assert all(len(read_metrics(str(t))) < 5 for t in (known, unknown))  # both to be resumed
     # One this machine ran (its supervisor's record names it), one it cannot see (another
     # machine's, say): both keep reporting epochs, into the report files of their runs.
     recorded = _stray(known, "reports-0000aaaa.jsonl")
@@ -151,7 +153,7 @@ def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Pat
         assert hidden.poll() is None  # (it never knew: its reports were simply not read)
         for t in summary["trials"]:
             rows = read_metrics(str(sweep / t["trial_id"]))
-            assert [r["epoch"] for r in rows] == [1, 2, 3], (t["trial_id"], rows)
+            assert [r["epoch"] for r in rows] == [1, 2, 3, 4, 5], (t["trial_id"], rows)
             assert t["status"] == "TERMINATED" and t["failure"] is None
         log = (known / "trial.log").read_text()
         assert (

@@ -103,7 +103,7 @@ def test_the_table_marks_the_front_and_summary_json_lists_it() -> None:
     # the front, best val_acc first.
     assert list(rows) == ["h", "c", "a", "b", "f"]
     assert {t for t, line in rows.items() if line.split()[5] == "*"} == {"a", "b", "c", "f"}
-    assert rows["f"].split()[1:3] == ["0.8500", "500"] and rows["h"].split()[1:3] == ["0.9700", "-"]
+    assert rows["f"].split()[1:3] == ["0.85", "500"] and rows["h"].split()[1:3] == ["0.97", "-"]
 
     summary = summarize(HAND, name="x", metric="val_acc", mode="max", algorithm="random",
                         expected_trials=10, objectives=TWO)  # fmt: skip
