@@ -209,7 +209,7 @@ _LAUNCH_MODULES = (
     "tuner.driver.limits",
     "tuner.trial.runner",
 )
-_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.searchers",)}
+_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
 def _preload(algorithm: str) -> threading.Thread:

@@ -33,7 +33,7 @@ from tuner.search.plan import (
     key,
     rungs,
 )
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_configspace, to_tune
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_tune
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -197,11 +197,12 @@ def _bohb(r: SearchRequest) -> SearchPlan:
     # at grace_epochs, the first trial to reach a rung always goes on (so, at any
     # num_samples, at least one trains to max_epochs, as does the best at every rung), and
     # no trial waits, paused, for a rung to fill.
-    from tuner.search.searchers import AsyncBOHB, Feasible, ResumeFirst
+    from tuner.search.bohb import AsyncBOHB, IntsAsFloats
+    from tuner.search.searchers import Feasible, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
     seed = _searcher_seed(search.seed, prior)
-    space = to_configspace(searched, seed=seed)
+    space = IntsAsFloats(searched, seed=seed)
     feasible = Feasible(params, search.constraints, seed)
     searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed, feasible=feasible)
     for t in prior.finished:
