@@ -123,9 +123,13 @@ class AsyncBOHB(_SavesState, Searcher):
         self.last: dict[str, int] = {}  # trial -> last epoch seen
         self.failed: set[str] = set()
         self.feasible = feasible or Feasible({}, [], seed)
+        self.first: list[dict[str, Any]] = []  # proposed before the model (search.start_with)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
-        config = self.feasible.propose(self._propose, lambda: None)  # redrawn while one breaks a constraint
+        if self.first:
+            config = self.first.pop(0)
+        else:  # redrawn while one breaks a constraint
+            config = self.feasible.propose(self._propose, lambda: None)
         self.configs[trial_id] = dict(config)
         self.told[trial_id] = set()
         return dict(config)

@@ -165,6 +165,7 @@ class OptunaTPE(_SavesState, Searcher):
         self.max_epochs = max_epochs  # a trial ended before it was stopped early (by ASHA)
         self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
         self.reported: dict[str, set[int]] = {}
+        self.first: list[dict[str, Any]] = []  # proposed before TPE (search.start_with)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
         asked: list[Any] = []
@@ -176,8 +177,8 @@ class OptunaTPE(_SavesState, Searcher):
         def reject() -> None:
             self.study.tell(asked.pop(), state=_state("FAIL"))
 
-        config = self.feasible.propose(draw, reject)
-        if not asked:  # a random draw, after the model's kept breaking the constraints
+        config = self.first.pop(0) if self.first else self.feasible.propose(draw, reject)
+        if not asked:  # given, or a random draw after the model's kept breaking the constraints
             self.study.enqueue_trial({k: study_value(self.searched[k], v) for k, v in config.items()})
             asked.append(self.study.ask())
             config = self._define(asked[-1])
