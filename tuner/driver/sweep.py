@@ -22,7 +22,7 @@ from tuner.config.schedule import TrackingSection
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
-from tuner.search import algorithms
+from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
@@ -209,6 +209,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         from tuner.driver import mlflow_store
 
         mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
+    start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
@@ -231,7 +232,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         objectives=cfg.objectives,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
-        held.write_config(start.config_text, cfg.code_dirs)
+        held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage, ended)
@@ -245,7 +246,7 @@ _LAUNCH_MODULES = (
     "tuner.driver.limits",
     "tuner.trial.runner",
 )
-_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.searchers",)}
+_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
 def _preload(algorithm: str) -> threading.Thread:
@@ -416,6 +417,8 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
         expected_trials=cfg.expected_trials(),
         ended=ended,
     )
+    if "://" not in sweep_dir:
+        warm.mark_origins(cfg, sweep_dir, summary)
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
         if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
