@@ -110,6 +110,22 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_spent_budget_leaves_no_directory_of_the_trials_it_removed(tmp_path: Path) -> None:
+    # Issue 26: from the CLI, at the default concurrency, each queued trial the budget removed
+    # kept a directory (Tune made it as it queued the trial; its end was written into it).
+    done = run_cli(
+        "sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "12", "--max-epochs", "300",
+        "--set", "task.model=tests.chaos:slow", "--set", "search.params.step_sleep_s=0.02",
+        "--set", "schedule.time_budget=20", "--set", "schedule.early_stopping=false",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
+    assert summary["status"] == "budget" and len(summary["trials"]) < 12
+    kept = {p.name for p in (tmp_path / "debug").iterdir() if p.is_dir()}
+    assert kept == {t["trial_id"] for t in summary["trials"]} | {"best"}, kept
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("at_once", [1, None], ids=["one-at-a-time", "default"])
 @pytest.mark.usefixtures("ray_session")
 def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:

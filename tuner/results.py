@@ -165,6 +165,7 @@ def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
 # Summary statuses of a sweep that ended before its planned trials, every started one ended.
 BUDGET = "budget"  # schedule.time_budget was spent
 TARGET = "target_reached"  # a trial reported schedule.stop_at
+FAILED = "failed"  # its first trials all failed with the same error (failure.fail_fast)
 
 
 def summarize(
@@ -180,7 +181,9 @@ def summarize(
 ) -> dict[str, Any]:
     """The summary.json document. status: completed; interrupted (resume continues it); or,
     every started trial having ended, why the sweep ended before its planned trials: `ended`
-    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met).
+    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met; failed: the
+    first trials all failed with the same error, which `error` then says, and the sweep stopped
+    the rest, failure.fail_fast).
     `metric`/`mode`: the first objective; with several `objectives`, the document also lists
     them and their Pareto front (`pareto`)."""
     top = best(trials, mode)
@@ -188,6 +191,9 @@ def summarize(
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
     if ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
         status = ended
+    errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
+    if ended == FAILED and errors:  # (trials it cut off count as unfinished: resume runs them)
+        status = FAILED
     hidden = ("path", "best_metrics", "history", "outcome")
     return {
         "name": name,
@@ -210,6 +216,7 @@ def summarize(
             if len(objectives) > 1
             else {}
         ),
+        **({"error": max(errors, key=errors.count)} if status == FAILED else {}),
         "trials": [{k: v for k, v in asdict(r).items() if k not in hidden} for r in trials],
     }
 

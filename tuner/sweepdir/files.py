@@ -115,6 +115,19 @@ def remove_temporaries(sweep_dir: str) -> None:
                 os.remove(path)
 
 
+def remove_empty_dirs(sweep_dir: str) -> None:
+    """Empty directories in the sweep directory: Tune names (and makes) one for each trial it
+    queues for an actor, also when the trial is then removed unstarted (a spent time budget,
+    a sweep stopped by failure.fail_fast). Empty, they hold nothing of anyone's."""
+    if not os.path.isdir(sweep_dir):
+        return
+    for name in os.listdir(sweep_dir):
+        path = os.path.join(sweep_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+            with contextlib.suppress(OSError):  # (filled meanwhile)
+                os.rmdir(path)
+
+
 # ----------------------------------------------------------------------------- the sweep
 
 
