@@ -118,8 +118,11 @@ def _uses(fn: types.FunctionType, depth: int = 0) -> frozenset[str]:
         return frozenset()
     found: set[str] = set()
     local = _local_imports(tree)
-    # What an assert compares (an expected command line, say) starts nothing.
+    # What an assert compares (an expected command line, say) starts nothing; a script runs
+    # when its name is a word of a command (in a list, or an argument), not a path's part.
     asserted = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a)}
+    words = {id(w) for n in ast.walk(tree) if isinstance(n, (ast.List, ast.Tuple)) for w in n.elts}
+    words |= {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) for a in n.args}
     for node in ast.walk(tree):
         name = _name(node)
         if name in RAY_NAMES or _calls_connect_or_init(node):
@@ -136,7 +139,7 @@ def _uses(fn: types.FunctionType, depth: int = 0) -> frozenset[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if _starts_ray(node.value):
                     found.add("ray")
-                elif node.value.endswith(SLOW_SCRIPTS):
+                elif node.value.endswith(SLOW_SCRIPTS) and id(node) in words:
                     found.add("slow")
         if name and depth < 8:
             target = _resolve(fn, node, local)

@@ -4,7 +4,8 @@
 starts them, trials still running stop at their next report (their reported epochs are kept;
 nothing is cut mid-epoch), and when none runs any more the experiment ends.
 `schedule.stop_at`: the sweep ends as soon as a trial reports the target; running trials are
-stopped at once.
+stopped at once, and recorded as stopped for it (their records say `"stopped":
+"target_reached"`): the sweep is over, not interrupted, and `resume` has nothing to continue.
 
 A Ctrl-C or SIGTERM ends it too (driver/stopping.py); `UserStopped` is how Tune hears of it.
 
@@ -26,9 +27,10 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
+from tuner.driver.callbacks import trial_dir
 from tuner.driver.stopping import INTERRUPTED
 from tuner.results import BUDGET, TARGET
-from tuner.sweepdir.files import finite
+from tuner.sweepdir import finite, read_record, write_record
 
 
 class SweepLimits(Stopper, Callback):
@@ -81,6 +83,18 @@ class SweepLimits(Stopper, Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.discard(trial.trial_id)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        # Tune stops the trials still running when a Stopper ends the experiment without a
+        # completion for any of them (Ray 2.60, TuneController._stop_experiment_if_needed).
+        if self.reason != TARGET:
+            return
+        for trial in trials:
+            path = trial_dir(trial)
+            record = read_record(path) if path else None
+            if path and record is not None and record.get("status") == "RUNNING":
+                record.update(status="TERMINATED", stopped=TARGET, ended=time.time())
+                write_record(path, record)
 
 
 class Budgeted(TrialScheduler):
@@ -150,12 +164,3 @@ class UserStopped(Stopper):
 
     def stop_all(self) -> bool:
         return INTERRUPTED.is_set()
-
-
-def stoppers(limits: Optional[SweepLimits]) -> Stopper:
-    """What ends a sweep early: the user, and its budget or target where it has them."""
-    if limits is None:
-        return UserStopped()
-    from ray.tune.stopper import CombinedStopper
-
-    return CombinedStopper(limits, UserStopped())
