@@ -136,8 +136,10 @@ class TuneSession(Session):
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
         self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
-        if sweep_dir is not None:  # (with URI storage the trial's directory is Ray's staging one)
-            self.keep_best(metric, mode)
+        # In the trial's directory: the sweep's, or with URI storage its working directory,
+        # which Ray uploads with each checkpoint: the best weights reach the bucket from the
+        # node that made them.
+        self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
         return ray_actor_device(use_gpu)
