@@ -113,9 +113,7 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
     planned trial has finished.
     """
     if remote.is_s3(sweep_dir):
-        local = remote.Mirror(sweep_dir).pull()
-        _plan_left(sweepdir.read_config(local), local)  # AlreadyFinished when it is done
-        raise ConfigError("", f"{sweep_dir}: continuing a sweep in object storage is not supported yet")
+        return _resume_stored(sweep_dir, runtime)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -123,6 +121,22 @@ def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutc
     with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
         finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
         return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
+
+
+def _resume_stored(uri: str, runtime: Optional[Runtime]) -> SweepOutcome:
+    """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
+    keeps a second run on this machine out); its unfinished trials continue from their newest
+    checkpoints in the bucket, on whichever node they land (trial/stored.py)."""
+    remote.check_output(uri)
+    mirror = remote.Mirror(uri)
+    local = mirror.pull()
+    cfg = sweepdir.read_config(local)
+    _plan_left(cfg, local)  # AlreadyFinished when it is done
+    with sweepdir.claim(local, new=False, command="resume") as held:
+        finished, unfinished = _plan_left(cfg, local)
+        start = _resumed(cfg, local, finished, unfinished)
+        start.storage, start.sweep_dir, start.mirror = uri.rsplit("/", 1)[0], None, mirror
+        return run(cfg, runtime or Runtime(), start, held)
 
 
 def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -376,7 +390,7 @@ def _launch(
         run_config=tune.RunConfig(
             # The directory's own name: a resumed copy of a sweep writes into itself, never
             # into the sweep its sweep.yaml was first written for.
-            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
+            name=os.path.basename(sweep_dir or (mirror.uri if mirror else cfg.name)),
             storage_path=storage_path,
             storage_filesystem=storage_fs,
             # In object storage, what a trial writes in its (node-local) directory is uploaded
