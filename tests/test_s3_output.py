@@ -1,16 +1,15 @@
 """`output: s3://bucket/prefix` against a real S3-compatible server (moto's, tests/s3server.py):
-what cannot work is refused in one line naming the output and the cause, before Ray starts."""
+what cannot work is refused in one line naming the output and the cause, before Ray starts.
+(Whole sweeps into the server, read back from elsewhere: tests/test_cluster_s3.py.)"""
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, run_cli
-from tests.test_best import DATA, _scores
+from tests.conftest import debug_config
 from tuner.config import ConfigError
 from tuner.sweepdir import remote
 
@@ -91,69 +90,3 @@ def test_the_driver_checks_an_s3_output_before_ray_starts(
     with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist") as err:
         sweep.run_sweep(cfg)
     assert err.value.path == "output"
-
-
-@pytest.mark.slow
-def test_a_sweep_in_s3_reports_every_trial_and_is_read_back_from_anywhere(s3, tmp_path: Path) -> None:
-    bucket = s3.make_bucket("sweeps")
-    env = {**s3.env(), "TUNER_CACHE_DIR": str(tmp_path / "driver-cache")}
-    work = tmp_path / "cwd"  # the driver's working directory: nothing of the sweep lands there
-    work.mkdir()
-    out = run_cli(
-        "sweep", str(DEBUG), "--output", f"s3://{bucket}/runs", "--max-epochs", "2", cwd=work, env=env
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    uri = f"s3://{bucket}/runs/debug"
-    assert f"results: {uri}" in out.stdout and list(work.iterdir()) == []
-    keys = s3.keys(bucket, "runs/debug/")
-    summary = json.loads(s3.client().get_object(Bucket=bucket, Key="runs/debug/summary.json")["Body"].read())
-    assert summary["status"] == "completed" and len(summary["trials"]) == 4
-    assert all(t["best_value"] is not None and t["epochs"] >= 1 for t in summary["trials"])
-    for t in summary["trials"]:
-        for name in ("metrics.jsonl", "tuner_trial.json", "trial.log"):
-            assert f"runs/debug/{t['trial_id']}/{name}" in keys, (t["trial_id"], name)
-    assert {"runs/debug/sweep.yaml", "runs/debug/code.json"} <= set(keys)
-    # best/: the best trial's best epoch, its weights uploaded by the trial that made them.
-    best = summary["best"]
-    assert {"runs/debug/best/model.pt", "runs/debug/best/metrics.json", "runs/debug/best/config.json"} <= set(
-        keys
-    )
-    record = json.loads(
-        s3.client().get_object(Bucket=bucket, Key=f"runs/debug/{best['trial_id']}/best.json")["Body"].read()
-    )
-    assert record["epoch"] == best["epoch"] and f"runs/debug/{best['trial_id']}/{record['weights']}" in keys
-    # Another machine (an empty cache) reads it from the bucket: the report, an export.
-    other = {**s3.env(), "TUNER_CACHE_DIR": str(tmp_path / "elsewhere")}
-    report = run_cli("report", uri, "--format", "md", env=other)
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert best["trial_id"] in report.stdout
-    exported = run_cli("export", uri, "--output", str(tmp_path / "exported"), env=other)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert json.loads((tmp_path / "exported" / "metrics.json").read_text())["epoch"] == best["epoch"]
-    # No credential in any object of the bucket, nor in anything printed.
-    everything = b"".join(s3.client().get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys)
-    assert s3.secret.encode() not in everything
-    assert s3.secret not in out.stdout + out.stderr + report.stdout + report.stderr
-
-
-@pytest.mark.slow
-def test_load_best_from_s3_reproduces_the_recorded_metric(
-    s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """tuner.load_best("s3://...") where the sweep never ran (an empty cache): the model
-    predicts as many validation samples right as its trial reported (counted by
-    tests/best_task.py, not by tuner)."""
-    bucket = s3.make_bucket("loadbest")
-    out = run_cli(
-        "sweep", str(DEBUG), "--output", f"s3://{bucket}/runs", "--num-samples", "2", "--max-epochs", "3",
-        "--set", f"task.data={DATA}", "--set", "task.data_args={}", "--set", "search.params.depth=1",
-        env={**s3.env(), "TUNER_CACHE_DIR": str(tmp_path / "driver")},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "reader"))
-    import tuner
-
-    summary = json.loads(s3.client().get_object(Bucket=bucket, Key="runs/debug/summary.json")["Body"].read())
-    _scores(tuner.load_best(f"s3://{bucket}/runs/debug"), summary["best"]["metrics"]["val_acc"])
