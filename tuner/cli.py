@@ -20,6 +20,7 @@ from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, refe
 from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
+from tuner.results import number
 from tuner.sweepdir import EXPORT_FILES
 
 __all__ = ["build_parser", "main", "overrides_from"]
@@ -118,7 +119,7 @@ def _print_outcome(outcome: Any) -> int:
     if s["best"]:
         b = s["best"]
         print(
-            f"\nbest: trial {b['trial_id']} {s['metric']}={b['metrics'].get(s['metric']):.4f} "
+            f"\nbest: trial {b['trial_id']} {s['metric']}={number(b['metrics'].get(s['metric']))} "
             f"(epoch {b['epoch']}) config {json.dumps(b['config'])}"
         )
     if "pareto" in s:

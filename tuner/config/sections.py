@@ -21,6 +21,7 @@ from tuner.config.command import check_command
 from tuner.config.objectives import (
     MetricField,
     ModeField,
+    check_reported,
     check_several,
     directions,
     metric_shape,
@@ -282,6 +283,8 @@ class SweepConfig(Section):
         modes = directions(self.metric, self.mode)
         self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
         check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
+        if self.task.command is None and self.task.train is None:
+            check_reported([n for n, _ in self.objectives], self.task.metrics is not None)
         if self.task.command is None:  # a script reads its parameters as it likes
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)

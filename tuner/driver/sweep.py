@@ -18,6 +18,7 @@ from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
+from tuner.config.schedule import TrackingSection
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
@@ -101,22 +102,27 @@ def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> Swee
             "name",
             f"{sweep_dir} holds a different sweep ({changed}); choose another --name or --output",
         )
-    return resume_sweep(sweep_dir, runtime)
+    return resume_sweep(sweep_dir, runtime, tracking=cfg.tracking)
 
 
-def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
+def resume_sweep(
+    sweep_dir: str, runtime: Optional[Runtime] = None, tracking: Optional[TrackingSection] = None
+) -> SweepOutcome:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
     their checkpoints in their own directories, and the searcher (rebuilt from every earlier
     result) proposes the rest, so the sweep ends with exactly its planned number of trials.
 
     Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
-    planned trial has finished.
+    planned trial has finished. `tracking`: the sweep's own, as its file gives it (with the
+    credentials sweep.yaml does not keep).
     """
     if remote.is_s3(sweep_dir):
         return _resume_stored(sweep_dir, runtime)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
+    if tracking is not None:
+        cfg.tracking = tracking
     _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
     with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
         finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
@@ -223,6 +229,11 @@ def _resumed(
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
     resources.precheck_local(cfg, runtime)
+    mlflow = cfg.tracking.mlflow
+    if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
+        from tuner.driver import mlflow_store
+
+        mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
