@@ -117,7 +117,7 @@ def resume_sweep(
     credentials sweep.yaml does not keep).
     """
     if remote.is_s3(sweep_dir):
-        return _resume_stored(sweep_dir, runtime)
+        return _resume_stored(sweep_dir, runtime, tracking)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -129,7 +129,7 @@ def resume_sweep(
         return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
 
 
-def _resume_stored(uri: str, runtime: Optional[Runtime]) -> SweepOutcome:
+def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection]) -> SweepOutcome:
     """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
     keeps a second run on this machine out); its unfinished trials continue from their newest
     checkpoints in the bucket, on whichever node they land (trial/stored.py)."""
@@ -137,6 +137,8 @@ def _resume_stored(uri: str, runtime: Optional[Runtime]) -> SweepOutcome:
     mirror = remote.Mirror(uri)
     local = mirror.pull()
     cfg = sweepdir.read_config(local)
+    if tracking is not None:
+        cfg.tracking = tracking
     _plan_left(cfg, local)  # AlreadyFinished when it is done
     with sweepdir.claim(local, new=False, command="resume") as held:
         finished, unfinished = _plan_left(cfg, local)
