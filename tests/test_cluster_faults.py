@@ -115,6 +115,17 @@ def test_driver_killed_then_the_same_command_finishes_the_sweep(ns_cluster: nscl
     summary = _assert_complete(c, bucket, "dk", raw)
     logs = [_object(c, bucket, f"runs/dk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
     assert any("resumed at epoch" in log for log in logs), "no trial continued from a checkpoint"
+    # Extended from the bucket by one trial: the others are kept as they are.
+    journals = {
+        t["trial_id"]: _object(c, bucket, f"runs/dk/{t['trial_id']}/metrics.jsonl") for t in summary["trials"]
+    }
+    more = c.run(c.head, ["python", "-m", "tuner", "extend", f"s3://{bucket}/runs/dk", "--num-samples", "1",
+                          "--address", c.gcs], timeout=600)  # fmt: skip
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    extended = json.loads(_object(c, bucket, "runs/dk/summary.json"))
+    assert extended["status"] == "completed" and len(extended["trials"]) == TRIALS + 1
+    assert all(_object(c, bucket, f"runs/dk/{t}/metrics.jsonl") == j for t, j in journals.items())
+    assert "num_samples: 5" in _object(c, bucket, "runs/dk/sweep.yaml").decode()
 
 
 def test_worker_node_killed_its_trials_continue_on_another(ns_cluster: nscluster.NsCluster) -> None:

@@ -151,7 +151,13 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
     """Add `more` trials to a sweep (finished, interrupted or ended by its budget or target):
     sweep.yaml's num_samples grows by `more`, then it runs on as `resume` does, its searcher
     rebuilt from every earlier result, unfinished trials continued from their checkpoints.
-    Grid search has nothing to add: a ConfigError."""
+    Grid search has nothing to add: a ConfigError. An s3:// sweep is extended through its
+    mirror, its new sweep.yaml uploaded."""
+    mirror = None
+    if remote.is_s3(sweep_dir):
+        remote.check_output(sweep_dir)
+        mirror = remote.Mirror(sweep_dir)
+        sweep_dir = mirror.pull()
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -171,6 +177,9 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         finished = [t for t in trials if t.finished]
         unfinished = [t for t in trials if not t.finished]
         start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
+        if mirror is not None:
+            mirror.push(*sweepdir.config_files(sweep_dir))
+            start.storage, start.sweep_dir, start.mirror = mirror.uri.rsplit("/", 1)[0], None, mirror
         return run(cfg, runtime or Runtime(), start, held)
 
 
