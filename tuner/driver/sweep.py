@@ -239,6 +239,14 @@ def _resumed(
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
+    if start.mirror is not None and cfg.resources.workers_per_trial > 1 and cfg.task.command is None:
+        # Ray Train's workers write where no upload reaches them yet (issue 29): refused
+        # before Ray starts rather than a sweep whose rank 0 fails on another node.
+        raise ConfigError(
+            "resources.workers_per_trial",
+            "DDP trials (more than one worker) with an s3:// output are not supported yet: "
+            "use one worker per trial, or a local or shared output",
+        )
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
