@@ -123,6 +123,7 @@ class _Listed:
         pass
 
 
+@pytest.mark.slow  # 372 simulated sweeps: seconds each case
 @pytest.mark.parametrize("max_epochs, grace, factor", [(150, 5, 3), (27, 1, 3), (10, 1, 2), (50, 3, 2.5)])
 def test_every_num_samples_from_8_to_100_trains_the_best_to_max_epochs(
     max_epochs: int, grace: int, factor: float
@@ -221,11 +222,12 @@ def _tune_results(trial_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (trial_dir / "result.json").open()]
 
 
-@pytest.mark.parametrize("n", [8, 100])
-def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path, n: int) -> None:
-    """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most."""
+def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path) -> None:
+    """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most, 8 trials (the same
+    for every N up to 100, with the same scheduler and searcher, is simulated above)."""
     from tuner.driver.sweep import run_sweep
 
+    n = 8
     cfg = debug_config(
         tmp_path,
         search__algorithm="bohb",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, run_cli
+from tests.conftest import DEBUG, cli, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.config.schedule import redacted, seconds
 from tuner.driver.sweep import AlreadyFinished, extend_sweep, resume_sweep, run_sweep
@@ -49,7 +49,7 @@ def test_a_webhook_url_prints_as_its_host_alone() -> None:
     ],
 )
 def test_bad_life_settings_get_one_line(flags: list[str], field: str) -> None:
-    done = run_cli("validate", str(DEBUG), *flags, timeout=60)
+    done = cli("validate", str(DEBUG), *flags)
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {field}:") and done.stderr.count("\n") == 1, done.stderr
     assert "s3cret" not in done.stderr

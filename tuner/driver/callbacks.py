@@ -13,7 +13,7 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from tuner.cluster.connect import INTERRUPTED
+from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock, number
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of

@@ -16,10 +16,10 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
-from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import resources
+from tuner.driver import resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
@@ -295,12 +295,16 @@ _LAUNCH_MODULES = (
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
-def _preload(algorithm: str) -> threading.Thread:
+def _preload(algorithm: str) -> Any:
     """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
     for Ray's processes to come up; join it before using them. What `ray.init` imports is
     imported first, here: two threads importing the same package's circular imports at once
     could see each other's half-made modules. An import that fails in the thread fails
-    again where it is used, with its own error."""
+    again where it is used, with its own error. On a Ray whose imports were not checked
+    (_ray_internals.imports_beside_init) nothing is preloaded: the launch imports what it
+    needs itself, in order, after `ray.init`."""
+    if not _ray_internals.imports_beside_init():
+        return _NothingPreloaded()
     _ray_internals.import_for_init()
 
     def imports() -> None:
@@ -313,6 +317,10 @@ def _preload(algorithm: str) -> threading.Thread:
     thread = threading.Thread(target=imports, name="tuner-preload", daemon=True)
     thread.start()
     return thread
+
+
+class _NothingPreloaded:
+    def join(self) -> None: ...
 
 
 class _disk_full_stops:
@@ -371,7 +379,7 @@ def _launch(
         hparam_domains,
     )
     from tuner.driver.failfast import FailFast
-    from tuner.driver.limits import Budgeted, SweepLimits
+    from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
     from tuner.trial.runner import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
@@ -402,7 +410,8 @@ def _launch(
     fail_fast = FailFast.wanted(cfg.failure.fail_fast)
     if fail_fast is not None:
         callbacks.append(fail_fast)
-    stoppers = [s for s in (limits, fail_fast) if s is not None]
+    # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
+    stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
@@ -441,7 +450,7 @@ def _launch(
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
             ),
-            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else next(iter(stoppers), None),
+            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else stoppers[0],
             verbose=2 if verbose else 0,
         ),
     )
@@ -451,8 +460,7 @@ def _launch(
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
-    INTERRUPTED.clear()
-    with sigterm_as_sigint():
+    with stopping.user_stops():
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:
         return FAILED
