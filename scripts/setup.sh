@@ -17,8 +17,9 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-# shellcheck disable=SC1091
-. "$VENV/bin/activate"
+# The venv's own interpreter, never its bin/activate: a venv copied from another checkout
+# has an activate that points back at the original, and pip would install into that one.
+python() { "$VENV/bin/python" "$@"; }
 pip() { python -m pip --disable-pip-version-check "$@"; }
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }

@@ -31,6 +31,42 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory):
+    """A real S3-compatible server (moto's) on loopback that checks credentials; its `env()`
+    is what a client needs (AWS_ENDPOINT_URL and a key)."""
+    from tests import s3server
+
+    server = s3server.start("127.0.0.1", tmp_path_factory.mktemp("s3") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ns_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A Ray head and one worker node (1 CPU each), each a separate "machine": network, mount,
+    PID and UTS namespaces of its own (tests/nscluster.py), token authentication on, with an
+    S3 server (moto) on the host that the nodes reach (`cluster.s3`; its variables are in the
+    nodes' environment). Skips, saying why, where namespaces cannot be made."""
+    from tests import s3server
+    from tests.nscluster import NsCluster, Unavailable
+
+    cluster = NsCluster(workers=1, cpus=1, base=tmp_path_factory.mktemp("nscluster"))
+
+    def storage(c: NsCluster) -> dict[str, str]:
+        assert c.base is not None
+        c.s3 = s3server.start(c.host_ip, c.base / "moto.log")
+        c.on_stop.append(c.s3.stop)
+        return c.s3.env()
+
+    try:
+        cluster.start(setup=storage)
+    except Unavailable as why:
+        pytest.skip(f"no namespaced cluster here: {why}")
+    yield cluster
+    cluster.stop()
+
+
 def assert_resources_returned(within_s: float = 10.0) -> None:
     """Every CPU and GPU of the test's Ray is free again (its view lags a little)."""
     import ray

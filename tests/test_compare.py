@@ -52,7 +52,7 @@ def test_a_comparison_report_shows_each_sweep_as_its_summary_says(two, tmp_path:
     for s in two:
         best = s.summary["best"]
         # Each sweep's best as its own summary.json has it, in the overview and its leaderboard.
-        assert f"best val_acc {best['metrics']['val_acc']:.4f}" in written.markdown
+        assert f"best val_acc {best['metrics']['val_acc']:.5g}" in written.markdown
         assert best["trial_id"] in written.markdown
     assert "| search.seed | 0 | 1 |" in written.markdown  # the setting that differs, side by side
     lines = written.markdown.splitlines()

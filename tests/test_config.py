@@ -67,6 +67,8 @@ BAD_FILES = [
     ("epochs-not-int", _set("schedule.max_epochs", "ten"), "schedule.max_epochs", "integer"),
     ("grace-over-max", _set("schedule.grace_epochs", 9), "schedule.grace_epochs", "max_epochs"),
     ("zero-samples", _set("search.num_samples", 0), "search.num_samples", "greater than or equal to 1"),
+    # A URI output trained every trial, then found no record (issue 26): refused until it works.
+    ("uri-output", _set("output", "s3://bucket/runs"), "output", "not supported yet"),
     (
         "loguniform-low-zero",
         _set("search.params.lr", {"type": "loguniform", "low": 0, "high": 1}),
@@ -226,6 +228,13 @@ BAD_FILES = [
     ("name-dotdot", _set("name", ".."), "name", "not a directory of its own"),
     ("name-dot", _set("name", "."), "name", "not a directory of its own"),
     ("name-too-long", _set("name", "n" * 256), "name", "at most 255"),
+    # Issue 26: a metric tuner's loop never reports ended every trial, one after the other.
+    (
+        "metric-the-loop-never-reports",
+        lambda raw: (_set("metric", "val_accuracy")(raw), _set("mode", "max")(raw)),
+        "metric",
+        "tuner's loop never reports 'val_accuracy'",
+    ),
 ]
 
 
@@ -235,6 +244,21 @@ def test_bad_file_names_the_field(case: str, edit: Callable, path: str, words: s
         parse_sweep(_edit(edit))
     assert err.value.path == path, str(err.value)
     assert words.lower() in err.value.message.lower(), str(err.value)
+
+
+def test_a_metric_the_loop_never_reports_is_one_line_at_validate() -> None:
+    out = run_cli("validate", str(SPACES / "debug.yaml"), "--set", "metric=accuracy", "--set", "mode=max")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("error: metric: tuner's loop never reports 'accuracy'"), out.stderr
+    # What a metrics hook reports (val_<name>) is its own to name: regression.yaml's val_mse.
+    hooked = run_cli(
+        "validate", str(SPACES / "regression.yaml"), "--set", "metric=val_r2", "--set", "mode=max"
+    )
+    assert hooked.returncode == 0, hooked.stderr
+    assert (
+        parse_sweep(_edit(lambda r: (_set("metric", "num_params")(r), r.pop("mode")))).objective
+        == "num_params"
+    )
 
 
 def test_at_least_twenty_malformed_cases() -> None:

@@ -209,6 +209,11 @@ def test_a_webhook_gets_the_outcome_and_its_secret_is_never_printed(tmp_path: Pa
         assert note["counts"] == summary["counts"] and note["trials"] == 2
         for secret in ("s3cret", "T0KEN", "QQ"):
             assert secret not in done.stdout + done.stderr
+        # The sweep directory keeps the webhook's address, not its credentials (issue 26).
+        stored = (tmp_path / "debug" / "sweep.yaml").read_text()
+        assert f"webhook: http://127.0.0.1:{port}/hook/T0KEN?key=QQ" in stored
+        assert "s3cret" not in stored and "hookuser" not in stored
+        assert "notify.webhook: the sweep directory keeps its URL without the user:password" in done.stderr
         # A webhook that fails: a warning naming only its host, and the sweep's own exit code.
         _Hook.answer = 500
         again = run_cli(

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tuner.config import TrainingSection
+from tuner.config.objectives import LOOP_METRICS
 from tuner.sweepdir import read_metrics
 from tuner.trial.checkpoint import DirCheckpoints
 from tuner.trial.loop import run_trial
@@ -47,6 +48,10 @@ def test_digits_mlp_learns_and_reports_every_metric(tmp_path: Path) -> None:
     assert DirCheckpoints(str(tmp_path)).latest_epoch() == 3
     assert [r["epoch"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]  # the trial's journal
     assert list(tmp_path.glob("events.out.tfevents.*")), "rank 0 writes TensorBoard scalars"
+    # What validate lets `metric` name (LOOP_METRICS, val_acc) is what the loop reports.
+    reported = {k for k in last if k != "epoch"}
+    assert reported - {"val_acc"} <= set(LOOP_METRICS), reported - set(LOOP_METRICS)
+    assert {k for k in LOOP_METRICS if not k.startswith("gpu_")} <= reported
 
 
 def _weights(tmp: Path) -> dict[str, torch.Tensor]:

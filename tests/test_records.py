@@ -78,6 +78,13 @@ def test_resume_continues_trials_with_a_damaged_record_or_newest_checkpoint(tmp_
         assert [r["epoch"] for r in read_metrics(str(d))] == list(range(1, EPOCHS + 1))
 
 
+def test_an_older_summary_with_bare_nan_still_reads(tmp_path: Path) -> None:
+    # summary.json files written before issue 26 hold bare NaN/Infinity: still read.
+    (tmp_path / "summary.json").write_text('{"status": "completed", "best": null, "x": [NaN, -Infinity]}')
+    summary = read_summary(str(tmp_path))
+    assert summary is not None and summary["status"] == "completed" and summary["x"][1] == float("-inf")
+
+
 def test_records_of_the_wrong_shape_are_read_around(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Valid JSON of the wrong type in tuner_trial.json or metrics.jsonl: no traceback."""
     good, odd, stray = tmp_path / "good", tmp_path / "odd", tmp_path / "stray"

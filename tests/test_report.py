@@ -56,6 +56,19 @@ def test_the_sweep_has_every_ending(sweep) -> None:
     assert sweep.exit_code == 1  # a trial crashed
 
 
+def _not_json(token: str) -> None:
+    raise ValueError(f"{token} is not JSON")
+
+
+def test_summary_json_is_strict_json_with_diverged_trials(sweep) -> None:
+    # Issue 26: Python wrote a diverged trial's NaN/-inf as bare NaN/-Infinity, which strict
+    # parsers (JavaScript's JSON.parse, jq, Go) refuse. They are strings now.
+    text = (Path(sweep.sweep_dir) / "summary.json").read_text()
+    summary = json.loads(text, parse_constant=_not_json)
+    diverged = [t for t in summary["trials"] if t["failure"] == "diverged"]
+    assert diverged and all(t["last_metrics"]["val_acc"] == "-Infinity" for t in diverged), diverged
+
+
 def test_leaderboard_and_best_match_summary_json(sweep, report) -> None:
     out, md = report
     summary = json.loads((Path(sweep.sweep_dir) / "summary.json").read_text())
@@ -64,14 +77,14 @@ def test_leaderboard_and_best_match_summary_json(sweep, report) -> None:
     rows = table(md, "Leaderboard")
     assert [r["trial"] for r in rows] == [t["trial_id"] for t in expected]
     for row, t in zip(rows, expected, strict=True):
-        assert row["val_acc"] == f"{t['best_value']:.4f}"
+        assert row["val_acc"] == f"{t['best_value']:.5g}"  # 5 significant digits (issue 26)
         assert (row["best epoch"], row["epochs"]) == (str(t["best_epoch"]), str(t["epochs"]))
         assert row["status"] == ("stopped early" if t["stopped_early"] else "completed")
         assert {k: row[k] for k in ("lr", "width")} == {k: _short(t["config"][k]) for k in ("lr", "width")}
     best = summary["best"]
     assert rows[0]["trial"] == best["trial_id"]
     assert (
-        f"Trial {best['trial_id']}: val_acc {best['metrics']['val_acc']:.4f} at epoch {best['epoch']}" in md
+        f"Trial {best['trial_id']}: val_acc {best['metrics']['val_acc']:.5g} at epoch {best['epoch']}" in md
     )
     assert "fANOVA" in md and set(r["parameter"] for r in table(md, "Hyperparameter importance")) == {
         "lr",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,72 @@ def test_every_trial_is_a_run_under_the_sweep_s_run(tmp_path: Path) -> None:
 def test_tracking_without_a_uri_is_one_line(tmp_path: Path) -> None:
     done = run_cli("validate", str(DEBUG), "--set", "tracking.mlflow={experiment: x}", timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("error: tracking.mlflow.uri:"), done.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the test uses it
+
+
+@pytest.mark.parametrize("store", ["http", "sqlite"])
+def test_an_unreachable_store_is_one_line_before_ray_starts(tmp_path: Path, store: str) -> None:
+    pytest.importorskip("mlflow", reason=NO_MLFLOW)
+    uri = {
+        "http": f"http://127.0.0.1:{_closed_port()}",  # nothing listens there
+        "sqlite": f"sqlite:///{tmp_path}/mlflow.db",  # a file that is no database
+    }[store]
+    (tmp_path / "mlflow.db").write_text("runs: see my notes\n")
+    began = time.monotonic()
+    done = run_cli(
+        "sweep", str(DEBUG), "--output", str(tmp_path), "--set", f"tracking.mlflow.uri={uri}", timeout=150
+    )
+    took = time.monotonic() - began
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: tracking.mlflow.uri: the MLflow store does not answer: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert ("Connection refused" if store == "http" else "file is not a database") in done.stderr
+    assert "[tuner] debug:" not in done.stdout  # Ray never started, nothing ran
+    assert not (tmp_path / "debug").exists()
+    assert took < 60, f"{took:.0f} s to refuse it"
+
+
+@pytest.mark.slow
+def test_a_store_that_fails_mid_sweep_is_one_warning_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason=NO_MLFLOW)
+    db = tmp_path / "mlflow.db"
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(DEBUG.read_text() + f"tracking:\n  mlflow:\n    uri: sqlite:///{db}\n")
+    broken = threading.Event()
+
+    def break_the_store_once_an_epoch_is_logged() -> None:
+        # (Not by reading the database: a reader's lock can fail MLflow's own writes.)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if any(len(read_metrics(str(d))) >= 2 for d in (tmp_path / "debug").glob("*/")):
+                break
+            time.sleep(0.2)
+        with open(db, "r+b") as f:  # the database's header and first pages overwritten
+            f.write(b"this is not a database any more" * 2000)
+        broken.set()
+
+    watcher = threading.Thread(target=break_the_store_once_an_epoch_is_logged, daemon=True)
+    watcher.start()
+    done = run_cli(
+        "sweep",
+        str(cfg),
+        "--output",
+        str(tmp_path),
+        "--max-epochs",
+        "6",
+        "--set",
+        "schedule.early_stopping=false",
+    )
+    watcher.join(5)
+    assert broken.is_set(), "the store was never broken (no epoch logged)\n" + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    warnings = [ln for ln in done.stderr.splitlines() if "tracking.mlflow" in ln]
+    assert len(warnings) == 1 and "the sweep goes on" in warnings[0], done.stderr
+    assert "Traceback" not in done.stderr
+    summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["counts"] == {"completed": 4}

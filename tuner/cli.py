@@ -17,9 +17,10 @@ from typing import Any, Optional
 from tuner.cluster import local, submit
 from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
-from tuner.config.flags import add_overrides, overrides_from
+from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
+from tuner.results import number
 from tuner.sweepdir import EXPORT_FILES
 
 __all__ = ["build_parser", "main", "overrides_from"]
@@ -48,12 +49,17 @@ def _objectives(cfg: SweepConfig) -> str:
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = _load(args)
     from tuner.driver.notify import Notifying
-    from tuner.driver.sweep import locate, run_sweep
+    from tuner.driver.sweep import AlreadyFinished, locate, run_sweep, sweep_or_resume
 
     where = locate(cfg.output, cfg.name)[1] or cfg.output
-    with Notifying(cfg.notify.webhook, cfg.name, where) as note, _resume_hint_on_interrupt(where):
-        outcome = run_sweep(cfg, runtime_from(args))
-        note.done(outcome.summary)
+    go = sweep_or_resume if args.resume_if_exists else run_sweep
+    try:
+        with Notifying(cfg.notify.webhook, cfg.name, where) as note, _resume_hint_on_interrupt(where):
+            outcome = go(cfg, runtime_from(args))
+            note.done(outcome.summary)
+    except AlreadyFinished as done:  # (--resume-if-exists: a job run again after it succeeded)
+        print(done)
+        return ExitCode.OK
     return _print_outcome(outcome)
 
 
@@ -110,7 +116,7 @@ def _print_outcome(outcome: Any) -> int:
     if s["best"]:
         b = s["best"]
         print(
-            f"\nbest: trial {b['trial_id']} {s['metric']}={b['metrics'].get(s['metric']):.4f} "
+            f"\nbest: trial {b['trial_id']} {s['metric']}={number(b['metrics'].get(s['metric']))} "
             f"(epoch {b['epoch']}) config {json.dumps(b['config'])}"
         )
     if "pareto" in s:
@@ -193,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_overrides(p)
     add_runtime_flags(p)
+    add_resume_flag(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")

@@ -271,7 +271,7 @@ def leaderboard(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]
         rows.append(
             (
                 r.trial_id,
-                *(_value(r.best_metrics.get(n)) for n in names),
+                *(number(r.best_metrics.get(n)) for n in names),
                 f"{r.best_epoch}/{r.epochs}",
                 r.outcome.value,
                 *(["*" if r.trial_id in front else ""] if several else []),
@@ -288,16 +288,22 @@ def leaderboard(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]
     return "\n".join(lines + ([f"(and {left} more on the Pareto front: summary.json)"] if left else []))
 
 
-def _value(v: Any) -> str:
-    """An objective's value in the table: integers whole, the rest to 4 decimals."""
+METRIC_DIGITS = 5  # significant digits of a metric wherever tuner shows one
+
+
+def number(v: Any, digits: int = METRIC_DIGITS) -> str:
+    """A metric's value as tuner shows it (the live status line, the CLI's table and best line,
+    the report, compare): integers whole, other numbers to `digits` significant digits, so
+    7.59e-05 and 9.27e-05 stay apart (4 fixed decimals showed 0.0001 for both); "-" for a
+    missing, NaN or infinite value."""
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
-    return f"{v:.4f}" if finite(v) else "-"
+    return f"{v:.{digits}g}" if finite(v) else "-"
 
 
 def short(v: Any) -> str:
-    """A value as a leaderboard shows it (floats to 4 significant digits)."""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    """A value as a leaderboard shows it (numbers to 4 significant digits)."""
+    return number(v, 4) if isinstance(v, float) else str(v)
 
 
 def clock(seconds: float) -> str:

@@ -32,7 +32,7 @@ import yaml
 from tuner.cluster import join as cluster
 from tuner.cluster.connect import add_runtime_flags
 from tuner.config import ConfigError, load_sweep
-from tuner.config.flags import add_overrides, overrides_from
+from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.errors import ExitCode
 from tuner.sweepdir import refuse_existing
 
@@ -124,9 +124,10 @@ def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
     parser = argparse.ArgumentParser(prog="python -m tuner submit SWEEP.yaml ... --")
     add_overrides(parser)
     add_runtime_flags(parser)
+    add_resume_flag(parser)
     args = parser.parse_args([sweep, *tuner_args])
     cfg = load_sweep(args.file, overrides_from(args))
-    if "://" not in cfg.output:  # relative: to the working directory, as in the job
+    if "://" not in cfg.output and not args.resume_if_exists:  # relative: to the working directory
         refuse_existing(str(working_dir / os.path.expanduser(cfg.output) / cfg.name))
 
 

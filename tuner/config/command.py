@@ -24,6 +24,13 @@ def check_command(
     """Refuse a command whose placeholders and search.params do not meet one to one (unless
     env_params says how the rest reach it), and settings only tuner's own loop honours."""
     assert task.command is not None
+    for name in params:
+        if name in BUILTINS:  # it would replace what tuner fills in, in every trial
+            raise ConfigError(
+                f"search.params.{name}",
+                f"is the name of a placeholder tuner fills ({{{name}}}: {BUILTINS[name]}); "
+                "give the parameter another name",
+            )
     used = placeholders(task.command)
     for name in used:
         if name not in params and name not in BUILTINS:

@@ -42,6 +42,17 @@ def add_overrides(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_resume_flag(p: argparse.ArgumentParser) -> None:
+    """`sweep --resume-if-exists`, the entrypoint of a job that may be retried (`submit` checks it too)."""
+    p.add_argument(
+        "--resume-if-exists",
+        action="store_true",
+        help="if <output>/<name> already holds this sweep (the same file and flags), continue it as "
+        "`resume` does (a finished one: nothing to do, exit 0); a different sweep there is refused. "
+        "For jobs that may run again: a retried RayJob, a requeued batch job",
+    )
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     """Dotted field -> value, from the flags given (later --set wins)."""
     out = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}

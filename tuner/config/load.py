@@ -12,8 +12,9 @@ from pydantic import ValidationError
 
 import tuner.config.yamlfile as yamlfile
 from tuner.config.functions import code_dirs, importing_from
+from tuner.config.schedule import without_credentials
 from tuner.config.sections import SweepConfig
-from tuner.errors import ConfigError, validation_message
+from tuner.errors import ConfigError, validation_message, warn
 from tuner.space import KINDS, Fixed
 
 
@@ -95,14 +96,38 @@ def _path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def to_yaml(cfg: SweepConfig) -> str:
-    """The resolved config as YAML (what a trial really ran with)."""
+# URLs whose user:password a sweep directory never keeps (it is copied, shared, uploaded).
+CREDENTIAL_FIELDS = {
+    "notify.webhook": "resume and extend take them again from --notify URL",
+    "tracking.mlflow.uri": "resume and extend need them from the environment "
+    "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or the database's own)",
+}
+
+
+def to_yaml(cfg: SweepConfig, credentials: bool = False) -> str:
+    """The resolved config as YAML (what a trial really ran with); URLs without their
+    user:password unless `credentials`."""
     data = cfg.model_dump(mode="json", exclude_none=False)
+    if not credentials:
+        _drop_credentials(data)
     data["search"]["params"] = {
         k: (p.value if isinstance(p, Fixed) else _param_yaml(p.model_dump(mode="json", exclude_none=True)))
         for k, p in cfg.search.params.items()
     }
     return yamlfile.dump(data)
+
+
+def _drop_credentials(data: dict[str, Any]) -> None:
+    for dotted, how in CREDENTIAL_FIELDS.items():
+        *path, key = dotted.split(".")
+        node: Any = data
+        for k in path:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            kept = without_credentials(node[key])
+            if kept != node[key]:
+                node[key] = kept
+                warn(f"{dotted}: the sweep directory keeps its URL without the user:password; {how}")
 
 
 def _param_yaml(data: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +144,7 @@ def settled(cfg: SweepConfig) -> tuple[SweepConfig, str]:
     default once came back as 0.0 and matched no started trial).
     """
     text = to_yaml(cfg)
-    with importing_from(cfg.code_dirs):
-        back = parse_sweep(yamlfile.load(text))
+    with importing_from(cfg.code_dirs):  # (this run still has the credentials the file lacks)
+        back = parse_sweep(yamlfile.load(to_yaml(cfg, credentials=True)))
     back.code_dirs = cfg.code_dirs
     return back, text

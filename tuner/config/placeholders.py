@@ -12,8 +12,13 @@ import shlex
 import string
 from typing import Any, Union
 
-# Placeholders every command may use besides the parameters of search.params.
-BUILTINS = ("max_epochs", "trial_dir", "trial_id")
+# Placeholders every command may use besides the parameters of search.params (no parameter
+# may take their names), and what they are.
+BUILTINS = {
+    "max_epochs": "schedule.max_epochs",
+    "trial_dir": "the trial's directory",
+    "trial_id": "the trial's id",
+}
 Template = Union[str, list[str]]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from typing import Any, Optional, Union
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -127,6 +127,15 @@ def redacted(url: str) -> str:
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname}{port}/..."
+
+
+def without_credentials(url: str) -> str:
+    """`url` without the user:password part, as a file may keep it (the path and query stay:
+    the address cannot work without them)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class MLflowSection(Section):

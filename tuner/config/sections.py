@@ -21,6 +21,7 @@ from tuner.config.command import check_command
 from tuner.config.objectives import (
     MetricField,
     ModeField,
+    check_reported,
     check_several,
     directions,
     metric_shape,
@@ -244,7 +245,11 @@ class SweepConfig(Section):
     failure: FailureSection = Field(default_factory=FailureSection)
     notify: NotifySection = Field(default_factory=NotifySection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
-    output: str = Field("runs", description="Directory (or storage URI) under which <name>/ is written.")
+    output: str = Field(
+        "runs",
+        description="Directory under which <name>/ is written: a local path, or a path every "
+        "node of a cluster mounts (NFS). Storage URIs (s3://...) are not supported yet.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -266,6 +271,19 @@ class SweepConfig(Section):
     def _objective_shape(cls, value: Any, info: ValidationInfo) -> Any:
         return metric_shape(value) if info.field_name == "metric" else mode_shape(value)
 
+    @field_validator("output")
+    @classmethod
+    def _a_directory(cls, value: str) -> str:
+        # Trials in URI storage trained, then the driver found none of their records: refused
+        # until object storage is first-class, rather than a sweep that reports nothing.
+        if "://" in value:
+            raise ConfigError(
+                "output",
+                f"storage URIs are not supported yet ({value.split('://')[0]}://...): use a local "
+                "directory, or one every node mounts",
+            )
+        return value
+
     @field_validator("name")
     @classmethod
     def _one_directory(cls, value: str) -> str:
@@ -285,6 +303,8 @@ class SweepConfig(Section):
         modes = directions(self.metric, self.mode)
         self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
         check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
+        if self.task.command is None and self.task.train is None:
+            check_reported([n for n, _ in self.objectives], self.task.metrics is not None)
         if self.task.command is None:  # a script reads its parameters as it likes
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)

@@ -15,7 +15,7 @@ from ray.tune import Callback
 
 from tuner.cluster.connect import INTERRUPTED
 from tuner.errors import DiskFull
-from tuner.results import clock
+from tuner.results import clock, number
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
@@ -248,10 +248,9 @@ class Progress(Callback):
                 self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} {last['failure']}: {detail}\n")
             return
         value = last.get(self.metric)
-        shown = f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "-"
         note = last.get("failure") or how
         self.stream.write(
-            f"[tuner] trial {trial.trial_id} {note}: {self.metric} {shown} at epoch "
+            f"[tuner] trial {trial.trial_id} {note}: {self.metric} {number(value)} at epoch "
             f"{last.get('epoch', 0)} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()
@@ -281,7 +280,7 @@ class Progress(Callback):
         if self.failed:
             parts.append(f"{len(self.failed)} failed")
         if self.best:
-            parts.append(f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})")
+            parts.append(f"best {self.metric} {number(self.best[0])} ({self.best[1]})")
         elapsed = time.monotonic() - self.t0
         parts.append(clock(elapsed))
         done_here = done - self.done_before

@@ -17,13 +17,14 @@ from typing import Any, Optional
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
-from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled
+from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
+from tuner.config.schedule import TrackingSection
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
 from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.sweepdir import full_config, remove_temporaries
+from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
 @dataclass
@@ -72,17 +73,45 @@ def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutco
         return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
 
 
-def resume_sweep(sweep_dir: str, runtime: Optional[Runtime] = None) -> SweepOutcome:
+def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
+    """`sweep --resume-if-exists`, the command a retried job (a RayJob, a requeued batch job)
+    runs again: the sweep, new; or, when its directory already holds the same sweep (sweep.yaml
+    equal to the file and flags given, wherever the output was named from), continued as
+    `resume` continues it. A directory holding a different sweep is refused (ConfigError, that
+    names the first field that differs); a finished one raises AlreadyFinished."""
+    sweep_dir = locate(cfg.output, cfg.name)[1]
+    if sweep_dir is None:
+        raise ConfigError("--resume-if-exists", "needs a local output directory for now, not a storage URI")
+    if not sweepdir.holds_sweep(sweep_dir):
+        return run_sweep(cfg, runtime)
+    sweepdir.refuse_if_held(sweep_dir, "name")
+    ours = yamlfile.load(to_yaml(settled(cfg)[0]))  # both read back from YAML, the same way
+    theirs = yamlfile.load(to_yaml(sweepdir.read_config(sweep_dir)))
+    changed = sweepdir.difference(theirs, ours)
+    if changed:
+        raise ConfigError(
+            "name",
+            f"{sweep_dir} holds a different sweep ({changed}); choose another --name or --output",
+        )
+    return resume_sweep(sweep_dir, runtime, tracking=cfg.tracking)
+
+
+def resume_sweep(
+    sweep_dir: str, runtime: Optional[Runtime] = None, tracking: Optional[TrackingSection] = None
+) -> SweepOutcome:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
     their checkpoints in their own directories, and the searcher (rebuilt from every earlier
     result) proposes the rest, so the sweep ends with exactly its planned number of trials.
 
     Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
-    planned trial has finished.
+    planned trial has finished. `tracking`: the sweep's own, as its file gives it (with the
+    credentials sweep.yaml does not keep).
     """
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
+    if tracking is not None:
+        cfg.tracking = tracking
     _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
     with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
         finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
@@ -172,8 +201,15 @@ def _resumed(
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
+    if start.sweep_dir is None:  # object storage: reachable, the bucket there, our credentials taken
+        remote.check_output(start.storage)
     resources.precheck_local(cfg, runtime)
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
+    mlflow = cfg.tracking.mlflow
+    if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
+        from tuner.driver import mlflow_store
+
+        mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only

@@ -5,20 +5,31 @@ A Tune callback in the driver: a parent run per sweep (its id kept in the sweep 
 configuration, per-epoch metrics with the epoch as step, FINISHED or FAILED at the end, the
 trial's outcome as a tag). A resumed trial goes on in its earlier child run. Imports mlflow
 and Ray: loaded only when a sweep that asks for it runs.
+
+Tracking never ends a sweep: the store was checked before Ray started (mlflow_store.check),
+and when it fails later, the first failure is a warning, and the rest of this run is not
+logged to MLflow (each call would wait on the store again); the sweep's own files have it all.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
+from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_dir
+from tuner.driver.mlflow_store import brief, one_line
+from tuner.errors import warn
 from tuner.sweepdir.files import finite, write_atomic
+
+F = TypeVar("F", bound=Callable[..., None])
 
 PARENT_FILE = ".mlflow_run"  # in the sweep directory: the parent run's id
 TRIAL_TAG, SWEEP_TAG, PARENT_TAG = "tuner.trial", "tuner.sweep_dir", "mlflow.parentRunId"
@@ -29,11 +40,40 @@ _TUNE_KEYS = {
 }  # fmt: skip
 
 
+def _best_effort(hook: F) -> F:
+    """A callback hook that never raises into Tune (which would end the sweep): the store's
+    first failure is a warning and tracking stops for this run."""
+
+    @functools.wraps(hook)
+    def guarded(self: MLflowTracking, *args: Any, **kwargs: Any) -> None:
+        if self.failed:
+            return
+        try:
+            with brief():
+                hook(self, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the store's failure is never the sweep's
+            self.failed = True
+            warn(
+                f"tracking.mlflow: the MLflow store ({_where(self.uri)}) failed: {one_line(err)}; "
+                "the sweep goes on, no longer logged to MLflow (its own files have every result)"
+            )
+
+    return guarded  # type: ignore[return-value]
+
+
+def _where(uri: str) -> str:
+    """The store as a warning may name it: a server's scheme and host (its URL may carry
+    credentials), a database's scheme."""
+    return redacted(uri) if uri.startswith(("http://", "https://")) else uri.partition(":")[0]
+
+
 class MLflowTracking(Callback):
     def __init__(self, uri: str, experiment: str, sweep_name: str, sweep_dir: str):
         self.uri, self.experiment, self.sweep_name, self.sweep_dir = uri, experiment, sweep_name, sweep_dir
         self.runs: dict[str, str] = {}  # Tune trial id -> MLflow run id
+        self.failed = False
 
+    @_best_effort
     def setup(self, **info: Any) -> None:
         self.client = MlflowClient(tracking_uri=self.uri)
         found = self.client.get_experiment_by_name(self.experiment)
@@ -75,9 +115,11 @@ class MLflowTracking(Callback):
         self.runs[trial.trial_id] = run_id
         return run_id
 
+    @_best_effort
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._child(trial, _name(trial))
 
+    @_best_effort
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         run_id = self._child(trial, _name(trial))
         step = int(result.get("epoch") or result.get("training_iteration") or 0)
@@ -88,9 +130,11 @@ class MLflowTracking(Callback):
         if metrics or tags:
             self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
+    @_best_effort
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(trial, "FAILED" if (trial.last_result or {}).get("failure") else "FINISHED")
 
+    @_best_effort
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(trial, "FAILED")
 
@@ -99,6 +143,7 @@ class MLflowTracking(Callback):
         if run_id is not None:  # (a trial removed before it started has no run)
             self.client.set_terminated(run_id, status=status)
 
+    @_best_effort
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         # Trials Tune tore down on Ctrl-C never completed: their runs (and the sweep's) are
         # KILLED, to be continued by `tuner resume`.

@@ -176,6 +176,36 @@ def refuse_existing(path: str) -> None:
         )
 
 
+def holds_sweep(path: str) -> bool:
+    """Whether `path` holds a sweep (its sweep.yaml), started or finished."""
+    return os.path.isfile(os.path.join(path, CONFIG_FILE))
+
+
+# Where a sweep lives, not what it is: the same sweep may be found from another working
+# directory (a relative output), or in a directory renamed since.
+_PLACE = ("output", "name")
+
+
+def difference(there: dict, here: dict) -> Optional[str]:
+    """The first field (dotted) in which two sweep configs differ, as "field: A there, B here";
+    None when they are the same sweep. Both are sweep.yaml data, read back the same way."""
+    there = {k: v for k, v in there.items() if k not in _PLACE}
+    here = {k: v for k, v in here.items() if k not in _PLACE}
+    return _first_difference(there, here, "")
+
+
+def _first_difference(a: object, b: object, at: str) -> Optional[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            found = _first_difference(a.get(key), b.get(key), f"{at}.{key}" if at else str(key))
+            if found:
+                return found
+        return None
+    if a == b:
+        return None
+    return f"{at}: {json.dumps(a, default=str)} there, {json.dumps(b, default=str)} here"
+
+
 def _remove_unstarted(path: str) -> None:
     try:
         os.remove(os.path.join(path, LOCK_FILE))

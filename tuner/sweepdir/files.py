@@ -180,9 +180,23 @@ def recorded_code_dirs(sweep_dir: str) -> list[str]:
 
 
 def write_summary(sweep_dir: str, summary: dict[str, Any]) -> str:
+    """summary.json as strict JSON, which every parser reads (a failed trial's -inf and NaN
+    metrics are written as the strings "-Infinity" and "NaN": Python's bare tokens are no JSON)."""
     path = os.path.join(sweep_dir, SUMMARY_FILE)
-    write_atomic(path, json.dumps(summary, indent=2, default=str))
+    write_atomic(path, json.dumps(strict(summary), indent=2, default=str, allow_nan=False))
     return path
+
+
+def strict(value: Any) -> Any:
+    """`value` with every NaN or infinite float as a string ("NaN", "Infinity", "-Infinity"),
+    which readers take as they took the numbers: not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
 
 
 def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:

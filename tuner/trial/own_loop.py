@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import torch
 
+from tuner.trial.console import as_started
 from tuner.trial.context import TrainContext, TrialEnded
 from tuner.trial.data import import_object
 from tuner.trial.harness import Frame, Progress, failed, guarded
@@ -27,8 +28,14 @@ from tuner.trial.spec import TrialSpec
 
 
 def run_own_loop(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
-    """Run the user's training function as this trial; returns the last metrics it reported."""
-    return guarded(hp, spec, session, lambda frame: _run(hp, frame))
+    """Run the user's training function as this trial; returns the last metrics it reported.
+    It runs in the directory the sweep was started from, its output copied into trial.log."""
+    return guarded(hp, spec, session, lambda frame: _in_start_dir(hp, frame))
+
+
+def _in_start_dir(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
+    with as_started(f.spec.start_dir, f.log if f.session.is_main else None):
+        return _run(hp, f)
 
 
 def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:

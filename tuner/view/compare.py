@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from tuner.config import ConfigError
-from tuner.results import TrialRecord, finite, ranked, short
+from tuner.results import TrialRecord, finite, number, ranked, short
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Heading, Image, Table, Text
@@ -96,7 +96,7 @@ def _overview(sweeps: list[SweepData], names: list[str]) -> str:
     parts = []
     for n, s in zip(names, sweeps, strict=True):
         top = ranked(s.records, s.mode)
-        best = f"best {s.metric} {top[0].best_value:.4f}" if top else "no result yet"
+        best = f"best {s.metric} {number(top[0].best_value)}" if top else "no result yet"
         epochs = sum(t.epochs for t in s.records)
         parts.append(
             f"{n}: {s.cfg.search.algorithm}, {len(s.records)} trials, {epochs} epochs, {best} ({s.state})"
@@ -107,7 +107,7 @@ def _overview(sweeps: list[SweepData], names: list[str]) -> str:
 def _head(name: str, data: SweepData) -> list[Block]:
     keys = list(data.searched())
     rows = [
-        [str(i), r.trial_id, f"{r.best_value:.4f}", str(r.best_epoch), *map(short, map(r.config.get, keys))]
+        [str(i), r.trial_id, number(r.best_value), str(r.best_epoch), *map(short, map(r.config.get, keys))]
         for i, r in enumerate(ranked(data.records, data.mode)[:HEAD_ROWS], 1)
     ]
     headers = ["#", "trial", data.metric, "best epoch", *keys]

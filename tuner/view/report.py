@@ -20,6 +20,7 @@ from tuner.results import (
     config_label,
     counts,
     finite,
+    number,
     objective_values,
     pareto,
     ranked,
@@ -114,7 +115,7 @@ def _pareto(data: SweepData, path: str) -> list[Block]:
         path,
     )
     rows = [
-        [r.trial_id, *(short(r.best_metrics[n]) for n in names), str(r.best_epoch), config_label(r.config)]
+        [r.trial_id, *(number(r.best_metrics[n]) for n in names), str(r.best_epoch), config_label(r.config)]
         for r in front
     ]
     note = (
@@ -137,14 +138,14 @@ def _best(data: SweepData) -> list[Block]:
     b = top[0]
     config = ", ".join(f"{k}={short(v)}" for k, v in b.config.items())
     others = ", ".join(
-        f"{k} {v:.4g}"
+        f"{k} {number(v)}"
         for k, v in b.best_metrics.items()
         if k != data.metric and (k.startswith("val_") or k == "train_loss") and finite(v)
     )
     return [
         Heading("Best trial"),
         Text(
-            f"Trial {b.trial_id}: {data.metric} {b.best_value:.4f} at epoch {b.best_epoch} "
+            f"Trial {b.trial_id}: {data.metric} {number(b.best_value)} at epoch {b.best_epoch} "
             f"({b.epochs} trained, {b.outcome.value}); {config}."
             + (f" At that epoch: {others}." if others else "")
         ),
@@ -180,8 +181,8 @@ def _leaderboard(data: SweepData) -> list[Block]:
         [
             str(i),
             r.trial_id,
-            f"{r.best_value:.4f}",
-            *(short(r.best_metrics.get(n, "")) for n in others),  # other objectives, at that epoch
+            number(r.best_value),
+            *(number(r.best_metrics.get(n)) for n in others),  # other objectives, at that epoch
             str(r.best_epoch),
             str(r.epochs),
             _duration(r.time_s),

@@ -1,0 +1,92 @@
+"""Where the user's own loop (`task.train`) runs, and where what it prints goes.
+
+Ray starts each trial in a working directory of its own, so a user's `open("data.txt")`
+found nothing, and a trial actor's output is Ray's worker log, which the sweep's console
+does not show: `print()` reached no file of the trial. `as_started` runs the function in the
+directory the sweep was started from (as a `task.command` script runs), and copies what it
+writes to sys.stdout and sys.stderr, line by line, into trial.log as `out| ...` and
+`err| ...` (as a script's output is), besides where it went before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Optional, TextIO
+
+
+@contextlib.contextmanager
+def as_started(start_dir: Optional[str], log: Optional[logging.Logger]) -> Iterator[None]:
+    """Run the block in `start_dir` (when it exists here: on another node of a cluster it may
+    not), with its output copied into `log` (None: left alone, as on ranks other than 0)."""
+    before = os.getcwd()
+    if start_dir and os.path.isdir(start_dir):
+        os.chdir(start_dir)
+    streams = (sys.stdout, sys.stderr)
+    out = err = None
+    if log is not None:
+        sys.stdout = out = LineLog(log, "out", streams[0])
+        sys.stderr = err = LineLog(log, "err", streams[1])
+    try:
+        yield
+    finally:
+        for copy in (out, err):
+            if copy is not None:
+                copy.end()
+        sys.stdout, sys.stderr = streams
+        with contextlib.suppress(OSError):  # (Ray's trial directory, unless removed meanwhile)
+            os.chdir(before)
+
+
+class LineLog(io.TextIOBase):
+    """A text stream whose complete lines go to `log` (and everything to `also`)."""
+
+    def __init__(self, log: logging.Logger, name: str, also: Optional[TextIO]):
+        super().__init__()
+        self.log, self.name, self.also = log, name, also
+        self._partial = ""
+        self._lock = threading.Lock()  # print() from the user's threads too
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in lines:
+                self.log.info("%s| %s", self.name, line.rstrip("\r"))
+        if self.also is not None:
+            with contextlib.suppress(Exception):  # (a closed stream must not end the trial)
+                self.also.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.also is not None:
+            with contextlib.suppress(Exception):
+                self.also.flush()
+
+    def fileno(self) -> int:  # what subprocesses and faulthandler ask for: the real stream's
+        if self.also is None:
+            raise io.UnsupportedOperation("fileno")
+        return self.also.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.also, "encoding", None) or "utf-8"
+
+    def end(self) -> None:
+        """The last line, without its newline, to the log. (Not `close`: a thread of the user's
+        that outlives the function may still write to it.)"""
+        with self._lock:
+            if self._partial:
+                self.log.info("%s| %s", self.name, self._partial)
+                self._partial = ""
+        self.flush()
