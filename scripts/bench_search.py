@@ -97,7 +97,9 @@ def target(task: Task) -> float:
         curve, _ = make_curve(task, cfg.hyperparameters())
         configs = algorithms.random_configs(cfg.hyperparameters(), ANALYTIC_DRAWS, 424242)
         finals = [curve(c, cfg.schedule.max_epochs, None) for c in configs]
-    scores = [sign * v if math.isfinite(v) else -math.inf for v in finals]
+    scores = [sign * v for v in finals if math.isfinite(v)]
+    worst = min(scores) - 1.0  # a diverged run: below every finished one
+    scores += [worst] * (len(finals) - len(scores))
     return sign * float(np.percentile(scores, TARGET_PERCENTILE))
 
 
