@@ -270,7 +270,9 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
         cpu = sum(r.seconds for r in runs)
         print(f"  {task.name} {name}: {len(runs)} runs, {cpu:.0f} CPU s", file=sys.stderr, flush=True)
         rows[name] = runs
-    full = min(len(c) for cs in curves.values() for c in cs)  # the budget (grid: its list, if shorter)
+    # The budget: every run spends it, except grid once its list is done (its best stays).
+    full = min((len(c) for n, cs in curves.items() if n != "grid" for c in cs), default=0)
+    full = full or min(len(c) for cs in curves.values() for c in cs)
     random_reach = [epochs_to(c, task.target, sign) for c in curves.get("random", [])]
     random_med = quartiles(random_reach)[1] if random_reach else math.nan
     table = []
