@@ -493,11 +493,17 @@ def main() -> int:
             "| task | algorithm | cold: median epochs to target (seeds reaching it) | warm | warm vs cold |",
             "| --- | --- | --- | --- | --- |",
         ]
+        if args.write:
+            with open(args.write, "a") as f:
+                f.write("\n".join(lines) + "\n")
         for task in tasks:
             task.target = target(task)
-            lines += bench_warm(
-                task, [n for n in names if n != "grid"], list(range(args.seeds)), args.slots, args.budget
-            )
+            algos = [n for n in names if n != "grid"]
+            rows = bench_warm(task, algos, list(range(args.seeds)), args.slots, args.budget)
+            lines += rows
+            if args.write:  # each task's rows as soon as they are measured
+                with open(args.write, "a") as f:
+                    f.write("\n".join(rows) + "\n")
         print("\n".join(lines))
         return 0
     results = []
