@@ -189,12 +189,33 @@ def amp_from_yaml(value: Any) -> Any:
     return value
 
 
+FAIL_FAST_DEFAULT = 3
+
+
 class FailureSection(Section):
-    """Checkpoints and retries."""
+    """Checkpoints, retries, and when failing trials stop the sweep."""
 
     max_failures: int = Field(
         0, ge=0, description="Retries of a crashed trial, each from its last checkpoint."
     )
+    fail_fast: Union[bool, int] = Field(
+        FAIL_FAST_DEFAULT,
+        description="Stop the sweep when the first N trials to end all failed with the same error "
+        "(their code raised it: a missing file, a bug), saying it in one line; status failed, "
+        "exit 1, and `tuner resume` runs the rest once it is fixed. A trial that ends any other "
+        "way first (finished, stopped early, diverged, oom, timeout) lets the sweep run on. "
+        f"0 or false: never; true: {FAIL_FAST_DEFAULT}.",
+    )
+
+    @field_validator("fail_fast", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> int:
+        if isinstance(value, bool):  # as Ray's FailureConfig(fail_fast=True) reads
+            return FAIL_FAST_DEFAULT if value else 0
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"must be a whole number >= 0 (0: never) or true/false, got {value!r}")
+        return value
+
     keep_checkpoints: int = Field(
         2,
         ge=1,
