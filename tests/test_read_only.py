@@ -6,10 +6,12 @@ script sweep's sweep.yaml lists no `training:` settings (its script trains)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,11 @@ def test_a_script_sweep_s_train_again_is_the_script_s_own_command_line(script_sw
     assert "tuner" not in argv[1:] and "--epochs" in argv and argv[argv.index("--epochs") + 1] == "2"
     # Run from where the sweep started, it trains the best trial's configuration again: the
     # same seed, the same numbers at the same epoch.
-    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # (`python` as the user's shell finds it: the environment tuner runs in, activated)
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    again = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PATH": path}
+    )
     assert again.returncode == 0, again.stderr
     printed = re.findall(r"tuner.report: epoch=(\d+), val_loss=([\d.e-]+)", again.stdout)
     journal = {r["epoch"]: r["val_loss"] for r in read_metrics(str(sweep_dir / best["trial_id"]))}
@@ -80,7 +86,7 @@ def _read_only(path: Path, *command: str) -> subprocess.CompletedProcess:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) for a read-only mount")
     script = f"mount --bind -o ro {shlex.quote(str(path))} {shlex.quote(str(path))} && exec " + shlex.join(
-        [*shlex.split(f"{shlex.quote(__import__('sys').executable)} -m tuner"), *command]
+        [sys.executable, "-m", "tuner", *command]
     )
     done = subprocess.run(
         ["unshare", "--mount", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
