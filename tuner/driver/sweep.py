@@ -20,10 +20,11 @@ from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
 from tuner.driver import resources, stopping
-from tuner.errors import DiskFull, ExitCode, disk_full
+from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
+from tuner.space import allows
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
@@ -222,7 +223,9 @@ def _resumed(
 ) -> Start:
     """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
     prior = Prior(
-        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        finished=[
+            PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
+        ],
         resumed=[full_config(t.path) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
@@ -235,6 +238,26 @@ def _resumed(
         announce=f"[tuner] {doing} {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
         f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
     )
+
+
+def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord]:
+    """The finished trials whose values search.params still allows. A range narrowed by hand
+    in sweep.yaml leaves earlier trials outside it, which a model-based searcher cannot be
+    told (BOHB's ConfigSpace raised IllegalValueError): they stay in the results, said once."""
+    inside, outside = [], []
+    for t in finished:
+        config = full_config(t.path)
+        bad = [
+            (k, config[k]) for k, p in cfg.search.params.items() if k in config and not allows(p, config[k])
+        ]
+        (outside if bad else inside).append((t, bad))
+    if outside:
+        name, value = outside[0][1][0]
+        warn(
+            f"{len(outside)} earlier trial(s) have values search.params no longer allows (e.g. "
+            f"search.params.{name}: {value!r}): the search is not told them; they stay in the results"
+        )
+    return [t for t, _ in inside]
 
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
