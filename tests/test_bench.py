@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench import have_peers  # noqa: E402
 from bench_compute import time_to  # noqa: E402
-from bench_search import TASKS, best_so_far, epochs_to  # noqa: E402
+from bench_search import TASKS, Task, best_so_far, epochs_to, shifted, target  # noqa: E402
 
 from tuner.search.simulate import Event  # noqa: E402
 
@@ -115,7 +115,51 @@ def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> N
         assert f"#### {task.name}: target" in text, task.name
     for algorithm in ("random", "bohb", "optuna", "grid"):
         assert text.count(f"| {algorithm} | ") == len(TASKS), algorithm
+    held = [t.name for t in TASKS if t.held_back]
+    assert held and text.index("#### Held back") < min(text.index(f"#### {n}:") for n in held)
     assert png.stat().st_size > 10_000
+
+
+def test_search_bench_warm_start_smoke(tmp_path: Path) -> None:
+    """--warm: for each algorithm, an earlier sweep of the shifted space, then a cold and a
+    warm-started sweep of the task (2 seeds, tiny budgets)."""
+    out_md = tmp_path / "warm.md"
+    _smoke("scripts/bench_search.py", "--warm", "--tasks", "conditional", "--write", str(out_md))
+    text = out_md.read_text()
+    for algorithm in ("random", "bohb", "optuna"):
+        assert f"| conditional | {algorithm} | " in text, algorithm
+
+
+def test_targets_are_the_best_five_percent_of_the_table(tmp_path: Path) -> None:
+    """By hand: 20 final values 1..20 (a loss), one diverged run counted as the worst: the
+    5th percentile of the 21 is 2.0 (numpy's linear interpolation: index 1); as a maximised
+    metric, the 95th percentile is 19.0 (index 19)."""
+    import json
+
+    rows = [{"config": {}, "curve": [99.0, float(v)], "failed": False} for v in range(1, 21)]
+    rows.append({"config": {}, "curve": [1.0, float("nan")], "failed": True})
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": rows}))
+    loss = Task("t", "benchmarks/tasks/conditional.yaml", str(table))  # mode: min
+    assert target(loss) == 2.0
+    acc = Task("t", "search_spaces/digits_mlp.yaml", str(table))  # mode: max
+    assert target(acc) == 19.0
+
+
+def test_the_shifted_space_is_half_as_wide_inside_the_task_space() -> None:
+    """conditional.yaml: lr loguniform 1e-4..1 (4 decades) becomes 10^-2.5..10^-0.5; momentum
+    0..0.99 becomes 0.37125..0.86625; width lograndint 16..512 (5 octaves) 2^5.875..2^8.375 =
+    58.7..331.4, so 59..331; the choice and the condition stay."""
+    import pytest
+
+    space = shifted(next(t for t in TASKS if t.name == "conditional"))
+    assert space["lr"]["low"] == pytest.approx(10**-2.5) and space["lr"]["high"] == pytest.approx(10**-0.5)
+    assert space["momentum"]["low"] == pytest.approx(0.37125) and space["momentum"]["high"] == pytest.approx(
+        0.86625
+    )
+    assert space["momentum"]["when"] == {"optimizer": "sgd"}
+    assert (space["width"]["low"], space["width"]["high"]) == (59, 331)
+    assert space["optimizer"]["values"] == ["sgd", "adam"]
 
 
 def test_time_to_the_peers_best_by_hand() -> None:

@@ -400,3 +400,27 @@ def test_no_statsmodels_warning_reaches_the_console_of_a_bohb_sweep() -> None:
         from statsmodels.nonparametric.kernel_density import KDEMultivariate
 
         KDEMultivariate(np.random.default_rng(0).random((8, 1)), var_type="c", bw="normal_reference")
+
+
+def test_same_seed_same_sweep_on_a_conditional_space() -> None:
+    """hpbandster also draws when it fits (a conditional parameter's absent values are filled
+    with random ones): that draw too comes from the searcher's own generator, whatever the
+    global one holds."""
+    import numpy as np
+
+    from tuner.config import ScheduleSection, SearchSection
+
+    space = {
+        "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1},
+        "optimizer": {"type": "choice", "values": ["sgd", "adam"]},
+        "momentum": {"type": "uniform", "low": 0.5, "high": 0.99, "when": {"optimizer": "sgd"}},
+    }
+    runs = []
+    for outside in (1, 2):
+        np.random.seed(outside)
+        search = SearchSection(algorithm="bohb", params=space, num_samples=40, seed=0)
+        schedule = ScheduleSection(max_epochs=27, grace_epochs=1, reduction_factor=3)
+        plan = algorithms.build(search, schedule, search.params, "val_acc", "max")
+        runs.append([config for config, _ in simulate(plan, 40, 27).values()])
+        assert plan.search_alg.inner.bohber.kde_models
+    assert runs[0] == runs[1]
