@@ -191,7 +191,9 @@ def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> N
     raw["mode"] = "max"
     f.write_text(yaml.safe_dump(raw))
     out = cli("validate", str(f))  # with mode, the name must be one the trials report
-    assert out.returncode == 2 and out.stderr.startswith("error: metric: tuner's loop never reports 'val_dice'")
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: metric: tuner's loop never reports 'val_dice'"
+    )
 
 
 @pytest.mark.parametrize(
