@@ -4,6 +4,7 @@ usage: python scripts/sync_docs.py
 
 - docs/reference/sweep-file.md: every field of the sweep file, from the config's descriptions;
 - docs/reference/cli.md: every command's arguments and options, from the argument parser;
+- docs/reference/python.md: every name of `tuner`'s public surface, from its signature and docstring;
 - docs/explanation/architecture.md: every package and module, from their docstrings.
 
 Each part sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`; the rest of a page is
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -116,6 +118,42 @@ def command_line() -> str:
     return "\n".join(out)
 
 
+# --- the Python API ---------------------------------------------------------------------------
+
+
+def _signature(obj: object) -> str:
+    """`(a: int, b: str = 'x') -> None`, annotations as written (they are strings here)."""
+    sig = inspect.signature(obj)  # type: ignore[arg-type]
+    plain = sig.replace(
+        parameters=[p.replace(annotation=_bare(p.annotation)) for p in sig.parameters.values()],
+        return_annotation=_bare(sig.return_annotation),
+    )
+    return str(plain)
+
+
+class _Bare(str):
+    def __repr__(self) -> str:  # an annotation shown as written, without quotes
+        return str(self)
+
+
+def _bare(annotation: object) -> object:
+    return _Bare(annotation) if isinstance(annotation, str) else annotation
+
+
+def python_api() -> str:
+    import tuner
+
+    out = []
+    for name in tuner.__all__:
+        obj = getattr(tuner, name)
+        kind = "class" if inspect.isclass(obj) else "def"
+        head = f"class tuner.{name}" if kind == "class" else f"tuner.{name}{_signature(obj)}"
+        paragraphs = [" ".join(par.split()) for par in (inspect.getdoc(obj) or "").split("\n\n")]
+        out += [f"### tuner.{name}", "", "```python", head, "```", ""]
+        out += [line for par in paragraphs for line in (par, "")]
+    return "\n".join(out)
+
+
 # --- the module map ----------------------------------------------------------------------------
 
 
@@ -144,6 +182,7 @@ def module_map() -> str:
 PARTS: dict[str, tuple[Path, Callable[[], str]]] = {
     "reference": (DOCS / "reference" / "sweep-file.md", sweep_fields),
     "cli": (DOCS / "reference" / "cli.md", command_line),
+    "python": (DOCS / "reference" / "python.md", python_api),
     "modules": (DOCS / "explanation" / "architecture.md", module_map),
 }
 

@@ -97,6 +97,7 @@ def test_generated_parts_change_with_the_code() -> None:
     assert described and described in sync.sweep_fields()
     assert "`--num-samples` `N`" in sync.command_line()
     assert "| `sweep.py` | The Ray driver" in sync.module_map()
+    assert "tuner.load_best(sweep_dir: str," in sync.python_api()
 
 
 def test_readme_opens_with_the_two_setup_commands() -> None:
