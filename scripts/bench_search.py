@@ -46,6 +46,7 @@ from search_curves import NearestCurve, train_table  # noqa: E402
 
 from tuner.config import load_sweep  # noqa: E402
 from tuner.search import algorithms, searchers  # noqa: E402
+from tuner.search import bohb as bohb_module  # noqa: E402
 from tuner.search.simulate import Event, simulate  # noqa: E402
 
 
@@ -64,7 +65,7 @@ TASKS = [
     Task("regression", "search_spaces/regression.yaml", 3000.0, "benchmarks/curves/regression.json"),
 ]
 
-# name -> (search.algorithm, sweep overrides, searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS)
+# name -> (search.algorithm, sweep overrides, searchers.TPE_SETTINGS, bohb_module.BOHB_SETTINGS)
 Variant = tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]
 VARIANTS: dict[str, Variant] = {
     "random": ("random", {}, {}, {}),
@@ -136,11 +137,11 @@ def run_one(
     )
     params = cfg.hyperparameters()
     curve, _ = make_curve(task, params)
-    saved = dict(searchers.TPE_SETTINGS), dict(searchers.BOHB_SETTINGS), searchers.STOPPED_EARLY
+    saved = dict(searchers.TPE_SETTINGS), dict(bohb_module.BOHB_SETTINGS), searchers.STOPPED_EARLY
     tpe = dict(tpe)
     searchers.STOPPED_EARLY = tpe.pop("stopped", searchers.STOPPED_EARLY)
     searchers.TPE_SETTINGS.update(tpe)
-    searchers.BOHB_SETTINGS.update(bohb)
+    bohb_module.BOHB_SETTINGS.update(bohb)
     try:
         t0 = time.process_time()
         plan = algorithms.build(cfg.search, cfg.schedule, params, cfg.metric, str(cfg.mode))
@@ -160,7 +161,7 @@ def run_one(
         return Run(log, time.process_time() - t0, trials)
     finally:
         searchers.STOPPED_EARLY = saved[2]
-        for live, old in zip((searchers.TPE_SETTINGS, searchers.BOHB_SETTINGS), saved[:2], strict=True):
+        for live, old in zip((searchers.TPE_SETTINGS, bohb_module.BOHB_SETTINGS), saved[:2], strict=True):
             live.clear()
             live.update(old)
 

@@ -1,6 +1,6 @@
 """Real learning curves for the search benchmark (scripts/bench_search.py): a table of
 configurations of a sweep file's space, each trained for real, in-process (tuner's own trial
-loop, `run_trial` with a LocalSession: the model, data, loss and metrics a sweep's trials
+loop or the task's own `task.train`, with a LocalSession: the model, data, loss and metrics a sweep's trials
 run), to `max_epochs`, its metric recorded every epoch.
 
 A searcher's proposal is answered with the curve of the nearest configuration in the table
@@ -38,7 +38,7 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
     import torch
 
     from tuner.driver.resources import TrialResources, trial_spec
-    from tuner.trial.loop import run_trial
+    from tuner.trial.loops import loop_for
     from tuner.trial.session import LocalSession
 
     class NoCheckpoints(LocalSession):
@@ -53,30 +53,26 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
     spec = replace(trial_spec(cfg, one_cpu, "", None), search_path=str(ROOT))  # what a sweep's trials get
     every = random_configs(params, n, TABLE_SEED, cfg.search.constraints)
     configs = [{k: v for k, v in c.items() if k not in fixed} for c in every]
-    rows, t0 = [], time.perf_counter()
-    for i, config in enumerate(configs):
+    # Written after every row, and continued from the rows already there (the list of
+    # configurations is fixed by TABLE_SEED): an interrupted table is not trained again.
+    table = json.loads(Path(out).read_text()) if os.path.isfile(out) else {}
+    rows, spent = table.get("rows", []), table.get("train_seconds", 0.0)
+    assert [r["config"] for r in rows] == configs[: len(rows)], f"{out} holds other configurations"
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    for i, config in enumerate(configs[len(rows) :], len(rows)):
+        t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as d:
             session = NoCheckpoints(d, metric=cfg.metric)
-            run_trial({**fixed, **config}, spec, session)
+            loop_for(spec)({**fixed, **config}, spec, session)  # tuner's loop, or task.train's
+        spent += time.perf_counter() - t0
         curve = [m[cfg.metric] for m in session.metrics]
         rows.append(
             {"config": config, "curve": curve, "failed": any("failure" in m for m in session.metrics)}
         )
-        print(f"{i + 1}/{n} {time.perf_counter() - t0:.0f}s {config} -> {curve[-1]:.4g}", flush=True)
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    Path(out).write_text(
-        json.dumps(
-            {
-                "sweep_file": sweep_file,
-                "metric": cfg.metric,
-                "mode": str(cfg.mode),
-                "max_epochs": cfg.schedule.max_epochs,
-                "train_seconds": round(time.perf_counter() - t0, 1),
-                "rows": rows,
-            },
-            indent=None,
-        )
-    )
+        print(f"{i + 1}/{n} {spent:.0f}s {config} -> {curve[-1]:.4g}", flush=True)
+        header = {"sweep_file": sweep_file, "metric": cfg.metric, "mode": str(cfg.mode)}
+        header.update(max_epochs=cfg.schedule.max_epochs, train_seconds=round(spent, 1))
+        Path(out).write_text(json.dumps({**header, "rows": rows}, indent=None))
 
 
 class NearestCurve:

@@ -7,6 +7,11 @@ it behaves as `--kind` says.
     silent      trains, never reports, exits 0
     crash_once  as api, but its first run exits 3 after reporting (and checkpointing) epoch 2
     ddp         under torchrun: 2 gloo processes, each reports its rank (only rank 0's count)
+    text        as api, but reports val_loss "abc" at epoch 2
+    huge        as api, but reports val_loss 10**400 at epoch 2 (past a float's range)
+    final       as api, then reports the last epoch again with a test_loss
+    past        as api, but reports 2 epochs past --epochs
+    linger      as api, then sleeps (silent) for 10 minutes instead of exiting
 
 val_loss = base + 1 / epoch, with base = 10 * lr (0 for crash_once). Each run appends, in the
 trial directory, its pid to pids.txt, its first epoch to starts.txt, each epoch it trains to
@@ -58,10 +63,13 @@ def main() -> None:
             start = json.load(f)["epoch"]
     _append("starts.txt", str(start))
     base = 0.0 if args.kind == "crash_once" else 10 * args.lr
-    for epoch in range(start + 1, args.epochs + 1):
+    last = args.epochs + (2 if args.kind == "past" else 0)
+    for epoch in range(start + 1, last + 1):
         time.sleep(args.sleep)
         _append("trained.txt", str(epoch))
-        metrics = {"val_loss": base + 1 / epoch, "train_loss": base + 1.5 / epoch}
+        metrics: dict = {"val_loss": base + 1 / epoch, "train_loss": base + 1.5 / epoch}
+        if epoch == 2 and args.kind in ("text", "huge"):
+            metrics["val_loss"] = "abc" if args.kind == "text" else 10**400
         if args.kind == "silent":
             continue
         if tuner is None:
@@ -75,6 +83,11 @@ def main() -> None:
         if args.kind == "crash_once" and epoch == 2 and not restore:
             time.sleep(0.5)  # the report reaches the trial before the exit does
             sys.exit(3)
+    if args.kind == "final" and tuner is not None:
+        time.sleep(args.sleep)  # a test set's evaluation, after training
+        tuner.report(epoch=args.epochs, test_loss=base + 0.5)
+    if args.kind == "linger":
+        time.sleep(600)
 
 
 def _ddp(args: argparse.Namespace) -> None:

@@ -118,9 +118,12 @@ def contains(p: Any, value: Any) -> bool:
     return isinstance(value, float) and p.low <= value <= p.high
 
 
-def kill_9_when(raw: dict, tmp_path: Path, ready: Any, timeout: float = 240) -> Path:
+def kill_9_when(
+    raw: dict, tmp_path: Path, ready: Any, timeout: float = 240, sig: int = signal.SIGKILL
+) -> Path:
     """Run the sweep `raw` (a dict, written as JSON, which is YAML) in a driver process, kill it
-    with -9 once `ready(sweep_dir)` holds; its sweep directory."""
+    with -9 (or `sig`) once `ready(sweep_dir)` holds; its sweep directory (the driver's output
+    in driver.log beside it)."""
     sweep_file = tmp_path / f"{raw['name']}.yaml"
     sweep_file.write_text(json.dumps(raw))
     log = open(tmp_path / "driver.log", "w")
@@ -133,10 +136,17 @@ def kill_9_when(raw: dict, tmp_path: Path, ready: Any, timeout: float = 240) -> 
     sweep = Path(raw["output"]) / raw["name"]
     deadline = time.time() + timeout
     while time.time() < deadline and not ready(sweep):
+        if proc.poll() is not None:  # it ended (or never started) before the moment came
+            log.flush()
+            pytest.fail(f"the driver exited {proc.returncode} first:\n" + log_tail(tmp_path / "driver.log"))
         time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=120)
     return sweep
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def resumed_to_the_end(sweep: Path, trials: int) -> dict:

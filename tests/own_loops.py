@@ -4,8 +4,8 @@
 appends `ctx.epoch` to `starts.txt` in the trial's directory (where it began: 0, or the epoch
 it resumed at), and each epoch trained its number to `trained.txt`. `config["behave"]` makes
 one configuration misbehave at epoch 2: "oom" (torch.OutOfMemoryError), "nan" (a non-finite
-val_loss), "boom" (a ValueError); "slow" sleeps `epoch_s` per epoch so a test can catch it
-mid-way.
+val_loss), "boom" (a ValueError), "text" (val_loss "abc"); "slow" sleeps `epoch_s` per epoch so
+a test can catch it mid-way; "final" reports a test_loss for the last epoch after the loop.
 """
 
 from __future__ import annotations
@@ -64,8 +64,14 @@ def regress(config: dict[str, Any], ctx: Any) -> None:
             val_loss = sum(nn.functional.mse_loss(model(x), y, reduction="sum") for x, y in val) / 64
         if behave == "nan" and epoch == 1:
             val_loss = torch.tensor(float("nan"))
+        if behave == "text" and epoch == 1:
+            val_loss = "abc"
         _note(ctx, "trained.txt", epoch + 1)  # never trimmed: every epoch ever trained
         ctx.report({"val_loss": val_loss, "train_loss": loss.detach()}, state=ctx.state_dict(model, opt))
+    if behave == "final":
+        with torch.no_grad():
+            test_loss = sum(nn.functional.mse_loss(model(x), y, reduction="sum") for x, y in val) / 64
+        ctx.report({"epoch": ctx.epoch, "test_loss": test_loss})
 
 
 def _note(ctx: Any, name: str, value: int) -> None:

@@ -186,3 +186,108 @@ def test_optuna_is_told_a_trial_asha_stopped_as_pruned_live_and_on_resume() -> N
     )
     again = [(t.state.name, t.value) for t in resumed.search_alg.inner.study.trials]
     assert again == [("PRUNED", 0.9), ("COMPLETE", 0.5)]
+
+
+# ----------------------------------------------------------------------------- distributions
+
+# Every parameter type, a conditional one on a choice and one on an integer range (which bohb's
+# model keeps as an integer: its condition compares integers).
+SPACE = {
+    "lr": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
+    "dropout": {"type": "uniform", "low": 0.0, "high": 0.5},
+    "optimizer": {"type": "choice", "values": ["sgd", "adam", "adamw"]},
+    "depth": {"type": "randint", "low": 1, "high": 4},
+    "heads": {"type": "lograndint", "low": 1, "high": 8},
+    "width": {"type": "lograndint", "low": 16, "high": 256},
+    "momentum": {"type": "uniform", "low": 0.8, "high": 0.99, "when": {"optimizer": "sgd"}},
+    "blocks": {"type": "randint", "low": 1, "high": 3, "when": {"depth": [3, 4]}},
+}
+PROPOSALS = 1500
+ALPHA = 1e-3  # seeded, so each verdict is fixed; a real departure gives p far below this
+
+
+def _empty_history_proposals(name: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    from tuner.config import ScheduleSection, SearchSection
+
+    search = SearchSection(algorithm=name, params=SPACE, num_samples=n, seed=seed)
+    plan = algorithms.build(search, ScheduleSection(max_epochs=9), search.params, "val_loss", "min")
+    if plan.points is not None:
+        return plan.points
+    return [plan.search_alg.suggest(f"t{i}") for i in range(n)]
+
+
+def _log_int_pmf(low: int, high: int) -> dict[int, float]:
+    """The space's lograndint: the integer part of a log-uniform draw from [low, high + 1)."""
+    total = math.log((high + 1) / low)
+    return {k: math.log((k + 1) / k) / total for k in range(low, high + 1)}
+
+
+def _chi_square(values: list[Any], pmf: dict[Any, float], bins: int = 10) -> float:
+    """p-value of the counts of `values` against `pmf`, neighbouring values pooled into at
+    most `bins` cells of about equal probability (every expected count large)."""
+    from collections import Counter
+
+    from scipy import stats
+
+    assert set(values) <= set(pmf), set(values) - set(pmf)
+    counts = Counter(values)
+    observed, expected, o, e = [], [], 0.0, 0.0
+    for k, p in pmf.items():
+        o, e = o + counts[k], e + p * len(values)
+        if e >= len(values) / bins:
+            observed.append(o)
+            expected.append(e)
+            o = e = 0.0
+    if e:
+        observed[-1] += o
+        expected[-1] += e
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+@pytest.mark.parametrize("name", ["random", "bohb", "optuna"])
+def test_proposals_from_an_empty_history_are_distributed_as_the_space_says(name: str) -> None:
+    """1,500 proposals with nothing learnt yet, against each parameter's own distribution:
+    log-uniform and uniform floats (Kolmogorov-Smirnov), a choice, an integer range and two
+    log-integer ranges (chi-square), and two conditional parameters, present exactly where
+    their condition holds and then distributed as their type says. Before issue 32, bohb drew
+    a lograndint as ConfigSpace does (1..3: 1 in 46% of draws, not 50%) and optuna as optuna
+    does (1..8: 1 in 39%, not 32%)."""
+    from scipy import stats
+
+    configs = _empty_history_proposals(name, PROPOSALS)
+    assert len(configs) == PROPOSALS
+    lr = [math.log(c["lr"]) for c in configs]
+    log_span = math.log(3e-2 / 1e-4)
+    p = {
+        "lr": stats.kstest(lr, stats.uniform(math.log(1e-4), log_span).cdf).pvalue,
+        "dropout": stats.kstest([c["dropout"] for c in configs], stats.uniform(0, 0.5).cdf).pvalue,
+        "optimizer": _chi_square(
+            [c["optimizer"] for c in configs], dict.fromkeys(["sgd", "adam", "adamw"], 1 / 3)
+        ),
+        "depth": _chi_square([c["depth"] for c in configs], dict.fromkeys(range(1, 5), 1 / 4)),
+        "heads": _chi_square([c["heads"] for c in configs], _log_int_pmf(1, 8)),
+        "width": _chi_square([c["width"] for c in configs], _log_int_pmf(16, 256)),
+    }
+    sgd = [c for c in configs if c["optimizer"] == "sgd"]
+    deep = [c for c in configs if c["depth"] in (3, 4)]
+    assert [("momentum" in c) for c in configs] == [c["optimizer"] == "sgd" for c in configs]
+    assert [("blocks" in c) for c in configs] == [c["depth"] in (3, 4) for c in configs]
+    p["momentum"] = stats.kstest([c["momentum"] for c in sgd], stats.uniform(0.8, 0.19).cdf).pvalue
+    p["blocks"] = _chi_square([c["blocks"] for c in deep], dict.fromkeys(range(1, 4), 1 / 3))
+    assert all(isinstance(c[k], int) for c in configs for k in ("depth", "heads", "width"))
+    assert min(p.values()) > ALPHA, p
+
+
+def test_the_chi_square_check_tells_the_libraries_log_integers_apart() -> None:
+    """The check above can fail: draws the way optuna and ConfigSpace make a log-integer range
+    on their own are refused, the space's own are not."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    space_way = np.floor(np.exp(rng.uniform(0, math.log(9), PROPOSALS))).astype(int)
+    optuna_way = np.rint(np.exp(rng.uniform(math.log(0.5), math.log(8.5), PROPOSALS))).astype(int)
+    rounded = np.rint(np.exp(rng.uniform(0, math.log(8), PROPOSALS))).astype(int)  # ConfigSpace's model
+    pmf = _log_int_pmf(1, 8)
+    assert _chi_square(space_way.tolist(), pmf) > ALPHA
+    assert _chi_square(optuna_way.tolist(), pmf) < ALPHA
+    assert _chi_square(rounded.tolist(), pmf) < ALPHA

@@ -256,10 +256,145 @@ def test_the_fast_truncated_normal_is_scipys_distribution(m: float, bw: float) -
     import numpy as np
     from scipy import stats
 
-    from tuner.search.fast_sampling import _TruncNorm
+    from tuner.search.hpbandster_fixes import _TruncNorm
 
     np.random.seed(0)
     a, b = -m / bw, (1 - m) / bw
     xs = [_TruncNorm.rvs(a, b, loc=m, scale=bw) for _ in range(5000)]
     assert 0.0 <= min(xs) and max(xs) <= 1.0
     assert stats.kstest(xs, stats.truncnorm(a, b, loc=m, scale=bw).cdf).pvalue > 0.01
+
+
+def test_the_models_proposals_are_its_good_density_widened_as_hpbandster_defines() -> None:
+    """With a fitted model, one candidate per proposal (num_samples 1) and no random share,
+    a proposal is a draw from the "good" density as hpbandster samples it: a data point at
+    random, then around each continuous value a normal of bandwidth × bandwidth_factor
+    truncated to [0, 1] (the fast inverse-CDF sampler), each choice kept with probability
+    1 - bandwidth, else drawn uniformly. 2,000 proposals against that mixture, computed here
+    from the model's data: the float (Kolmogorov-Smirnov), the choice, and two integer ranges
+    whose integers each own an equal stretch of the model's [0, 1] (chi-square): before issue 32
+    hpbandster rounded them, and a range's two ends got half the share."""
+    import numpy as np
+    from scipy import stats
+
+    from tuner.config import ScheduleSection, SearchSection
+
+    space = {
+        "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
+        "optimizer": {"type": "choice", "values": ["sgd", "adam", "adamw"]},
+        "depth": {"type": "randint", "low": 1, "high": 4},
+        "heads": {"type": "lograndint", "low": 1, "high": 8},
+    }
+    search = SearchSection(algorithm="bohb", params=space, num_samples=100, seed=3)
+    plan = algorithms.build(
+        search, ScheduleSection(max_epochs=3, grace_epochs=3), search.params, "loss", "min"
+    )
+    s = plan.search_alg.inner
+    rng = random.Random(0)
+    for i in range(40):  # told at max_epochs: a loss that prefers lr near 1e-3, the rest noise
+        c = s.suggest(f"t{i}")
+        loss = abs(math.log10(c["lr"]) + 3) + 2 * rng.random()
+        s.on_trial_complete(f"t{i}", {"epoch": 3, "loss": loss})
+    bohber = s.bohber
+    kde = bohber.kde_models[3]["good"]
+    bohber.num_samples, bohber.random_fraction = 1, 0.0
+    proposals = [s.suggest(f"p{i}") for i in range(2000)]
+
+    names = list(bohber.configspace.keys())
+    data, bw = np.asarray(kde.data), np.maximum(np.asarray(kde.bw), bohber.min_bandwidth)
+    col = {n: names.index(n) for n in space}
+
+    def mixture_cdf(j: int) -> Any:
+        scale = bw[j] * bohber.bw_factor
+        parts = [stats.truncnorm(-m / scale, (1 - m) / scale, loc=m, scale=scale) for m in data[:, j]]
+        return lambda x: np.mean([d.cdf(x) for d in parts], axis=0)
+
+    def stretch_pmf(j: int, edges: list[float]) -> dict[int, float]:
+        cdf = mixture_cdf(j)
+        return {
+            k: float(cdf(hi) - cdf(lo))
+            for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True), 1)
+        }
+
+    lr_vector = [(math.log(c["lr"]) - math.log(1e-4)) / math.log(1e-1 / 1e-4) for c in proposals]
+    p = {"lr": stats.kstest(lr_vector, mixture_cdf(col["lr"])).pvalue}
+    p["depth"] = _chi_square(
+        [c["depth"] for c in proposals], stretch_pmf(col["depth"], [0, 0.25, 0.5, 0.75, 1])
+    )
+    log_edges = [math.log(k) / math.log(9) for k in range(1, 10)]  # k owns [k, k + 1) of [1, 9)
+    p["heads"] = _chi_square([c["heads"] for c in proposals], stretch_pmf(col["heads"], log_edges))
+    j, values = col["optimizer"], ["sgd", "adam", "adamw"]
+    kept = 1 - bw[j]
+    choice_pmf = {v: float(np.mean(kept * (data[:, j] == i) + bw[j] / 3)) for i, v in enumerate(values)}
+    p["optimizer"] = _chi_square([c["optimizer"] for c in proposals], choice_pmf, bins=3)
+    assert min(p.values()) > 1e-3, p
+
+
+def _chi_square(values: list[Any], pmf: dict[Any, float], bins: int = 10) -> float:
+    from tests.test_algorithms import _chi_square as pooled
+
+    return pooled(values, pmf, bins)
+
+
+def _fitted_on_one_choice() -> Any:
+    """A bohb searcher whose model was fitted on results where every good one is adam."""
+    from tuner.config import ScheduleSection, SearchSection
+
+    space = {
+        "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
+        "optimizer": {"type": "choice", "values": ["sgd", "adam", "adamw"]},
+    }
+    search = SearchSection(algorithm="bohb", params=space, num_samples=100, seed=0)
+    plan = algorithms.build(
+        search, ScheduleSection(max_epochs=1, grace_epochs=1), search.params, "loss", "min"
+    )
+    s = plan.search_alg.inner
+    for i in range(30):
+        c = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "loss": (c["optimizer"] != "adam") + i / 100})
+    return s
+
+
+def test_a_choice_absent_from_the_good_results_is_unlikely_not_infinitely_likely() -> None:
+    """Every good result is adam: statsmodels counted the choice's values in those results
+    (one), divided by zero, and gave sgd and adamw an infinite density, so any candidate with
+    them won. Counted over the space's three values, by the Aitchison-Aitken kernel's
+    definition: 1 - bandwidth for the value seen, bandwidth / 2 for each other."""
+    import numpy as np
+
+    s = _fitted_on_one_choice()
+    bohber = s.bohber
+    good = bohber.kde_models[1]["good"]
+    j = list(bohber.configspace.keys()).index("optimizer")
+    assert set(np.asarray(good.data)[:, j]) == {1.0}  # adam, every one
+    lam = min(float(good.bw[j]), 2 / 3)
+    point = np.asarray(good.data)[0].copy()
+    at_adam = good.pdf(point)
+    point[j] = 0.0  # sgd
+    at_sgd = good.pdf(point)
+    assert math.isfinite(at_sgd) and math.isfinite(at_adam)
+    assert at_sgd / at_adam == pytest.approx((lam / 2) / (1 - lam))
+    model_picks = [s.suggest(f"p{i}")["optimizer"] for i in range(300)]
+    assert model_picks.count("adam") > 0.6 * len(model_picks)  # a third are random: adam a third of those
+
+
+def test_no_statsmodels_warning_reaches_the_console_of_a_bohb_sweep() -> None:
+    """statsmodels' FutureWarning (reported from pandas) and its RuntimeWarning (the division
+    by zero) were printed by every bohb sweep; fitting and proposing now raise neither, and
+    the filters are gone again afterwards."""
+    import warnings
+
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fitted_on_one_choice()
+        _, plan = _plan(60, 27, 1, 3)
+        simulate(plan, 60, 27)
+    loud = [w for w in caught if issubclass(w.category, (FutureWarning, RuntimeWarning))]
+    assert not loud, [str(w.message) for w in loud]
+    assert warnings.filters == before
+    with pytest.warns(FutureWarning, match="After 0.17"):  # still raised by statsmodels itself
+        import numpy as np
+        from statsmodels.nonparametric.kernel_density import KDEMultivariate
+
+        KDEMultivariate(np.random.default_rng(0).random((8, 1)), var_type="c", bw="normal_reference")

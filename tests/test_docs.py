@@ -235,11 +235,20 @@ def _constants(path: Path) -> dict[str, object]:
 
 
 def _as_named(value: str) -> str:
-    """A file-name pattern as the docs write it: ^checkpoint_e(\\d{6})\\.pt$ -> checkpoint_eNNNNNN.pt."""
-    return value.strip("^$").replace(r"(\d{6})", "NNNNNN").replace("\\", "")
+    """A file-name pattern as the docs write it: ^checkpoint_e(\\d{6})\\.pt$ -> checkpoint_eNNNNNN.pt,
+    ^reports(-[0-9a-f]+)?\\.jsonl$ -> reports-<run>.jsonl."""
+    return (
+        value.strip("^$").replace(r"(\d{6})", "NNNNNN").replace("(-[0-9a-f]+)?", "-<run>").replace("\\", "")
+    )
 
 
 NOT_FILES = {"NOTICE"}  # names in sweepdir/files.py that are no file of the sweep directory
+# Names of the sweep directory's files kept outside sweepdir/files.py.
+ELSEWHERE = [
+    ("tuner/sweepdir/claim.py", "LOCK_FILE"),
+    ("tuner/search/warm.py", "WARM_FILE"),
+    ("tuner/driver/tracking.py", "PARENT_FILE"),
+]
 
 
 def test_sweep_directory_page_names_every_file() -> None:
@@ -252,7 +261,8 @@ def test_sweep_directory_page_names_every_file() -> None:
             names += list(value.values())
         elif isinstance(value, str):
             names.append(value)
-    names.append(_constants(ROOT / "tuner" / "sweepdir" / "claim.py")["LOCK_FILE"])
+    for module, name in ELSEWHERE:
+        names.append(_constants(ROOT / module)[name])
     named = {part for span in re.findall(r"`([^`]*)`", page) for part in re.split(r"[/\s,()]+", span)}
     missing = [n for n in map(_as_named, names) if n not in named]
     assert len(names) > 15

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import DEBUG, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.config.schedule import redacted, seconds
-from tuner.driver.sweep import extend_sweep, resume_sweep, run_sweep
+from tuner.driver.sweep import AlreadyFinished, extend_sweep, resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
 from tuner.sweepdir import read_metrics, read_record, trial_dirs
@@ -110,8 +110,25 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_spent_budget_leaves_no_directory_of_the_trials_it_removed(tmp_path: Path) -> None:
+    # Issue 26: from the CLI, at the default concurrency, each queued trial the budget removed
+    # kept a directory (Tune made it as it queued the trial; its end was written into it).
+    done = run_cli(
+        "sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "12", "--max-epochs", "300",
+        "--set", "task.model=tests.chaos:slow", "--set", "search.params.step_sleep_s=0.02",
+        "--set", "schedule.time_budget=20", "--set", "schedule.early_stopping=false",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
+    assert summary["status"] == "budget" and len(summary["trials"]) < 12
+    kept = {p.name for p in (tmp_path / "debug").iterdir() if p.is_dir()}
+    assert kept == {t["trial_id"] for t in summary["trials"]} | {"best"}, kept
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("at_once", [1, None], ids=["one-at-a-time", "default"])
 @pytest.mark.usefixtures("ray_session")
-def test_a_reached_target_ends_the_sweep(tmp_path: Path) -> None:
+def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:
     target = 0.6
     cfg = debug_config(
         tmp_path,
@@ -119,17 +136,28 @@ def test_a_reached_target_ends_the_sweep(tmp_path: Path) -> None:
         schedule__max_epochs=10,
         schedule__early_stopping=False,
         schedule__stop_at=target,
-        resources__max_concurrent_trials=1,
+        resources__max_concurrent_trials=at_once,  # None: as many as fit (2 here)
     )
     out = run_sweep(cfg)
-    assert out.summary["status"] == "target_reached" and out.exit_code == 0
-    trials = out.summary["trials"]
-    assert out.summary["best"]["metrics"]["val_acc"] >= target
-    # It ended at the first report that met the target: the last trial started is the one that
-    # met it, at its last epoch, and no earlier trial ever met it.
+    summary = out.summary
+    assert summary["status"] == "target_reached" and out.exit_code == 0, summary["counts"]
+    trials = summary["trials"]
+    assert summary["best"]["metrics"]["val_acc"] >= target
+    assert len(trials) < 12 and all(t["status"] == "TERMINATED" for t in trials), trials
     reached = [t for t in trials if t["best_value"] is not None and t["best_value"] >= target]
-    assert len(reached) == 1 and len(trials) < 12
-    assert reached[0]["last_metrics"]["val_acc"] >= target
+    if at_once == 1:
+        # It ended at the first report that met the target: the last trial started is the one
+        # that met it, at its last epoch, and no earlier trial ever met it.
+        assert len(reached) == 1 and reached[0]["last_metrics"]["val_acc"] >= target
+    else:
+        # The trial running beside the one that met the target was stopped for it (it used to
+        # stay RUNNING, and the sweep end "interrupted"), and says so.
+        assert summary["counts"].get("stopped", 0) >= 1, summary["counts"]
+        stopped = [t for t in trials if t["trial_id"] not in {r["trial_id"] for r in reached}]
+        assert any(t["epochs"] < 10 for t in stopped), stopped
+        assert "unfinished" not in summary["counts"]
+    with pytest.raises(AlreadyFinished, match="target_reached"):
+        resume_sweep(out.sweep_dir)
 
 
 @pytest.mark.slow

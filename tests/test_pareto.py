@@ -32,15 +32,16 @@ def _trial(
         time_s=1.0,
         failure=failure,
         stopped_early=False,
-        best_value=acc,
-        best_epoch=None if acc is None else 2,
+        best_value=None if failure else acc,  # (it failed before any epoch of its own)
+        best_epoch=None if acc is None or failure else 2,
         best_metrics={} if failure else best,
     )
 
 
 # Worked out by hand: a and b tie (equal values: both on the front); c is the most accurate;
 # f the smallest; d and its duplicate e are both dominated by a (less accurate, larger); i is
-# as accurate as c but larger (dominated); g would dominate everything but diverged; h never
+# as accurate as c but larger (dominated); g would dominate everything but diverged at its
+# first epoch (no result); h never
 # reported num_params; j reported no value at all.
 HAND = [
     _trial("a", 0.90, 1000),
@@ -102,7 +103,7 @@ def test_the_table_marks_the_front_and_summary_json_lists_it() -> None:
     # the front, best val_acc first.
     assert list(rows) == ["h", "c", "a", "b", "f"]
     assert {t for t, line in rows.items() if line.split()[5] == "*"} == {"a", "b", "c", "f"}
-    assert rows["f"].split()[1:3] == ["0.8500", "500"] and rows["h"].split()[1:3] == ["0.9700", "-"]
+    assert rows["f"].split()[1:3] == ["0.85", "500"] and rows["h"].split()[1:3] == ["0.97", "-"]
 
     summary = summarize(HAND, name="x", metric="val_acc", mode="max", algorithm="random",
                         expected_trials=10, objectives=TWO)  # fmt: skip

@@ -101,7 +101,7 @@ def test_failures_and_compute_accounting(sweep, report) -> None:
     assert sorted(failed.values()) == ["diverged", "diverged", "error"]
     (crash,) = [r for r in rows if r["cause"] == "error"]
     assert "ValueError: boom" in crash["detail"]
-    assert {r["detail"] for r in rows if r["cause"] == "diverged"} == {"non-finite loss at epoch 1"}
+    assert {r["detail"] for r in rows if r["cause"] == "diverged"} == {"non-finite train_loss at epoch 1"}
     # CPU-seconds: training time x 1 worker x 1 CPU (debug.yaml); GPUs: 0.
     compute = {r["trial"]: r for r in table(md, "Compute")}
     assert set(compute) == set(trials)

@@ -133,6 +133,11 @@ def _print_outcome(outcome: Any) -> int:
     )
     if s["status"] == "interrupted":
         print(f"interrupted; continue with: python -m tuner resume {outcome.sweep_dir}")
+    if s["status"] == "failed":  # failure.fail_fast
+        print(
+            f"stopped: its first trials all failed with {s['error']}; "
+            f"fix it, then: python -m tuner resume {outcome.sweep_dir}"
+        )
     return outcome.exit_code
 
 

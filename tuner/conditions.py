@@ -149,6 +149,22 @@ def _distinct(values: list[Any]) -> list[Any]:
     return out
 
 
+def outside(p: ParamT, value: Any) -> str:
+    """Why `value` is not one `p` can take ('' if it is)."""
+    listed = values_of(p) if isinstance(p, (Fixed, Choice, Grid)) else None
+    if listed is not None:
+        if any(same(value, v) for v in listed):
+            return ""
+        return f"is not one of its values ({', '.join(map(str, listed))})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "is not a number"
+    if isinstance(p, (RandInt, LogRandInt)) and value != int(value):
+        return "is not an integer"
+    if not p.low <= value <= p.high:  # type: ignore[union-attr]
+        return f"is outside {p.low}..{p.high}"  # type: ignore[union-attr]
+    return ""
+
+
 # ----------------------------------------------------------------------------- grid
 
 
@@ -219,22 +235,30 @@ def draw(p: ParamT, rng: random.Random) -> Scalar:
     return min(p.high, int(math.exp(rng.uniform(math.log(p.low), math.log(p.high + 1)))))
 
 
-def random_config(params: Mapping[str, ParamT], rng: random.Random) -> dict[str, Any]:
-    """One configuration: each parameter drawn where its condition holds."""
+def random_config(
+    params: Mapping[str, ParamT], rng: random.Random, given: Optional[Mapping[str, Any]] = None
+) -> dict[str, Any]:
+    """One configuration: each parameter drawn where its condition holds; those in `given`
+    take its value instead (a partial configuration completed by the space's own draws)."""
     config: dict[str, Any] = {}
     for name in order(params):
         if applies(params[name], config):
-            config[name] = draw(params[name], rng)
+            config[name] = given[name] if given and name in given else draw(params[name], rng)
     return {n: config[n] for n in params if n in config}
 
 
 def feasible_draw(
-    params: Mapping[str, ParamT], constraints: Iterable[str], rng: random.Random, attempts: int
+    params: Mapping[str, ParamT],
+    constraints: Iterable[str],
+    rng: random.Random,
+    attempts: int,
+    given: Optional[Mapping[str, Any]] = None,
 ) -> Optional[dict[str, Any]]:
-    """A random configuration every constraint allows, or None after `attempts` draws."""
+    """A random configuration (with `given`'s values) every constraint allows, or None after
+    `attempts` draws."""
     kept = list(constraints)
     for _ in range(attempts):
-        config = random_config(params, rng)
+        config = random_config(params, rng, given)
         if rules.allows(kept, config):
             return config
     return None

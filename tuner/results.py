@@ -29,6 +29,7 @@ class Outcome(str, Enum):
 
     COMPLETED = "completed"  # trained to max_epochs
     STOPPED_EARLY = "stopped early"  # stopped by the scheduler (ASHA) at a rung
+    STOPPED = "stopped"  # running when the sweep reached its target (schedule.stop_at)
     DIVERGED = "diverged"  # non-finite loss
     OOM = "oom"  # out of memory at the smallest micro-batch
     TIMEOUT = "timeout"
@@ -53,10 +54,13 @@ class Outcome(str, Enum):
 _OLD_WORDS = {"stopped_early": Outcome.STOPPED_EARLY.value}
 
 
-def outcome_of(status: str, failure: Optional[str], stopped_early: bool) -> Outcome:
-    """The Outcome of a trial from its record's status, its failure and whether ASHA stopped it."""
+def outcome_of(status: str, failure: Optional[str], stopped_early: bool, stopped: bool = False) -> Outcome:
+    """The Outcome of a trial from its record's status, its failure, whether ASHA stopped it
+    and whether the sweep's end (its target reached) did."""
     if failure:
         return Outcome.parse(failure.split(":")[0])
+    if stopped:
+        return Outcome.STOPPED
     if stopped_early:
         return Outcome.STOPPED_EARLY
     return Outcome.COMPLETED if status == "TERMINATED" else Outcome.UNFINISHED
@@ -102,9 +106,12 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         status = "TERMINATED"
     if status == "ERROR" and failure is None:  # (a timeout's is in the journal already)
         failure = "error: " + error_line(trial_dir)
-    best_row = best_row_of(rows, metric, mode) if failure is None else None
+    # Epochs reported before a trial failed are results like any other: only the epoch it
+    # failed at is not (a later error never discards what a trial reported).
+    best_row = best_row_of(rows, metric, mode)
     config = info.get("config") or {}
-    stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs
+    stopped = info.get("stopped") == TARGET
+    stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs and not stopped
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
@@ -119,7 +126,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         path=trial_dir,
         best_metrics={} if best_row is None else {k: v for k, v in best_row.items() if k not in NOT_METRICS},
         history=rows,
-        outcome=outcome_of(status, failure, stopped_early),
+        outcome=outcome_of(status, failure, stopped_early, stopped),
     )
 
 
@@ -142,14 +149,15 @@ def best_row_of(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[
 
 def ranked(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
     """Trials with a usable result, best first by their best epoch (ties: the one that
-    started first). Failed (diverged, oom, error) trials never count. The one ranking of
-    summary.json's best, the CLI's leaderboard and the report."""
-    ok = [r for r in trials if r.failure is None and r.best_value is not None]
+    started first), however they ended: a trial that failed (diverged, oom, timeout, error)
+    counts with the epochs it reported before. The one ranking of summary.json's best, the
+    CLI's leaderboard and the report."""
+    ok = [r for r in trials if r.best_value is not None]
     return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
 
 
 def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
-    """The best trial by its best epoch; failed (diverged, oom, error) trials never count."""
+    """The best trial by its best epoch (a failed trial's epochs before it failed count)."""
     top = ranked(trials, mode)
     return top[0] if top else None
 
@@ -157,6 +165,7 @@ def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
 # Summary statuses of a sweep that ended before its planned trials, every started one ended.
 BUDGET = "budget"  # schedule.time_budget was spent
 TARGET = "target_reached"  # a trial reported schedule.stop_at
+FAILED = "failed"  # its first trials all failed with the same error (failure.fail_fast)
 
 
 def summarize(
@@ -172,7 +181,9 @@ def summarize(
 ) -> dict[str, Any]:
     """The summary.json document. status: completed; interrupted (resume continues it); or,
     every started trial having ended, why the sweep ended before its planned trials: `ended`
-    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met).
+    (budget: schedule.time_budget spent; target_reached: schedule.stop_at met; failed: the
+    first trials all failed with the same error, which `error` then says, and the sweep stopped
+    the rest, failure.fail_fast).
     `metric`/`mode`: the first objective; with several `objectives`, the document also lists
     them and their Pareto front (`pareto`)."""
     top = best(trials, mode)
@@ -180,6 +191,9 @@ def summarize(
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
     if ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
         status = ended
+    errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
+    if ended == FAILED and errors:  # (trials it cut off count as unfinished: resume runs them)
+        status = FAILED
     hidden = ("path", "best_metrics", "history", "outcome")
     return {
         "name": name,
@@ -202,6 +216,7 @@ def summarize(
             if len(objectives) > 1
             else {}
         ),
+        **({"error": max(errors, key=errors.count)} if status == FAILED else {}),
         "trials": [{k: v for k, v in asdict(r).items() if k not in hidden} for r in trials],
     }
 
@@ -216,7 +231,8 @@ def pareto(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]) -> 
     """The ids of the trials no other trial dominates, in the trials' order.
 
     Each trial counts with its values of every objective at its best epoch of the first
-    (`best_metrics`); failed trials and those missing a finite value of one never count. A
+    (`best_metrics`: a failed trial's, of the epochs before it failed); those missing a
+    finite value of one never count. A
     trial dominates another when it is at least as good in every objective and better in one,
     so trials of equal values are all on the front, or all off it.
     """
@@ -239,10 +255,10 @@ def pareto(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]) -> 
 
 
 def objective_values(r: TrialRecord, names: Sequence[str]) -> Optional[tuple[float, ...]]:
-    """A trial's values of `names` at its best epoch of the first objective; None for a
-    failed trial, or one without a finite value of each."""
+    """A trial's values of `names` at its best epoch of the first objective; None for one
+    without a finite value of each."""
     values = [r.best_metrics.get(n) for n in names]
-    if r.failure is not None or not all(finite(v) for v in values):
+    if not all(finite(v) for v in values):
         return None
     return tuple(float(v) for v in values)  # type: ignore[arg-type]
 

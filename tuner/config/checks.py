@@ -12,7 +12,7 @@ from tuner import catalogue, conditions
 from tuner import constraints as rules
 from tuner.config.base import MAX_TRIALS
 from tuner.errors import ConfigError, validation_message
-from tuner.space import LogUniform, ParamT, Scalar, Uniform, extremes, grid_values, values_of
+from tuner.space import Fixed, LogUniform, ParamT, Scalar, Uniform, extremes, grid_values, values_of
 
 
 def check_param(name: str, param: ParamT, model: str, training: BaseModel) -> None:
@@ -149,3 +149,37 @@ def check_constraints(search: Any, hyper: dict[str, ParamT]) -> None:
             "search.constraints",
             f"the constraints leave no configuration ({DRAWS:,} random draws broke them all)",
         )
+
+
+def check_start_with(search: Any, hyper: dict[str, ParamT]) -> None:
+    """Refuse a start_with configuration naming no searched parameter, a value outside its
+    parameter, a conditional parameter without the values that make it apply, or one that no
+    completion from the space keeps search.constraints (DRAWS random completions tried); and
+    more of them than num_samples (grid search runs them before its grid)."""
+    entries = search.start_with
+    if search.algorithm != "grid" and len(entries) > search.num_samples:
+        more = f"{len(entries)} configurations, more than num_samples ({search.num_samples})"
+        raise ConfigError("search.start_with", more)
+    for i, entry in enumerate(entries):
+        for name, value in entry.items():
+            path = f"search.start_with.{i}.{name}"
+            if name not in search.params:
+                valid = ", ".join(search.params) or "none"
+                raise ConfigError(path, f"no parameter '{name}' in search.params (there: {valid})")
+            reason = conditions.outside(search.params[name], value)
+            if reason:
+                raise ConfigError(path, f"{value!r} {reason}")
+            for parent, wanted in conditions.conditions(search.params[name]).items():
+                fixed = hyper.get(parent)
+                have = entry.get(parent, fixed.value if isinstance(fixed, Fixed) else None)
+                if have is None or not any(conditions.same(have, w) for w in wanted):
+                    values = " or ".join(map(str, wanted))
+                    raise ConfigError(
+                        path, f"applies only where {parent} is {values}; give {parent}: {wanted[0]} with it"
+                    )
+        done = conditions.feasible_draw(hyper, search.constraints, random.Random(search.seed), DRAWS, entry)
+        if done is None:
+            raise ConfigError(
+                f"search.start_with.{i}",
+                f"no configuration with these values keeps search.constraints ({DRAWS:,} completions tried)",
+            )

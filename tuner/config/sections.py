@@ -9,14 +9,14 @@ is refused before anything heavy starts.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from tuner import catalogue
 from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
-from tuner.config.checks import check_constraints, check_param, check_search
+from tuner.config.checks import check_constraints, check_param, check_search, check_start_with
 from tuner.config.command import check_command
 from tuner.config.objectives import (
     MetricField,
@@ -32,7 +32,7 @@ from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, unsupported, values_of
+from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, Scalar, unsupported, values_of
 
 
 class SearchSection(Section):
@@ -60,6 +60,25 @@ class SearchSection(Section):
         "(docs/how-to/search-space.md#constraints).",
     )
 
+    start_with: list[dict[str, Scalar]] = Field(
+        default_factory=list,
+        description="Configurations every algorithm runs first, e.g. [{lr: 0.01, optimizer: adam}]: "
+        "each may name some parameters of search.params, the rest drawn from the space; they count "
+        "towards num_samples and model-based searchers learn from them like any trial "
+        "(docs/how-to/warm-start.md#known-starting-points-start_with).",
+    )
+
+    warm_start: Union[Literal["auto"], list[str]] = Field(
+        default_factory=list,
+        description="Earlier sweep directories whose trials this sweep's searcher starts from (told as "
+        "history; random search runs their best 5 first), or auto: every sweep in output/ of the same "
+        "task. One of another task (fingerprint: task fields, objectives, user modules) is refused "
+        "unless warm_start_force (docs/how-to/warm-start.md#earlier-sweeps-warm_start).",
+    )
+    warm_start_force: bool = Field(
+        False, description="Use warm_start sweeps even where their task fingerprint differs."
+    )
+
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
@@ -73,6 +92,9 @@ class SearchSection(Section):
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
         check_search(self.params, self.constraints, self.algorithm, self.grid_points)
+        if self.algorithm == "grid" and self.warm_start:
+            nothing = "grid search runs every combination: nothing to start from"
+            raise ConfigError("search.warm_start", nothing)
         return self
 
 
@@ -167,12 +189,33 @@ def amp_from_yaml(value: Any) -> Any:
     return value
 
 
+FAIL_FAST_DEFAULT = 3
+
+
 class FailureSection(Section):
-    """Checkpoints and retries."""
+    """Checkpoints, retries, and when failing trials stop the sweep."""
 
     max_failures: int = Field(
         0, ge=0, description="Retries of a crashed trial, each from its last checkpoint."
     )
+    fail_fast: Union[bool, int] = Field(
+        FAIL_FAST_DEFAULT,
+        description="Stop the sweep when the first N trials to end all failed with the same error "
+        "(their code raised it: a missing file, a bug), saying it in one line; status failed, "
+        "exit 1, and `tuner resume` runs the rest once it is fixed. A trial that ends any other "
+        "way first (finished, stopped early, diverged, oom, timeout) lets the sweep run on. "
+        f"0 or false: never; true: {FAIL_FAST_DEFAULT}.",
+    )
+
+    @field_validator("fail_fast", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> int:
+        if isinstance(value, bool):  # as Ray's FailureConfig(fail_fast=True) reads
+            return FAIL_FAST_DEFAULT if value else 0
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"must be a whole number >= 0 (0: never) or true/false, got {value!r}")
+        return value
+
     keep_checkpoints: int = Field(
         2,
         ge=1,
@@ -287,6 +330,7 @@ class SweepConfig(Section):
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)
         check_constraints(self.search, self.hyperparameters())
+        check_start_with(self.search, self.hyperparameters())
         if self.task.command is not None:
             check_command(self.task, self.search.params, self.search.algorithm, self.training, self.resources)
         if self.task.train is not None:
@@ -326,9 +370,11 @@ class SweepConfig(Section):
         return self.objectives[0][1]
 
     def expected_trials(self) -> int:
-        """Trials the sweep runs in all: num_samples, or the grid's size for grid search."""
+        """Trials the sweep runs in all: num_samples, or for grid search the grid's size and
+        the start_with configurations run before it."""
         if self.search.algorithm == "grid":
-            return len(grid_configs(self.hyperparameters(), self.search.grid_points, self.search.constraints))
+            grid = grid_configs(self.hyperparameters(), self.search.grid_points, self.search.constraints)
+            return len(grid) + len(self.search.start_with)
         return self.search.num_samples
 
     def hyperparameters(self) -> dict[str, ParamT]:

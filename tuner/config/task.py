@@ -17,7 +17,7 @@ from tuner.config.placeholders import placeholders
 from tuner.errors import ConfigError
 
 # The fields that go with `command` (and only with it).
-COMMAND_FIELDS = ("command", "launcher", "checkpoints", "env_params")
+COMMAND_FIELDS = ("command", "launcher", "checkpoints", "env_params", "exit_grace")
 
 
 class TaskSection(Section):
@@ -86,6 +86,14 @@ class TaskSection(Section):
         description="Parameters your command reads from the environment (TUNER_PARAM_<NAME>) or "
         "from the JSON file at $TUNER_CONFIG_JSON instead of from a {name} placeholder; true: "
         "all of them. Every other parameter of search.params must have a placeholder.",
+    )
+
+    exit_grace: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds the command has to exit after it reported its last epoch (to save "
+        "its model, or report a final metric for that epoch) before it is stopped; its epochs are "
+        "kept either way, and the trial counts as complete.",
     )
 
     @field_validator("model", "data")

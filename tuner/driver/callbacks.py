@@ -165,7 +165,9 @@ class HParamsCallback(Callback):
 
     def _end(self, trial: Any, status: str) -> None:
         path = trial_dir(trial)
-        if path and os.path.isdir(path):
+        # (A trial removed before it started, by a spent time budget or fail_fast, has no
+        # session: its directory, made by Tune as it queued it, is removed as empty.)
+        if path and os.path.isdir(path) and trial.trial_id in self._started:
             _write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
 
 

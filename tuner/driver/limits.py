@@ -4,7 +4,8 @@
 starts them, trials still running stop at their next report (their reported epochs are kept;
 nothing is cut mid-epoch), and when none runs any more the experiment ends.
 `schedule.stop_at`: the sweep ends as soon as a trial reports the target; running trials are
-stopped at once.
+stopped at once, and recorded as stopped for it (their records say `"stopped":
+"target_reached"`): the sweep is over, not interrupted, and `resume` has nothing to continue.
 
 `SweepLimits` is both Tune's Stopper (asked about every result, and about the whole
 experiment every step) and a Callback (it sees trials start and end), and remembers why the
@@ -24,8 +25,9 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
+from tuner.driver.callbacks import trial_dir
 from tuner.results import BUDGET, TARGET
-from tuner.sweepdir.files import finite
+from tuner.sweepdir import finite, read_record, write_record
 
 
 class SweepLimits(Stopper, Callback):
@@ -78,6 +80,18 @@ class SweepLimits(Stopper, Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.discard(trial.trial_id)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        # Tune stops the trials still running when a Stopper ends the experiment without a
+        # completion for any of them (Ray 2.60, TuneController._stop_experiment_if_needed).
+        if self.reason != TARGET:
+            return
+        for trial in trials:
+            path = trial_dir(trial)
+            record = read_record(path) if path else None
+            if path and record is not None and record.get("status") == "RUNNING":
+                record.update(status="TERMINATED", stopped=TARGET, ended=time.time())
+                write_record(path, record)
 
 
 class Budgeted(TrialScheduler):

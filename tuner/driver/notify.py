@@ -179,7 +179,7 @@ def payload(
         "trials": len(summary.get("trials", [])),
         "expected_trials": summary.get("expected_trials"),
         "results": sweep_dir,
-        "error": error,
+        "error": error or summary.get("error"),  # (status failed: what its trials failed with)
     }
 
 

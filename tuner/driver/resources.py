@@ -324,6 +324,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         command=cfg.task.command,
         launcher=cfg.task.launcher,
         command_params=tuple(cfg.search.params),
+        exit_grace=cfg.task.exit_grace,
         loss=cfg.task.loss,
         metrics=cfg.task.metrics,
         max_epochs=cfg.schedule.max_epochs,

@@ -21,8 +21,8 @@ from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml,
 from tuner.config.schedule import TrackingSection
 from tuner.driver import resources
 from tuner.errors import DiskFull, ExitCode, disk_full
-from tuner.results import TARGET, TrialRecord, leaderboard, records, summarize
-from tuner.search import algorithms
+from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
+from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
@@ -209,6 +209,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         from tuner.driver import mlflow_store
 
         mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
+    start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
@@ -231,7 +232,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         objectives=cfg.objectives,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
-        held.write_config(start.config_text, cfg.code_dirs)
+        held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
         return finish(cfg, start.sweep_dir or start.storage, ended)
@@ -245,7 +246,7 @@ _LAUNCH_MODULES = (
     "tuner.driver.limits",
     "tuner.trial.runner",
 )
-_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.searchers",)}
+_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
 def _preload(algorithm: str) -> threading.Thread:
@@ -312,9 +313,10 @@ def _launch(
     cfg: SweepConfig, res: resources.TrialResources, start: Start, plan: algorithms.SearchPlan, verbose: bool
 ) -> Optional[str]:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
-    (`results.BUDGET`, `results.TARGET`), or None."""
+    (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+    from ray.tune.stopper import CombinedStopper
 
     from tuner.driver.callbacks import (
         HParamsCallback,
@@ -322,6 +324,7 @@ def _launch(
         TrialRecordCallback,
         hparam_domains,
     )
+    from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits
     from tuner.trial.runner import trainable_for
 
@@ -349,6 +352,10 @@ def _launch(
     limits = SweepLimits.wanted(cfg.objective, cfg.direction, cfg.schedule.time_budget, cfg.schedule.stop_at)
     if limits is not None:
         callbacks.append(limits)
+    fail_fast = FailFast.wanted(cfg.failure.fail_fast)
+    if fail_fast is not None:
+        callbacks.append(fail_fast)
+    stoppers = [s for s in (limits, fail_fast) if s is not None]
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
     trainable = tune.with_resources(
@@ -382,7 +389,7 @@ def _launch(
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
             ),
-            stop=limits,
+            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else next(iter(stoppers), None),
             verbose=2 if verbose else 0,
         ),
     )
@@ -395,6 +402,8 @@ def _launch(
     INTERRUPTED.clear()
     with sigterm_as_sigint():
         tuner.fit()
+    if fail_fast is not None and fail_fast.error is not None:
+        return FAILED
     return None if limits is None else limits.reason
 
 
@@ -403,9 +412,13 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
 
 
 def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
-    """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`: why
-    the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`), if it did."""
-    trials = _records(cfg, sweep_dir) if "://" not in sweep_dir else []
+    """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`:
+    why the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`,
+    `results.FAILED`), if it did."""
+    trials: list[TrialRecord] = []
+    if "://" not in sweep_dir:
+        sweepdir.remove_empty_dirs(sweep_dir)
+        trials = _records(cfg, sweep_dir)
     summary = summarize(
         trials,
         name=cfg.name,
@@ -416,6 +429,8 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
         expected_trials=cfg.expected_trials(),
         ended=ended,
     )
+    if "://" not in sweep_dir:
+        warm.mark_origins(cfg, sweep_dir, summary)
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
         if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)

@@ -15,6 +15,7 @@ cannot restore BOHB at all: ray-project/ray#39900.)
 
 from __future__ import annotations
 
+import random as pyrandom
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -23,6 +24,7 @@ from tuner.cluster import _ray_internals
 from tuner.conditions import grid_configs
 from tuner.constraints import allows
 from tuner.errors import ConfigError
+from tuner.results import best_row_of
 from tuner.search.plan import (
     TIME_ATTR,
     Prior,
@@ -33,7 +35,7 @@ from tuner.search.plan import (
     key,
     rungs,
 )
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_configspace, to_tune
+from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_tune, values_of
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
@@ -53,7 +55,7 @@ def _asha(schedule: ScheduleSection, metric: str, mode: str, prior: Optional[Pri
         reduction_factor=schedule.reduction_factor,
     )
     if prior is not None:
-        _seed_rungs(scheduler, prior.finished, metric, mode)
+        _seed_rungs(scheduler, prior.earlier + prior.finished, metric, mode)
     return scheduler
 
 
@@ -135,6 +137,32 @@ def random_configs(
     return out
 
 
+def start_configs(
+    params: dict[str, ParamT],
+    start_with: Sequence[dict[str, Any]],
+    seed: int,
+    constraints: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """`search.start_with` completed: each partial configuration's other parameters drawn from
+    the space (where their conditions hold, keeping the constraints), from one generator
+    seeded by the sweep's seed, so a resumed or extended sweep completes them the same way.
+    A given value is written as the space lists it (64.0 for a choice of 64: 64)."""
+    rng = pyrandom.Random(seed)
+    out = []
+    for i, entry in enumerate(start_with):
+        given = {k: _as_listed(params[k], v) for k, v in entry.items()}
+        config = conditions.feasible_draw(params, constraints, rng, MAX_REDRAWS, given)
+        if config is None:  # validation tried the same
+            raise ConfigError(f"search.start_with.{i}", "no completion keeps search.constraints")
+        out.append(config)
+    return out
+
+
+def _as_listed(p: ParamT, value: Any) -> Any:
+    listed = values_of(p)
+    return next((v for v in listed if conditions.same(v, value)), value) if listed else value
+
+
 def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, Any]]:
     """The list without one copy of each configuration an earlier run already started."""
     started: dict[str, int] = {}
@@ -152,15 +180,49 @@ def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, 
 
 def _grid(r: SearchRequest) -> SearchPlan:
     every = grid_configs(r.params, r.search.grid_points, r.search.constraints)
-    todo = r.prior.resumed + _not_started(every, r.prior)
+    todo = r.prior.resumed + _not_started(_start(r) + every, r.prior)
     return _listed_plan(r, todo, r.stop_early, f"grid over {len(every)} combinations")
 
 
 def _random(r: SearchRequest) -> SearchPlan:
     prior, search = r.prior, r.search
-    fresh = _not_started(random_configs(r.params, search.num_samples, search.seed, search.constraints), prior)
+    start = _start(r)
+    start += top_earlier(prior.earlier, r.metric, r.mode, search.num_samples - len(start))
+    drawn = random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
+    fresh = _not_started(start + drawn, prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
     return _listed_plan(r, todo, r.stop_early, "random search")
+
+
+TOP_EARLIER = 5  # random search runs this many of a warm start's best earlier configurations first
+
+
+def top_earlier(earlier: list[PriorTrial], metric: str, mode: str, room: int) -> list[dict[str, Any]]:
+    """The best earlier trials' configurations (by their best value), best first, each once:
+    what random search, which learns nothing, takes from a warm start."""
+    best: dict[str, tuple[float, dict[str, Any]]] = {}
+    sign = -1.0 if mode == "max" else 1.0
+    for t in earlier:
+        row = best_row_of(t.history, metric, mode)
+        if row is not None and not t.error:
+            k, value = key(t.config), sign * float(row[metric])
+            if k not in best or value < best[k][0]:
+                best[k] = (value, t.config)
+    ranked = sorted(best.values(), key=lambda vc: vc[0])
+    return [dict(c) for _, c in ranked[: max(0, min(TOP_EARLIER, room))]]
+
+
+def _searched_starts(r: SearchRequest) -> list[dict[str, Any]]:
+    """The start_with configurations not yet started, as a model-based searcher proposes them
+    (fixed values left out): handed out before its own proposals, and told like them."""
+    return [
+        {k: v for k, v in c.items() if not isinstance(r.params[k], Fixed)}
+        for c in _not_started(_start(r), r.prior)
+    ]
+
+
+def _start(r: SearchRequest) -> list[dict[str, Any]]:
+    return start_configs(r.params, r.search.start_with, r.search.seed, r.search.constraints)
 
 
 def _listed_plan(
@@ -197,14 +259,16 @@ def _bohb(r: SearchRequest) -> SearchPlan:
     # at grace_epochs, the first trial to reach a rung always goes on (so, at any
     # num_samples, at least one trains to max_epochs, as does the best at every rung), and
     # no trial waits, paused, for a rung to fill.
-    from tuner.search.searchers import AsyncBOHB, Feasible, ResumeFirst
+    from tuner.search.bohb import AsyncBOHB, IntsAsFloats
+    from tuner.search.searchers import Feasible, ResumeFirst
 
     searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
     seed = _searcher_seed(search.seed, prior)
-    space = to_configspace(searched, seed=seed)
+    space = IntsAsFloats(searched, seed=seed)
     feasible = Feasible(params, search.constraints, seed)
     searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed, feasible=feasible)
-    for t in prior.finished:
+    searcher.first = _searched_starts(r)
+    for t in prior.earlier + prior.finished:
         searcher.replay({k: t.config[k] for k in searched if k in t.config}, t.history, t.error)
     return SearchPlan(
         param_space=_fixed(params),  # the searcher owns the searched space
@@ -228,8 +292,9 @@ def _optuna(r: SearchRequest) -> SearchPlan:
     searcher = OptunaTPE(
         params, objectives, seed, Feasible(params, search.constraints, seed), schedule.max_epochs
     )
-    for t in prior.finished:  # told, as it was told live
+    for t in prior.earlier + prior.finished:  # told, as it was told live
         searcher.replay(t.config, t.history, t.error)
+    searcher.first = _searched_starts(r)
     stop_early = r.stop_early
     return SearchPlan(
         param_space=_fixed(params),

@@ -23,15 +23,19 @@ class PriorTrial:
     config: dict[str, Any]
     history: list[dict[str, Any]]
     error: bool = False
+    origin: str = ""  # an earlier sweep's directory, for a warm start's trials
 
 
 @dataclass
 class Prior:
-    """What a resumed sweep starts from."""
+    """What a sweep starts from: the earlier run of a resumed one, earlier sweeps' trials."""
 
     finished: list[PriorTrial] = field(default_factory=list)
     resumed: list[dict[str, Any]] = field(default_factory=list)  # run again, from checkpoints
     new: Optional[int] = None  # fresh trials still to run (None: the whole budget)
+    # Trials of earlier sweeps (search.warm_start), mapped into this space: told to the
+    # searcher and ASHA's rungs as history, never counted as this sweep's trials.
+    earlier: list[PriorTrial] = field(default_factory=list)
 
 
 @dataclass

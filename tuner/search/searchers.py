@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -15,9 +14,8 @@ from tuner import conditions
 from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.results import best_row_of, finite
-from tuner.search.fast_sampling import fast_truncnorm
 from tuner.search.plan import TIME_ATTR
-from tuner.space import Fixed, ParamT, to_optuna
+from tuner.space import Fixed, LogRandInt, ParamT, to_optuna
 
 
 class _SavesState:
@@ -115,15 +113,14 @@ class Feasible:
 
 MAX_RANDOM_DRAWS = 10_000
 
-# The model-based searchers' settings (keyword arguments of optuna's TPESampler and of
-# hpbandster's BOHB config generator), chosen with scripts/bench_search.py (BENCHMARKS.md).
+# Optuna's settings (keyword arguments of its TPESampler), chosen with scripts/bench_search.py
+# (BENCHMARKS.md); bohb's are tuner.search.bohb.BOHB_SETTINGS.
 TPE_SETTINGS: dict[str, Any] = {}
 # How Optuna is told of a trial ASHA stopped before max_epochs: PRUNED (TPE ranks such trials
 # below every complete one, among themselves by the epoch they reached, then their last value)
 # or COMPLETE (its last value, as Ray's OptunaSearch tells it: a value at epoch 3 ranked
 # against values at max_epochs).
 STOPPED_EARLY = "PRUNED"
-BOHB_SETTINGS: dict[str, Any] = {}
 
 
 class OptunaTPE(_SavesState, Searcher):
@@ -168,6 +165,7 @@ class OptunaTPE(_SavesState, Searcher):
         self.max_epochs = max_epochs  # a trial ended before it was stopped early (by ASHA)
         self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
         self.reported: dict[str, set[int]] = {}
+        self.first: list[dict[str, Any]] = []  # proposed before TPE (search.start_with)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
         asked: list[Any] = []
@@ -179,9 +177,9 @@ class OptunaTPE(_SavesState, Searcher):
         def reject() -> None:
             self.study.tell(asked.pop(), state=_state("FAIL"))
 
-        config = self.feasible.propose(draw, reject)
-        if not asked:  # a random draw, after the model's kept breaking the constraints
-            self.study.enqueue_trial(config)
+        config = self.first.pop(0) if self.first else self.feasible.propose(draw, reject)
+        if not asked:  # given, or a random draw after the model's kept breaking the constraints
+            self.study.enqueue_trial({k: study_value(self.searched[k], v) for k, v in config.items()})
             asked.append(self.study.ask())
             config = self._define(asked[-1])
         self.trials[trial_id], self.reported[trial_id] = asked[-1], set()
@@ -249,14 +247,14 @@ class OptunaTPE(_SavesState, Searcher):
         failed = error or not values or any("failure" in r for r in history)
         failed = failed or (len(self.objectives) > 1 and several is None)
         state = "FAIL" if failed else STOPPED_EARLY if self._stopped_early(max(values)) else "COMPLETE"
-        params = {k: config[k] for k in self.searched if k in config}
+        params = {k: study_value(self.searched[k], config[k]) for k in self.searched if k in config}
         self.study.add_trial(
             optuna.trial.create_trial(
                 state=_state(state),
                 value=None if failed or several else values[max(values)],
                 values=None if failed or state != "COMPLETE" else several,
                 params=params,
-                distributions={k: to_optuna(self.searched[k]) for k in params},
+                distributions={k: study_distribution(self.searched[k]) for k in params},
                 intermediate_values=None if failed or several else values,
             )
         )
@@ -273,127 +271,29 @@ def _state(name: str) -> Any:
 
 
 def _suggest(ot: Any, name: str, p: ParamT) -> Any:
-    dist = to_optuna(p)
+    dist = study_distribution(p)
     kind = type(dist).__name__
     if kind == "FloatDistribution":
-        return ot.suggest_float(name, dist.low, dist.high, log=dist.log)
+        x = ot.suggest_float(name, dist.low, dist.high, log=dist.log)
+        return min(math.floor(x), p.high) if isinstance(p, LogRandInt) else x
     if kind == "IntDistribution":
         return ot.suggest_int(name, dist.low, dist.high, log=dist.log)
     return ot.suggest_categorical(name, list(dist.choices))
 
 
-class _Job:
-    """What hpbandster's config generator reads of a finished run: a loss at a budget."""
+def study_distribution(p: ParamT) -> Any:
+    """The distribution the study models `p` with: the space's own, except for a lograndint,
+    which optuna would draw its own way (k as often as log-space [k - 0.5, k + 0.5) is wide:
+    1..8 gives 1 in 39% of draws, not the space's 32%): a log-uniform float over
+    [low, high + 1), whose integer part is the value, as the space draws it."""
+    from optuna.distributions import FloatDistribution
 
-    def __init__(self, loss: float, budget: float, config: dict[str, Any]):
-        self.result = {"loss": loss}
-        self.kwargs = {"budget": budget, "config": config}
-        self.exception = None
+    if isinstance(p, LogRandInt):
+        return FloatDistribution(p.low, p.high + 1, log=True)
+    return to_optuna(p)
 
 
-class AsyncBOHB(_SavesState, Searcher):
-    """BOHB's model proposing, ASHA deciding who goes on: asynchronous BOHB.
-
-    hpbandster's config generator (Falkner et al., 2018: a kernel density model of the good
-    and the bad configurations, fitted on the largest budget with enough results; a third of
-    the proposals random) is told each trial's metric at the epochs where ASHA compares trials
-    (its rungs) and at `max_epochs`. Those are the budgets: ASHA stops a trial only at a rung,
-    so every trial reports at each rung it reaches.
-
-    Tune tells a searcher of a result only if the scheduler lets the trial go on, and of the
-    stopping result through `on_trial_complete` (ray.tune.execution.tune_controller), so both
-    are read here: without the stopped trials' results the model would see only winners.
-    A trial that fails (a crash, or a diverged one reporting a `failure`) counts as the worst
-    loss at the next budget it did not reach, as hpbandster counts a crashed run.
-    """
-
-    def __init__(
-        self,
-        space: Any,
-        metric: str,
-        mode: str,
-        budgets: list[int],
-        seed: Optional[int] = None,
-        feasible: Optional[Feasible] = None,
-    ):
-        import numpy as np
-        from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
-
-        super().__init__(metric=metric, mode=mode)
-        fast_truncnorm()
-        self.bohber = BOHB(space, **BOHB_SETTINGS)
-        # hpbandster draws from numpy's global generator (the random share, the model's
-        # samples), which Ray's schedulers also draw from: a generator of our own, swapped in
-        # for each proposal, keeps "same seed, same results, same suggestions" true.
-        self.rng_state = np.random.RandomState(seed).get_state()
-        self.budgets = sorted(set(budgets))
-        self.sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
-        self.configs: dict[str, dict[str, Any]] = {}
-        self.told: dict[str, set[int]] = {}  # trial -> budgets already told
-        self.last: dict[str, int] = {}  # trial -> last epoch seen
-        self.failed: set[str] = set()
-        self.feasible = feasible or Feasible({}, [], seed)
-
-    def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
-        config = self.feasible.propose(self._propose, lambda: None)  # redrawn while one breaks a constraint
-        self.configs[trial_id] = dict(config)
-        self.told[trial_id] = set()
-        return dict(config)
-
-    def _propose(self) -> dict[str, Any]:
-        import numpy as np
-
-        outside = np.random.get_state()
-        np.random.set_state(self.rng_state)
-        try:
-            config, _ = self.bohber.get_config(None)
-        finally:
-            self.rng_state = np.random.get_state()
-            np.random.set_state(outside)
-        return dict(config)
-
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id in self.configs:
-            self._observe(trial_id, result)
-
-    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
-        if trial_id not in self.configs:
-            return
-        if result:
-            self._observe(trial_id, result)
-        if error and trial_id not in self.failed:
-            self._fail(trial_id, self.last.get(trial_id, 0) + 1)
-        for d in (self.configs, self.told, self.last):
-            d.pop(trial_id, None)
-        self.failed.discard(trial_id)
-
-    def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
-        """Tell the model an earlier run's trial (a resumed sweep) by the rules of a live one."""
-        trial_id = f"replay-{len(self.configs)}"
-        self.configs[trial_id], self.told[trial_id] = dict(config), set()
-        for row in history:
-            self._observe(trial_id, row)
-        self.on_trial_complete(trial_id, error=error)
-
-    def _observe(self, trial_id: str, result: dict) -> None:
-        epoch = result.get(TIME_ATTR)
-        if not finite(epoch) or trial_id in self.failed:
-            return
-        epoch = int(epoch)
-        self.last[trial_id] = max(epoch, self.last.get(trial_id, 0))
-        value = result.get(self.metric)
-        if "failure" in result or (isinstance(value, float) and not math.isfinite(value)):
-            self._fail(trial_id, epoch)
-        elif epoch in self.budgets and finite(value):
-            self._tell(trial_id, epoch, self.sign * value)
-
-    def _fail(self, trial_id: str, epoch: int) -> None:
-        self.failed.add(trial_id)
-        i = bisect_left(self.budgets, epoch)  # the first budget at or after the failure
-        if i < len(self.budgets):
-            self._tell(trial_id, self.budgets[i], math.inf)
-
-    def _tell(self, trial_id: str, budget: int, loss: float) -> None:
-        if budget not in self.told[trial_id]:
-            self.told[trial_id].add(budget)
-            self.bohber.new_result(_Job(loss, budget, self.configs[trial_id]))
+def study_value(p: ParamT, value: Any) -> Any:
+    """A configuration's value as the study holds it (a lograndint: the middle, in log
+    space, of the stretch that gives it)."""
+    return math.sqrt(int(value) * (int(value) + 1.0)) if isinstance(p, LogRandInt) else value

@@ -42,12 +42,20 @@ class Claim:
         self.path = path
         self.config_written = False
 
-    def write_config(self, text: str, code_dirs: Optional[list[str]] = None) -> None:
-        """sweep.yaml, and beside it (first) where the sweep imports its own modules from."""
+    def write_config(
+        self, text: str, code_dirs: Optional[list[str]] = None, fingerprint: Optional[dict] = None
+    ) -> None:
+        """sweep.yaml, and beside it (first) where the sweep imports its own modules from and
+        its task fingerprint (tuner.search.warm; kept from the file when not given)."""
         if self.path is None:  # storage URI: Ray writes there, not tuner
             return
         if code_dirs is not None:
-            write_atomic(os.path.join(self.path, CODE_FILE), json.dumps({"import_from": code_dirs}))
+            code = {"import_from": code_dirs}
+            if fingerprint is None:
+                fingerprint = _recorded(os.path.join(self.path, CODE_FILE)).get("fingerprint")
+            if fingerprint is not None:
+                code["fingerprint"] = fingerprint
+            write_atomic(os.path.join(self.path, CODE_FILE), json.dumps(code))
         target = os.path.join(self.path, CONFIG_FILE)
         tmp = os.path.join(self.path, f".{CONFIG_FILE}.tmp")
         with open(tmp, "w") as f:
@@ -204,3 +212,12 @@ def _remove_unstarted(path: str) -> None:
         os.rmdir(path)  # only if nothing else appeared in it
     except OSError:
         pass
+
+
+def _recorded(path: str) -> dict:
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -42,11 +42,14 @@ BEST_DIR = "best"  # the sweep's best trial's, exported (also `tuner export`'s f
 EXPORT_FILES = {"state_dict": "model.pt", "torchscript": "model.ts.pt", "onnx": "model.onnx"}
 TUNE_PARAMS_FILE = "params.json"  # the trial's configuration, written by Tune as it starts
 # task.command: the script's checkpoints (one directory per epoch), the reports tuner.report
-# writes for the trial, the trial's parameters as JSON ($TUNER_CONFIG_JSON).
+# writes for the trial (a file per run of the script: reports-<attempt>.jsonl), the trial's
+# parameters as JSON ($TUNER_CONFIG_JSON), who runs the script now (the supervisor's record).
 SCRIPT_CHECKPOINTS = "checkpoints"
 SCRIPT_CHECKPOINT_PATTERN = r"^epoch_(\d{6})$"
-SCRIPT_REPORTS = "reports.jsonl"
+SCRIPT_REPORTS = "reports.jsonl"  # (before runs had files of their own)
+SCRIPT_REPORTS_PATTERN = r"^reports(-[0-9a-f]+)?\.jsonl$"
 SCRIPT_CONFIG = "config.json"
+SCRIPT_RUN = "script_run.json"
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
@@ -75,9 +78,19 @@ def script_checkpoint_name(epoch: int) -> str:
     return f"epoch_{epoch:06d}"
 
 
+def script_reports_name(attempt: str) -> str:
+    """The report file of one run (attempt) of a trial's script."""
+    return f"reports-{attempt}.jsonl"
+
+
 def finite(v: Any) -> bool:
-    """A real, finite number (not a bool, NaN or inf)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A real, finite number (not a bool, NaN or inf, nor an integer past a float's range)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # 10**400: no float can hold it
+        return False
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -100,6 +113,19 @@ def remove_temporaries(sweep_dir: str) -> None:
         for path in glob.glob(os.path.join(glob.escape(sweep_dir), "**", pattern), recursive=True):
             with contextlib.suppress(OSError):
                 os.remove(path)
+
+
+def remove_empty_dirs(sweep_dir: str) -> None:
+    """Empty directories in the sweep directory: Tune names (and makes) one for each trial it
+    queues for an actor, also when the trial is then removed unstarted (a spent time budget,
+    a sweep stopped by failure.fail_fast). Empty, they hold nothing of anyone's."""
+    if not os.path.isdir(sweep_dir):
+        return
+    for name in os.listdir(sweep_dir):
+        path = os.path.join(sweep_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+            with contextlib.suppress(OSError):  # (filled meanwhile)
+                os.rmdir(path)
 
 
 # ----------------------------------------------------------------------------- the sweep

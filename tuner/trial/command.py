@@ -10,32 +10,47 @@ scheduler hears of it, as the function modes order it. When the scheduler stops 
 (Tune's report does not return) the process is stopped: SIGTERM, then SIGKILL after a grace.
 A non-zero exit is the trial's error (ScriptError: the code and stderr's last lines), and a
 script that never reported the metric ends with the function modes' MissingMetricError.
+
+Each run of the script is an attempt with a report file of its own: reports of an earlier run
+that is somehow still alive never reach this one (and that run, when it is on this machine, is
+stopped first: `stop_stale`). A report of the epoch reported last adds its metrics to that
+epoch (a final test metric after training); a report past `max_epochs` ends the run, its
+epochs kept. A script that reported its last epoch and does not exit within `task.exit_grace`
+seconds is stopped, its epochs kept: the trial is complete.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
 import sys
 import time
+import uuid
 from dataclasses import replace
 from typing import Any, Optional
 
 from tuner.config.placeholders import as_text, env_name, fill
 from tuner.errors import MissingMetricError
-from tuner.sweepdir import SCRIPT_CHECKPOINT_PATTERN, SCRIPT_CHECKPOINTS, SCRIPT_CONFIG, SCRIPT_REPORTS
+from tuner.sweepdir import (
+    SCRIPT_CHECKPOINT_PATTERN,
+    SCRIPT_CHECKPOINTS,
+    SCRIPT_CONFIG,
+    SCRIPT_REPORTS_PATTERN,
+    SCRIPT_RUN,
+    script_reports_name,
+)
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
 from tuner.trial import script
 from tuner.trial.checkpoint import numbered
-from tuner.trial.harness import Frame, Progress, failed, guarded
-from tuner.trial.process import ScriptProcess
+from tuner.trial.harness import Frame, Progress, guarded, screened
+from tuner.trial.process import ScriptProcess, stop_stale
 from tuner.trial.session import Session
 from tuner.trial.spec import TrialSpec
 
 _EPOCH_DIR = re.compile(SCRIPT_CHECKPOINT_PATTERN)
+_REPORTS = re.compile(SCRIPT_REPORTS_PATTERN)
 POLL_S = 0.1
 
 
@@ -54,6 +69,8 @@ def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Option
 def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
     session = f.session
     assert spec.command is not None and session.trial_dir is not None, "run_command without a command"
+    record = os.path.join(session.trial_dir, SCRIPT_RUN)
+    stop_stale(record, f.log)  # (before its checkpoints are read: it may be writing one)
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
     checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints)
     restored = checkpoints.latest()
@@ -66,21 +83,26 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     f.log.info("command: %s", " ".join(argv))
     # Where the sweep started; on another node of a cluster, where Ray put the job's files.
     cwd = spec.start_dir if spec.start_dir and os.path.isdir(spec.start_dir) else os.getcwd()
-    proc = ScriptProcess(argv, cwd, env, env[script.REPORT_FILE], f.log)
+    proc = ScriptProcess(argv, cwd, env, env[script.REPORT_FILE], f.log, record=record)
     follower = Follower(f, progress, checkpoints, epoch)
     try:
-        while not proc.done:
+        while not proc.done and not follower.over():
             row = proc.next_report(POLL_S)
             if row is not None and not follower.take(row):
-                break  # ended as a result (diverged): reported already
+                break  # ended as a result (diverged), or past max_epochs: reported already
     finally:
         proc.stop()  # at once after a stop by the scheduler (its report did not return)
         progress.close()
     code = proc.returncode
     if follower.ended is None and code:
-        raise ScriptError(_exit_message(code, list(proc.stderr_tail)))
+        if not follower.complete:
+            raise ScriptError(_exit_message(code, list(proc.stderr_tail)))
+        f.log.warning(
+            "after its last epoch, %s: its epochs kept", _exit_message(code, list(proc.stderr_tail))
+        )
     if follower.last is None:
         raise MissingMetricError(spec.metric, [])
+    follower.flush()
     return follower.last
 
 
@@ -103,6 +125,10 @@ def launch(
             sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={spec.workers}", *argv,
         ]  # fmt: skip
+    attempt = uuid.uuid4().hex[:12]  # this run's report file: an earlier run's never reach it
+    for name in os.listdir(trial_dir):
+        if _REPORTS.match(name):  # an earlier run's: those epochs are in the journal
+            os.remove(os.path.join(trial_dir, name))
     config_json = os.path.join(trial_dir, SCRIPT_CONFIG)
     with open(config_json, "w") as fh:
         json.dump(params, fh, indent=1)
@@ -113,7 +139,7 @@ def launch(
     env.update({env_name(k): as_text(v) for k, v in params.items()})
     env.update(
         {
-            script.REPORT_FILE: os.path.join(trial_dir, SCRIPT_REPORTS),
+            script.REPORT_FILE: os.path.join(trial_dir, script_reports_name(attempt)),
             script.CHECKPOINT_DIR: checkpoints.root,
             script.CONFIG_JSON: config_json,
             script.TRIAL_ID: session.trial_id,
@@ -124,8 +150,6 @@ def launch(
     env.pop(script.RESTORE_DIR, None)
     if restored is not None:
         env[script.RESTORE_DIR] = checkpoints.path(restored)
-    if os.path.exists(env[script.REPORT_FILE]):
-        os.remove(env[script.REPORT_FILE])  # an earlier run's: those epochs are in the journal
     return argv, env
 
 
@@ -137,14 +161,17 @@ class Follower:
         self.epoch = epoch  # the last epoch reported (or restored)
         self.last: Optional[dict[str, Any]] = None
         self.ended: Optional[str] = None  # the failure the trial ended with as a result
+        self.complete = False  # every epoch reported: how the script exits no longer matters
         self._t0 = time.perf_counter()
+        self._last_at: Optional[float] = None  # when the last epoch was reported
 
     def take(self, report: dict[str, Any]) -> bool:
-        """Record and report one epoch; False when it ended the trial (diverged)."""
+        """Record and report one epoch; False when that ended the run (diverged, or a report
+        past max_epochs)."""
         spec = self.f.spec
         row = dict(report)
         epoch, ckpt = row.pop("epoch", None), row.pop("checkpoint", None)
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= self.epoch:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < self.epoch or epoch < 1:
             raise ScriptError(
                 f"the script reported epoch {epoch!r} after epoch {self.epoch}: report epochs done, "
                 "1 after the first, on from the restored checkpoint's after a resume"
@@ -152,21 +179,80 @@ class Follower:
         for key, value in row.items():
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise ScriptError(f"the script reported {key}={value!r}: metrics are numbers (or strings)")
+        if epoch == self.epoch:
+            self._amend(row, epoch)
+            return True
+        if epoch > spec.max_epochs:
+            return self._past_the_end(epoch)
         self.epoch = epoch
         row.update(epoch=epoch, epoch_time_s=time.perf_counter() - self._t0)
-        value = row.get(spec.metric)
-        if isinstance(value, float) and not math.isfinite(value):
-            row = failed(row, spec, "diverged", f"non-finite {spec.metric} at epoch {epoch}", epoch)
+        row = screened(row, spec, epoch)
         self.last = row
         if not self.progress.record(row):  # journal first (then checkpoint, then report)
             self.ended = str(row["failure"])
             return False
         if ckpt is not None:
             self.checkpoints.commit(str(ckpt), epoch)
+        if epoch == spec.max_epochs:
+            # Trained. The scheduler hears of this epoch when the script has ended (`flush`):
+            # told now, ASHA ends the trial at max_epochs, and the script with it, in the
+            # middle of what it does after training (a final test metric, saving the model).
+            self.complete, self._last_at = True, time.monotonic()
+            self.f.watchdog.stop()  # the time left is the exit's grace, not an epoch's
+            return True
         self.f.session.report(row, None)
         self.progress.kick()
         self._t0 = time.perf_counter()
         return True
+
+    def flush(self) -> None:
+        """Report the last epoch (with what was added to it since), once the script ended."""
+        if self.complete and self.last is not None and self.ended is None:
+            self.f.session.report(self.last, None)
+
+    def over(self) -> bool:
+        """Whether a script that reported its last epoch has had its grace to exit."""
+        grace = self.f.spec.exit_grace
+        if self._last_at is None or time.monotonic() - self._last_at < grace:
+            return False
+        self.f.log.warning(
+            "the script reported its last epoch (%d) but had not exited %g s later "
+            "(task.exit_grace): stopped, its epochs kept",
+            self.epoch,
+            grace,
+        )
+        return True
+
+    def _amend(self, row: dict[str, Any], epoch: int) -> None:
+        """A second report of the epoch reported last (a test metric after training): its new
+        metrics join that epoch's; the scheduler has already judged the epoch."""
+        if self.last is None or epoch == 0:
+            raise ScriptError(
+                f"the script reported epoch {epoch} again before reporting any epoch of this run: "
+                "report epochs done, on from the restored checkpoint's after a resume"
+            )
+        new = {k: v for k, v in row.items() if k not in self.last}
+        kept = sorted(k for k in row if k in self.last and row[k] != self.last[k])
+        if kept:
+            self.f.log.warning("epoch %d reported again: %s kept as first reported", epoch, ", ".join(kept))
+        if new:
+            self.progress.amend(new, epoch)
+            self.last = {**self.last, **new}
+
+    def _past_the_end(self, epoch: int) -> bool:
+        spec = self.f.spec
+        if self.epoch < spec.max_epochs:
+            raise ScriptError(
+                f"the script reported epoch {epoch} after epoch {self.epoch}, past the sweep's max_epochs "
+                f"({spec.max_epochs}): train $TUNER_MAX_EPOCHS epochs ({{max_epochs}} in the command), "
+                "reporting each"
+            )
+        self.f.log.warning(
+            "the script reported epoch %d, past max_epochs (%d): stopped, its epochs kept",
+            epoch,
+            spec.max_epochs,
+        )
+        return False
 
 
 class ScriptCheckpoints:

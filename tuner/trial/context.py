@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 
 from tuner.trial.amp import make_amp
 from tuner.trial.data import Batches
-from tuner.trial.harness import Frame, Progress, failed
+from tuner.trial.harness import Frame, Progress, screened
 from tuner.trial.parallel import make_strategy
 from tuner.trial.prefetch import Batch, Feed, input_format, make_feed
 
@@ -59,6 +59,8 @@ class TrainContext:
         self._models: dict[int, nn.Module] = {}  # id(what prepare returned) -> the model in it
         self._loaders: list[Batches] = []
         self.last: Optional[dict[str, Any]] = None  # the last epoch's metrics, as recorded
+        self._pending = False  # the last epoch is recorded, and reported at `flush`
+        self._held: Optional[dict[str, Any]] = None  # its checkpoint
         self._t0 = time.perf_counter()
         frame.gpu.start_epoch()
 
@@ -133,27 +135,52 @@ class TrainContext:
         """One epoch done: `metrics` (numbers, averaged over the workers) to the scheduler,
         the journal and TensorBoard; `state` (rank 0's) checkpointed first. When the
         scheduler stops or pauses the trial this does not return (nor after a non-finite
-        metric: the trial ends as diverged)."""
+        metric: the trial ends as diverged). With `metrics["epoch"]` equal to the epoch
+        reported last (`ctx.epoch`), its metrics are added to that epoch instead (a final test
+        metric after training; the scheduler has judged the epoch already)."""
+        if self.last is not None and "epoch" in metrics and int(metrics["epoch"]) == self.epoch:
+            self._amend(self._row({k: v for k, v in metrics.items() if k != "epoch"}))
+            return
         row = self._row(metrics)
         self.epoch += 1
         row["epoch"] = self.epoch
         row["epoch_time_s"] = time.perf_counter() - self._t0
         row.update(self._frame.gpu.stats())
-        bad = _non_finite(row, self._frame.spec.metric)
-        if bad:
-            row = failed(
-                row, self._frame.spec, "diverged", f"non-finite {bad} at epoch {self.epoch}", self.epoch
-            )
+        row = screened(row, self._frame.spec, self.epoch)
         payload = None
         if state is not None and self.is_main:
             payload = {"epoch": self.epoch, "user": state, "scaler": self.scaler.state_dict()}
         self.last = row
         if not self._progress.record(row):
             raise TrialEnded(row.get("failure"))
-        self._frame.session.report(row, payload)
+        if self.epoch >= self.max_epochs:
+            # The last epoch reaches the scheduler when the function returns (`flush`): told
+            # now, ASHA ends the trial at max_epochs inside this call, and code after the
+            # loop (a final test metric, saving the model) would never run.
+            self._pending, self._held = True, payload
+        else:
+            self._frame.session.report(row, payload)
         self._progress.kick()
         self._frame.gpu.start_epoch()
         self._t0 = time.perf_counter()
+
+    def flush(self) -> None:
+        """Report the last epoch (with what was added to it since), once the function returned."""
+        if self._pending and self.last is not None:
+            held, self._pending, self._held = self._held, False, None
+            self._frame.session.report(self.last, held)
+
+    def _amend(self, row: dict[str, Any]) -> None:
+        assert self.last is not None
+        new = {k: v for k, v in row.items() if k not in self.last}
+        kept = sorted(k for k in row if k in self.last and row[k] != self.last[k])
+        if kept:
+            self._frame.log.warning(
+                "epoch %d reported again: %s kept as first reported", self.epoch, ", ".join(kept)
+            )
+        if new:
+            self._progress.amend(new, self.epoch)
+            self.last = {**self.last, **new}
 
     def _row(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """Plain numbers (0-d tensors read once), averaged over ranks; strings kept."""
@@ -161,7 +188,8 @@ class TrainContext:
             raise ValueError(
                 f"ctx.report: metrics['epoch'] is {metrics['epoch']} but this is epoch "
                 f"{self.epoch + 1} (tuner counts one epoch per report, on from a checkpoint: "
-                "leave 'epoch' out, or start your loop at ctx.epoch)"
+                "leave 'epoch' out, or start your loop at ctx.epoch; the epoch reported last adds "
+                "to that epoch)"
             )
         numbers: dict[str, float] = {}
         row: dict[str, Any] = {}
@@ -208,14 +236,6 @@ class Loader:
 
 def _as_is(x: torch.Tensor) -> torch.Tensor:
     return x  # a user's inputs are theirs: token ids stay integers
-
-
-def _non_finite(row: dict[str, Any], metric: str) -> Optional[str]:
-    """The sweep's metric or a loss (a name ending in 'loss') that is NaN or infinite."""
-    for key, value in row.items():
-        if (key == metric or key.endswith("loss")) and isinstance(value, float) and not math.isfinite(value):
-            return key
-    return None
 
 
 def _rebind(

@@ -20,7 +20,7 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
-from tuner.sweepdir import TRIAL_LOG
+from tuner.sweepdir import TRIAL_LOG, finite
 from tuner.trial.gpu import NoGpu, make_gpu
 from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.memory import release
@@ -80,6 +80,36 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
         _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
 
 
+class MetricError(Exception):
+    """A report whose objective is not a number: the trial ends (ERROR, with the report in
+    its traceback) before any scheduler or searcher sees the value."""
+
+
+def screened(row: dict[str, Any], spec: TrialSpec, epoch: int) -> dict[str, Any]:
+    """An epoch's metrics as the trial records them, whoever reported them (tuner's loop,
+    `ctx.report`, a script). An objective (the sweep's metric; each, with several) that is not
+    a number raises MetricError; an objective or a loss (a name ending in "loss") that is not
+    finite (NaN, inf, an integer past a float's range) makes the row the trial's failure:
+    diverged."""
+    names = (spec.metric, *spec.also)
+    for name in names:
+        value = row.get(name)
+        if name in row and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise MetricError(
+                f"reported {name}={_short(value)} at epoch {epoch}: the sweep's metric must be a number"
+            )
+    for key, value in row.items():
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if numeric and (key in names or key.endswith("loss")) and not finite(value):
+            return failed(row, spec, "diverged", f"non-finite {key} at epoch {epoch}", epoch)
+    return row
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def failed(
     metrics: Optional[dict[str, Any]], spec: TrialSpec, failure: str, detail: str, epoch: int
 ) -> dict[str, Any]:
@@ -131,6 +161,12 @@ class Progress:
             self.session.report(metrics, None)
             return False
         return True
+
+    def amend(self, metrics: dict[str, Any], epoch: int) -> None:
+        """Add `metrics` to `epoch`, recorded already (and reported: the scheduler has judged
+        it): a final metric after training, such as a test loss."""
+        self.writer.scalars(metrics, epoch)
+        self.journal.amend(metrics, epoch)
 
     def kick(self) -> None:
         """The epoch is reported: the watchdog gives the next one its time."""

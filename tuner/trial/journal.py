@@ -37,12 +37,21 @@ class MetricsLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
+    def amend(self, metrics: dict[str, Any], epoch: int) -> None:
+        """Add `metrics` to the last line, when it is `epoch`'s."""
+        rows = read_metrics(os.path.dirname(self.path))
+        if not rows or int(rows[-1].get("epoch", -1)) != epoch:
+            return
+        rows[-1] = {**rows[-1], **metrics}
+        write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+
 
 class NullMetricsLog:
     """What ranks other than 0 keep: nothing."""
 
     def resume_at(self, epoch: int) -> None: ...
     def append(self, metrics: dict[str, Any]) -> None: ...
+    def amend(self, metrics: dict[str, Any], epoch: int) -> None: ...
 
 
 def write_traceback(trial_dir: Optional[str], rank: int) -> None:

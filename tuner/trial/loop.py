@@ -20,7 +20,7 @@ from tuner.trial.amp import make_amp
 from tuner.trial.batchsize import fit_micro_batch
 from tuner.trial.data import Batches, load_data
 from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.harness import Frame, Progress, failed, guarded, trial_logger
+from tuner.trial.harness import Frame, Progress, failed, guarded, screened, trial_logger
 from tuner.trial.hooks import make_objective
 from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
 from tuner.trial.models import build_model
@@ -172,14 +172,9 @@ def _epoch(p: Parts, epoch: int) -> dict[str, Any]:
         "num_params": p.num_params,  # an objective of its own (model size), every epoch
         **p.gpu.stats(),
     }
-    losses_ok = math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["val_loss"])
-    value = metrics.get(p.spec.metric, 0.0)  # (a missing metric is the session's to refuse)
-    if not (losses_ok and isinstance(value, (int, float)) and math.isfinite(value)):
-        # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): report
-        # the worst value, so a diverged trial is never promoted or chosen as best.
-        what = "loss" if not losses_ok else p.spec.metric
-        metrics = failed(metrics, p.spec, "diverged", f"non-finite {what} at epoch {epoch + 1}", epoch + 1)
-    return metrics
+    # Never let NaN reach a scheduler (ASHA's rung cut-offs do not guard against it): a
+    # diverged trial reports the worst value, so it is never promoted.
+    return screened(metrics, p.spec, epoch + 1)
 
 
 def _train_epoch(p: Parts, epoch: int) -> tuple[torch.Tensor, int]:

@@ -50,6 +50,7 @@ def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
     try:
         oom = _call(fn, dict(hp), ctx, f)
         if oom is None:
+            ctx.flush()  # the last epoch, held until the function returned
             return ctx.last
         # Outside the except block: the traceback, and with it the user's tensors, is gone.
         release(f.device)

@@ -44,10 +44,11 @@ def _is_main() -> bool:
 
 def report(epoch: int, **metrics: Any) -> None:
     """One epoch done: `epoch` counts epochs completed (1 after the first; on from the
-    restored epoch after a resume), `metrics` are numbers (or strings), e.g.
-    `tuner.report(epoch=3, val_loss=0.21, val_acc=0.93)`. In a sweep the trial's scheduler,
-    journal and TensorBoard get them, with the checkpoint written into `checkpoint_dir()`
-    since the last report; outside one they are printed."""
+    restored epoch after a resume), `metrics` are numbers (or strings; the sweep's metric
+    must be a number), e.g. `tuner.report(epoch=3, val_loss=0.21, val_acc=0.93)`. In a sweep
+    the trial's scheduler, journal and TensorBoard get them, with the checkpoint written into
+    `checkpoint_dir()` since the last report; outside one they are printed. The epoch
+    reported last, reported again, gains the new metrics (a final test metric)."""
     global _pending
     row: dict[str, Any] = {"epoch": _number("epoch", epoch)}
     row.update((k, _number(k, v)) for k, v in metrics.items())

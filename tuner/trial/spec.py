@@ -24,6 +24,7 @@ class TrialSpec:
     command: Optional[Union[str, list[str]]] = None
     launcher: Optional[str] = None
     command_params: tuple[str, ...] = ()
+    exit_grace: float = 30.0  # seconds a script has to exit after its last epoch's report
     # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
     loss: Optional[str] = None
     metrics: Optional[str] = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -20,6 +20,8 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from tuner.sweepdir import finite
 
 Number = Union[int, float]
 
@@ -32,12 +34,9 @@ class EventWriter:
         self._writer = EventFileWriter(logdir, max_queue_size=64, flush_secs=5, filename_suffix=suffix)
 
     def scalars(self, values: dict[str, Any], step: int) -> None:
+        numbers = {tag: _as_float(v) for tag, v in values.items()}
         summary = Summary(
-            value=[
-                Summary.Value(tag=tag, simple_value=float(v))
-                for tag, v in values.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            ]
+            value=[Summary.Value(tag=tag, simple_value=v) for tag, v in numbers.items() if v is not None]
         )
         self.summary(summary, step)
 
@@ -64,6 +63,16 @@ class NullWriter:
     def text(self, tag: str, message: str, step: int) -> None: ...
     def summary(self, summary: Summary, step: int = 0) -> None: ...
     def close(self) -> None: ...
+
+
+def _as_float(v: Any) -> Optional[float]:
+    """A number as a float (inf for an integer past a float's range); None for the rest."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer such as 10**400
+        return math.inf if v > 0 else -math.inf
 
 
 # ----------------------------------------------------------------------------- HParams
@@ -93,7 +102,7 @@ def hparam_value(v: Any) -> Union[str, float, bool]:
     """A value TensorBoard can show: numbers, strings and bools as they are, else str."""
     if isinstance(v, bool) or isinstance(v, str):
         return v
-    if isinstance(v, (int, float)) and math.isfinite(v):
+    if finite(v):
         return float(v)
     return str(v)
 

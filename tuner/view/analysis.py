@@ -144,8 +144,8 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
         return None, f"fANOVA failed: {err}"
     method = (
         f"fANOVA (optuna.importance.FanovaImportanceEvaluator, 64 trees, seed 0) over the best "
-        f"{data.metric} of {len(ok)} trials; failed trials are left out, trials stopped early "
-        "count with what they reached. Shares of the explained variance, summing to 1; with few "
+        f"{data.metric} of {len(ok)} trials; trials that failed or stopped early count with what "
+        "they reached. Shares of the explained variance, summing to 1; with few "
         "trials, a rough guide."
     )
     if len(always) < len(params):

@@ -1,0 +1,115 @@
+"""failure.fail_fast (issue 26, item 12): a sweep whose first trials all fail with the same
+error stops with it in one line, instead of running every trial into it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+TRAIN = textwrap.dedent(
+    """
+    def train(config, ctx):
+        with open("data.csv") as f:  # forgotten: not in the directory the sweep starts from
+            rows = f.read().split()
+        for epoch in range(ctx.epoch, ctx.max_epochs):
+            ctx.report({"val_loss": config["lr"] * len(rows)})
+    """
+)
+SWEEP = textwrap.dedent(
+    """
+    name: forgot
+    task:
+      train: mytrain:train
+    metric: val_loss
+    mode: min
+    search:
+      algorithm: random
+      num_samples: 8
+      params:
+        lr: {type: loguniform, low: 1.0e-3, high: 1.0e-1}
+    schedule:
+      max_epochs: 2
+    output: runs
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_first_trials_failing_alike_stop_the_sweep_and_resume_runs_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "mytrain.py").write_text(TRAIN)
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    env = {"PYTHONPATH": str(ROOT)}
+    done = run_cli("sweep", "sweep.yaml", cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [ln for ln in done.stdout.splitlines() if ln.startswith("[tuner] failure.fail_fast:")]
+    assert len(said) == 1 and "the first 3 trials all failed with FileNotFoundError" in said[0], done.stdout
+    assert "No such file or directory: 'data.csv'" in said[0]
+    sweep_dir = tmp_path / "runs" / "forgot"
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert summary["status"] == "failed", summary["status"]
+    assert summary["error"].startswith("FileNotFoundError: [Errno 2] No such file or directory: 'data.csv'")
+    assert summary["counts"]["error"] >= 3 and len(summary["trials"]) < 8, summary["counts"]
+    assert "status failed\n" in done.stdout and "stopped: its first trials all failed with" in done.stdout
+    # Trials it never started left no directory (Tune makes one as it queues a trial).
+    assert {p.name for p in sweep_dir.iterdir() if p.is_dir()} == {t["trial_id"] for t in summary["trials"]}
+    # Fixed, `resume` runs the rest: the failed trials stay as they ended, the others finish.
+    (tmp_path / "data.csv").write_text("1 2 3\n")
+    again = run_cli("resume", str(sweep_dir), cwd=tmp_path, env=env)
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert len(summary["trials"]) == 8 and summary["status"] == "completed", again.stdout[-3000:]
+    assert summary["counts"].get("completed", 0) + summary["counts"].get("stopped early", 0) >= 8 - 4
+
+
+def _trial(tmp_path: Path, name: str, error: str | None) -> Any:
+    path = tmp_path / name
+    path.mkdir()
+    if error:
+        (path / "traceback.txt").write_text(f"Traceback (most recent call last):\n  ...\n{error}\n")
+    return SimpleNamespace(trial_id=name, path=str(path))
+
+
+@pytest.mark.parametrize(
+    "endings, stops",
+    [
+        (["E1", "E1", "E1"], True),
+        (["E1", "E1", None, "E1", "E1", "E1"], False),  # a trial that ran: the code can run
+        (["E1", "E2", "E1"], False),  # different errors: the configurations' own
+        (["E1", "E1"], False),  # not yet
+    ],
+)
+def test_fail_fast_stops_only_when_its_first_trials_all_failed_alike(
+    tmp_path: Path, endings: list[str | None], stops: bool
+) -> None:
+    from tuner.driver.failfast import FailFast
+
+    errors = {
+        "E1": "FileNotFoundError: [Errno 2] No such file or directory: 'data.csv'",
+        "E2": "ValueError: x",
+    }
+    watch = FailFast(3)
+    for i, ending in enumerate(endings):
+        trial = _trial(tmp_path, f"t{i}", errors.get(ending or ""))
+        if ending is None:
+            watch.on_trial_complete(0, [], trial)
+        else:
+            watch.on_trial_error(0, [], trial)
+    assert watch.stop_all() is stops
+    assert FailFast.wanted(0) is None
+
+
+def test_an_error_naming_the_trial_s_own_directory_is_the_same_error(tmp_path: Path) -> None:
+    from tuner.driver.failfast import FailFast
+
+    watch = FailFast(2)
+    for name in ("a1", "b2"):
+        path = tmp_path / name
+        trial = _trial(tmp_path, name, f"OSError: cannot write {path}/scratch/{name}.bin")
+        watch.on_trial_error(0, [], trial)
+    assert watch.stop_all()

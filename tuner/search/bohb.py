@@ -1,0 +1,196 @@
+"""Asynchronous BOHB: hpbandster's density model proposing, ASHA deciding who goes on
+(imports Ray: loaded only when a sweep runs).
+
+The model sees the space through `IntsAsFloats`: hpbandster models an integer range as a
+continuous value rounded to the nearest integer, which gives the range's two ends half the
+share of the others (1..3 drawn 1/4, 1/2, 1/4 from a flat model), and ConfigSpace draws a
+log-integer range its own way; here each integer owns an equal stretch of a float range (of
+log space for lograndint), so a flat model draws the space's own distribution, as random
+search does. What hpbandster itself gets wrong is fixed in tuner.search.hpbandster_fixes.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from typing import Any, Optional
+
+from ray.tune.search import Searcher
+
+from tuner.results import finite
+from tuner.search.hpbandster_fixes import count_every_choice, fast_truncnorm, quiet_statsmodels
+from tuner.search.plan import TIME_ATTR
+from tuner.search.searchers import Feasible, _SavesState
+from tuner.space import Fixed, LogRandInt, LogUniform, ParamT, RandInt, Uniform, to_configspace
+
+# Keyword arguments of hpbandster's BOHB config generator, chosen with scripts/bench_search.py
+# (BENCHMARKS.md).
+BOHB_SETTINGS: dict[str, Any] = {}
+
+
+class IntsAsFloats:
+    """The searched space as hpbandster sees it: each integer range a float range whose equal
+    stretches round to its integers (randint k: [k - 0.5, k + 0.5); lograndint k: [k, k + 1)
+    in log space, as the space draws it), except where a `when:` names the integer (its
+    conditions compare integers). `decode` turns a proposal back into the space's values,
+    `encode` a configuration of the space into the model's."""
+
+    def __init__(self, params: dict[str, ParamT], seed: Optional[int]):
+        named = {parent for p in params.values() for parent in (getattr(p, "when", None) or {})}
+        self.floated: dict[str, ParamT] = {
+            k: p for k, p in params.items() if isinstance(p, (RandInt, LogRandInt)) and k not in named
+        }
+        model: dict[str, ParamT] = {}
+        for k, p in params.items():
+            if isinstance(p, Fixed):
+                continue
+            if isinstance(p, RandInt) and k in self.floated:
+                model[k] = Uniform(type="uniform", low=p.low - 0.5, high=p.high + 0.5, when=p.when)
+            elif isinstance(p, LogRandInt) and k in self.floated:
+                model[k] = LogUniform(type="loguniform", low=p.low, high=p.high + 1, when=p.when)
+            else:
+                model[k] = p
+        self.space = to_configspace(model, seed=seed)
+
+    def decode(self, config: dict[str, Any]) -> dict[str, Any]:
+        out = dict(config)
+        for k, p in self.floated.items():
+            if k in out:
+                x = float(out[k])
+                k_int = math.floor(x + 0.5) if isinstance(p, RandInt) else math.floor(x)
+                out[k] = min(max(k_int, p.low), p.high)  # type: ignore[union-attr]
+        return out
+
+    def encode(self, config: dict[str, Any]) -> dict[str, Any]:
+        out = dict(config)
+        for k, p in self.floated.items():
+            if k in out:
+                v = int(out[k])
+                out[k] = float(v) if isinstance(p, RandInt) else math.sqrt(v * (v + 1.0))  # mid-stretch
+        return out
+
+
+class _Job:
+    """What hpbandster's config generator reads of a finished run: a loss at a budget."""
+
+    def __init__(self, loss: float, budget: float, config: dict[str, Any]):
+        self.result = {"loss": loss}
+        self.kwargs = {"budget": budget, "config": config}
+        self.exception = None
+
+
+class AsyncBOHB(_SavesState, Searcher):
+    """BOHB's model proposing, ASHA deciding who goes on: asynchronous BOHB.
+
+    hpbandster's config generator (Falkner et al., 2018: a kernel density model of the good
+    and the bad configurations, fitted on the largest budget with enough results; a third of
+    the proposals random) is told each trial's metric at the epochs where ASHA compares trials
+    (its rungs) and at `max_epochs`. Those are the budgets: ASHA stops a trial only at a rung,
+    so every trial reports at each rung it reaches.
+
+    Tune tells a searcher of a result only if the scheduler lets the trial go on, and of the
+    stopping result through `on_trial_complete` (ray.tune.execution.tune_controller), so both
+    are read here: without the stopped trials' results the model would see only winners.
+    A trial that fails (a crash, or a diverged one reporting a `failure`) counts as the worst
+    loss at the next budget it did not reach, as hpbandster counts a crashed run.
+    """
+
+    def __init__(
+        self,
+        space: IntsAsFloats,
+        metric: str,
+        mode: str,
+        budgets: list[int],
+        seed: Optional[int] = None,
+        feasible: Optional[Feasible] = None,
+    ):
+        import numpy as np
+        from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
+
+        super().__init__(metric=metric, mode=mode)
+        fast_truncnorm()
+        self.encoding = space
+        with quiet_statsmodels():
+            self.bohber = BOHB(space.space, **BOHB_SETTINGS)
+        # hpbandster draws from numpy's global generator (the random share, the model's
+        # samples), which Ray's schedulers also draw from: a generator of our own, swapped in
+        # for each proposal, keeps "same seed, same results, same suggestions" true.
+        self.rng_state = np.random.RandomState(seed).get_state()
+        self.budgets = sorted(set(budgets))
+        self.sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.told: dict[str, set[int]] = {}  # trial -> budgets already told
+        self.last: dict[str, int] = {}  # trial -> last epoch seen
+        self.failed: set[str] = set()
+        self.feasible = feasible or Feasible({}, [], seed)
+        self.first: list[dict[str, Any]] = []  # proposed before the model (search.start_with)
+
+    def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        if self.first:
+            config = self.first.pop(0)
+        else:  # redrawn while one breaks a constraint
+            config = self.feasible.propose(self._propose, lambda: None)
+        self.configs[trial_id] = dict(config)
+        self.told[trial_id] = set()
+        return dict(config)
+
+    def _propose(self) -> dict[str, Any]:
+        import numpy as np
+
+        outside = np.random.get_state()
+        np.random.set_state(self.rng_state)
+        try:
+            with quiet_statsmodels():
+                config, _ = self.bohber.get_config(None)
+        finally:
+            self.rng_state = np.random.get_state()
+            np.random.set_state(outside)
+        return self.encoding.decode(config)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self.configs:
+            self._observe(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        if trial_id not in self.configs:
+            return
+        if result:
+            self._observe(trial_id, result)
+        if error and trial_id not in self.failed:
+            self._fail(trial_id, self.last.get(trial_id, 0) + 1)
+        for d in (self.configs, self.told, self.last):
+            d.pop(trial_id, None)
+        self.failed.discard(trial_id)
+
+    def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
+        """Tell the model an earlier run's trial (a resumed sweep) by the rules of a live one."""
+        trial_id = f"replay-{len(self.configs)}"
+        self.configs[trial_id], self.told[trial_id] = dict(config), set()
+        for row in history:
+            self._observe(trial_id, row)
+        self.on_trial_complete(trial_id, error=error)
+
+    def _observe(self, trial_id: str, result: dict) -> None:
+        epoch = result.get(TIME_ATTR)
+        if not finite(epoch) or trial_id in self.failed:
+            return
+        epoch = int(epoch)
+        self.last[trial_id] = max(epoch, self.last.get(trial_id, 0))
+        value = result.get(self.metric)
+        if "failure" in result or (isinstance(value, float) and not math.isfinite(value)):
+            self._fail(trial_id, epoch)
+        elif epoch in self.budgets and finite(value):
+            self._tell(trial_id, epoch, self.sign * value)
+
+    def _fail(self, trial_id: str, epoch: int) -> None:
+        self.failed.add(trial_id)
+        i = bisect_left(self.budgets, epoch)  # the first budget at or after the failure
+        if i < len(self.budgets):
+            self._tell(trial_id, self.budgets[i], math.inf)
+
+    def _tell(self, trial_id: str, budget: int, loss: float) -> None:
+        if budget not in self.told[trial_id]:
+            self.told[trial_id].add(budget)
+            with quiet_statsmodels():
+                self.bohber.new_result(_Job(loss, budget, self.encoding.encode(self.configs[trial_id])))
+            count_every_choice(self.bohber)
