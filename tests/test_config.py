@@ -68,7 +68,7 @@ BAD_FILES = [
     ("grace-over-max", _set("schedule.grace_epochs", 9), "schedule.grace_epochs", "max_epochs"),
     ("zero-samples", _set("search.num_samples", 0), "search.num_samples", "greater than or equal to 1"),
     # A URI output trained every trial, then found no record (issue 26): refused until it works.
-    ("uri-output", _set("output", "s3://bucket/runs"), "output", "not supported yet"),
+    ("uri-output", _set("output", "gs://bucket/runs"), "output", "other than s3:// are not supported yet"),
     (
         "loguniform-low-zero",
         _set("search.params.lr", {"type": "loguniform", "low": 0, "high": 1}),

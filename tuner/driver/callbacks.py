@@ -29,6 +29,7 @@ from tuner.sweepdir import (
     trial_disk_full,
     write_record,
 )
+from tuner.sweepdir.remote import Mirror
 from tuner.trial import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
@@ -54,6 +55,23 @@ def trial_dir(trial: Any) -> Optional[str]:
         return None
 
 
+class _Places:
+    """Where the driver writes a trial's files: its directory; for a sweep in object storage
+    (`mirror`), the mirror's copy of it, each file written then uploaded (the driver's own
+    files only: the trial uploads the rest)."""
+
+    def __init__(self, mirror: Optional[Mirror] = None):
+        self.mirror = mirror
+
+    def trial(self, trial: Any) -> Optional[str]:
+        path = trial_dir(trial)
+        return self.mirror.local_path(path) if path and self.mirror else path
+
+    def saved(self, *paths: str) -> None:
+        if self.mirror is not None:
+            self.mirror.push(*paths)
+
+
 class TrialRecordCallback(Callback):
     """Keeps each trial's record file (tuner_trial.json) in its directory.
 
@@ -66,11 +84,12 @@ class TrialRecordCallback(Callback):
     report is not taken as one: those stay RUNNING here, unfinished, to be resumed.
     """
 
-    def __init__(self, resources: Optional[dict[str, Any]] = None):
+    def __init__(self, resources: Optional[dict[str, Any]] = None, mirror: Optional[Mirror] = None):
         self.resources = resources or {}  # per trial, as resolved for this cluster
+        self.places = _Places(mirror)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if not path:
             return
         record = read_record(path) or {
@@ -80,7 +99,7 @@ class TrialRecordCallback(Callback):
             "started": time.time(),
         }
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
-        write_record(path, record)
+        self.places.saved(write_record(path, record))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if INTERRUPTED.is_set() and not (trial.last_result or {}).get("done"):
@@ -90,18 +109,18 @@ class TrialRecordCallback(Callback):
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if path and trial_disk_full(path):
             # Not the trial's fault: it stays unfinished, and the sweep stops to be resumed.
             raise DiskFull(os.path.dirname(path.rstrip("/")), "No space left on device")
         self._end(trial, "ERROR")
 
     def _end(self, trial: Any, status: str) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         record = read_record(path) if path else None
         if path and record is not None:
             record.update(status=status, ended=time.time())
-            write_record(path, record)
+            self.places.saved(write_record(path, record))
 
 
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
@@ -124,8 +143,11 @@ class HParamsCallback(Callback):
     trial itself.
     """
 
-    def __init__(self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str]):
+    def __init__(
+        self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str], mirror: Optional[Mirror] = None
+    ):
         self.sweep_dir, self.domains, self.metrics = sweep_dir, domains, list(metrics)
+        self.places = _Places(mirror)
         self._started: set[str] = set()
         self._described = False
 
@@ -140,11 +162,12 @@ class HParamsCallback(Callback):
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
         tags = metric_tags(self.metrics, result)
-        _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
+        written = _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
         open(marker, "w").close()
+        self.places.saved(written, marker)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if trial.trial_id in self._started or not path:
             return
         self._started.add(trial.trial_id)
@@ -153,8 +176,9 @@ class HParamsCallback(Callback):
             return
         os.makedirs(path, exist_ok=True)
         hparams = {k: trial.config.get(k) for k in self.domains if k in trial.config}
-        _write(path, tb.session_start_summary(hparams), ".session")
+        written = _write(path, tb.session_start_summary(hparams), ".session")
         open(marker, "w").close()
+        self.places.saved(written, marker)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         failed = bool((trial.last_result or {}).get("failure"))
@@ -164,17 +188,22 @@ class HParamsCallback(Callback):
         self._end(trial, "failure")
 
     def _end(self, trial: Any, status: str) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         # (A trial removed before it started, by a spent time budget or fail_fast, has no
         # session: its directory, made by Tune as it queued it, is removed as empty.)
         if path and os.path.isdir(path) and trial.trial_id in self._started:
-            _write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
+            self.places.saved(_write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX))
 
 
-def _write(logdir: str, summary: Any, suffix: str) -> None:
+def _write(logdir: str, summary: Any, suffix: str) -> str:
+    """Write one summary as an event file of its own in `logdir`; its path."""
+    before = set(os.listdir(logdir)) if os.path.isdir(logdir) else set()
     writer = tb.EventWriter(logdir, suffix=suffix)
     writer.summary(summary)
     writer.close()
+    new = sorted(set(os.listdir(logdir)) - before)
+    assert len(new) == 1, new  # one event file per writer
+    return os.path.join(logdir, new[0])
 
 
 class Progress(Callback):

@@ -63,14 +63,17 @@ class Start:
     done: int = 0  # trials finished before
     announce: Optional[str] = None  # a line printed once Ray is up
     config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
+    mirror: Optional[remote.Mirror] = None  # an s3:// sweep: the driver's local copy of it
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
     storage, sweep_dir = locate(cfg.output, cfg.name)
-    with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
-        return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
+    mirror = remote.new_sweep(storage, cfg.name) if sweep_dir is None else None
+    with sweepdir.claim(mirror.local if mirror else sweep_dir, new=True, command="sweep") as held:
+        start = Start(storage, sweep_dir, config_text=text, mirror=mirror)
+        return run(cfg, runtime or Runtime(), start, held)
 
 
 def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -79,14 +82,20 @@ def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> Swee
     equal to the file and flags given, wherever the output was named from), continued as
     `resume` continues it. A directory holding a different sweep is refused (ConfigError, that
     names the first field that differs); a finished one raises AlreadyFinished."""
-    sweep_dir = locate(cfg.output, cfg.name)[1]
-    if sweep_dir is None:
-        raise ConfigError("--resume-if-exists", "needs a local output directory for now, not a storage URI")
-    if not sweepdir.holds_sweep(sweep_dir):
-        return run_sweep(cfg, runtime)
-    sweepdir.refuse_if_held(sweep_dir, "name")
+    storage, sweep_dir = locate(cfg.output, cfg.name)
+    if sweep_dir is None:  # object storage (s3://: validation refuses other URIs)
+        remote.check_output(storage)
+        mirror = remote.Mirror(f"{storage.rstrip('/')}/{cfg.name}")
+        if not mirror.exists():
+            return run_sweep(cfg, runtime)
+        sweep_dir, local = mirror.uri, mirror.pull()
+    else:
+        if not sweepdir.holds_sweep(sweep_dir):
+            return run_sweep(cfg, runtime)
+        sweepdir.refuse_if_held(sweep_dir, "name")
+        local = sweep_dir
     ours = yamlfile.load(to_yaml(settled(cfg)[0]))  # both read back from YAML, the same way
-    theirs = yamlfile.load(to_yaml(sweepdir.read_config(sweep_dir)))
+    theirs = yamlfile.load(to_yaml(sweepdir.read_config(local)))
     changed = sweepdir.difference(theirs, ours)
     if changed:
         raise ConfigError(
@@ -107,6 +116,8 @@ def resume_sweep(
     planned trial has finished. `tracking`: the sweep's own, as its file gives it (with the
     credentials sweep.yaml does not keep).
     """
+    if remote.is_s3(sweep_dir):
+        return _resume_stored(sweep_dir, runtime, tracking)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -118,11 +129,35 @@ def resume_sweep(
         return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
 
 
+def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection]) -> SweepOutcome:
+    """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
+    keeps a second run on this machine out); its unfinished trials continue from their newest
+    checkpoints in the bucket, on whichever node they land (trial/stored.py)."""
+    remote.check_output(uri)
+    mirror = remote.Mirror(uri)
+    local = mirror.pull()
+    cfg = sweepdir.read_config(local)
+    if tracking is not None:
+        cfg.tracking = tracking
+    _plan_left(cfg, local)  # AlreadyFinished when it is done
+    with sweepdir.claim(local, new=False, command="resume") as held:
+        finished, unfinished = _plan_left(cfg, local)
+        start = _resumed(cfg, local, finished, unfinished)
+        start.storage, start.sweep_dir, start.mirror = uri.rsplit("/", 1)[0], None, mirror
+        return run(cfg, runtime or Runtime(), start, held)
+
+
 def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Add `more` trials to a sweep (finished, interrupted or ended by its budget or target):
     sweep.yaml's num_samples grows by `more`, then it runs on as `resume` does, its searcher
     rebuilt from every earlier result, unfinished trials continued from their checkpoints.
-    Grid search has nothing to add: a ConfigError."""
+    Grid search has nothing to add: a ConfigError. An s3:// sweep is extended through its
+    mirror, its new sweep.yaml uploaded."""
+    mirror = None
+    if remote.is_s3(sweep_dir):
+        remote.check_output(sweep_dir)
+        mirror = remote.Mirror(sweep_dir)
+        sweep_dir = mirror.pull()
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -142,6 +177,9 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         finished = [t for t in trials if t.finished]
         unfinished = [t for t in trials if not t.finished]
         start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
+        if mirror is not None:
+            mirror.push(*sweepdir.config_files(sweep_dir))
+            start.storage, start.sweep_dir, start.mirror = mirror.uri.rsplit("/", 1)[0], None, mirror
         return run(cfg, runtime or Runtime(), start, held)
 
 
@@ -201,8 +239,14 @@ def _resumed(
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
-    if start.sweep_dir is None:  # object storage: reachable, the bucket there, our credentials taken
-        remote.check_output(start.storage)
+    if start.mirror is not None and cfg.resources.workers_per_trial > 1 and cfg.task.command is None:
+        # Ray Train's workers write where no upload reaches them yet (issue 29): refused
+        # before Ray starts rather than a sweep whose rank 0 fails on another node.
+        raise ConfigError(
+            "resources.workers_per_trial",
+            "DDP trials (more than one worker) with an s3:// output are not supported yet: "
+            "use one worker per trial, or a local or shared output",
+        )
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
@@ -233,9 +277,11 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
+        if start.mirror is not None:
+            start.mirror.push(*sweepdir.config_files(start.mirror.local))
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
-        return finish(cfg, start.sweep_dir or start.storage, ended)
+        return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 
 # What the launch imports (seconds of Python on 2 cores), and each search's own library.
@@ -337,11 +383,12 @@ def _launch(
         "cpus_per_worker": res.cpus_per_worker,
         "gpus_per_worker": res.gpus_per_worker,
     }
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
-    if sweep_dir:
-        callbacks.append(
-            HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), [n for n, _ in cfg.objectives])
-        )
+    mirror = start.mirror
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial, mirror)]
+    if sweep_dir or mirror:
+        root = sweep_dir or mirror.local  # type: ignore[union-attr]
+        objectives = [n for n, _ in cfg.objectives]
+        callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror))
     if not verbose:
         callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow
@@ -356,6 +403,7 @@ def _launch(
     if fail_fast is not None:
         callbacks.append(fail_fast)
     stoppers = [s for s in (limits, fail_fast) if s is not None]
+    storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
     trainable = tune.with_resources(
@@ -379,8 +427,12 @@ def _launch(
         run_config=tune.RunConfig(
             # The directory's own name: a resumed copy of a sweep writes into itself, never
             # into the sweep its sweep.yaml was first written for.
-            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
-            storage_path=storage,
+            name=os.path.basename(sweep_dir or (mirror.uri if mirror else cfg.name)),
+            storage_path=storage_path,
+            storage_filesystem=storage_fs,
+            # In object storage, what a trial writes in its (node-local) directory is uploaded
+            # with each checkpoint and at its end.
+            sync_config=tune.SyncConfig(sync_artifacts=sweep_dir is None),
             callbacks=callbacks,
             # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
@@ -411,10 +463,15 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
     return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
 
 
-def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
+def finish(
+    cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None, mirror: Optional[remote.Mirror] = None
+) -> SweepOutcome:
     """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`:
     why the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`,
-    `results.FAILED`), if it did."""
+    `results.FAILED`), if it did. An s3:// sweep (`mirror`) is read from the bucket, and what is
+    written here goes back to it."""
+    if mirror is not None:
+        sweep_dir = mirror.pull()
     trials: list[TrialRecord] = []
     if "://" not in sweep_dir:
         sweepdir.remove_empty_dirs(sweep_dir)
@@ -436,7 +493,13 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
         if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
             from tuner.view.export import write_best
 
+            if mirror is not None:  # the best trial's weights, uploaded by the trial
+                mirror.pull_best(str(summary["best"]["trial_id"]))
             write_best(sweep_dir)  # <sweep>/best/: the best trial's best weights
+        if mirror is not None:
+            written = (sweepdir.SUMMARY_FILE, sweepdir.BEST_DIR)
+            mirror.push(*(os.path.join(sweep_dir, name) for name in written))
+            sweep_dir = mirror.uri
     code = ExitCode.OK
     if summary["status"] == "interrupted":
         code = ExitCode.INTERRUPTED

@@ -269,9 +269,12 @@ def _read_object(path: str) -> tuple[Optional[dict[str, Any]], str]:
     return value, ""
 
 
-def write_record(trial_dir: str, record: dict[str, Any]) -> None:
+def write_record(trial_dir: str, record: dict[str, Any]) -> str:
+    """Write the trial's record; its path."""
     os.makedirs(trial_dir, exist_ok=True)
-    write_atomic(os.path.join(trial_dir, RECORD_FILE), json.dumps(record))
+    path = os.path.join(trial_dir, RECORD_FILE)
+    write_atomic(path, json.dumps(record))
+    return path
 
 
 def recovered_record(trial_dir: str) -> Optional[dict[str, Any]]:

@@ -18,7 +18,7 @@ from tuner.conditions import conditions
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
 from tuner.space import Fixed, ParamT, to_optuna
-from tuner.sweepdir import CONFIG_FILE, check_sweep_dir, has_summary, read_config, resources_of
+from tuner.sweepdir import CONFIG_FILE, check_sweep_dir, has_summary, read_config, remote, resources_of
 
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
 
@@ -47,8 +47,9 @@ class SweepData:
 
 
 def load(sweep_dir: str) -> SweepData:
-    """Read a sweep directory (finished, running or interrupted)."""
-    sweep_dir = check_sweep_dir(sweep_dir)
+    """Read a sweep directory (finished, running or interrupted); an s3:// sweep through its
+    local mirror (where a report of it is then written)."""
+    sweep_dir = check_sweep_dir(remote.readable(sweep_dir))
     cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
     trials = records(

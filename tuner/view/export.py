@@ -41,6 +41,7 @@ from tuner.sweepdir import (
     json_default,
     read_best_record,
     read_config,
+    remote,
 )
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
@@ -76,8 +77,9 @@ class Chosen:
 
 
 def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
-    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not."""
-    path = check_sweep_dir(sweep_dir)
+    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not. An
+    s3:// sweep is read through its mirror, with the chosen trial's weights."""
+    path = check_sweep_dir(remote.readable(sweep_dir))
     cfg = read_config(path, standins=True)
     trials = records(path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
     if trial_id is None:
@@ -91,6 +93,8 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
             known = ", ".join(t.trial_id for t in trials[:8]) or "none"
             raise ConfigError("--trial", f"{sweep_dir} has no trial {trial_id!r} (trials: {known})")
         trial = found[0]
+    if remote.is_s3(sweep_dir):
+        remote.Mirror(sweep_dir).pull_best(os.path.basename(trial.path))
     best = read_best_record(trial.path)
     if best is None:
         raise ConfigError("", f"trial {trial.trial_id} kept no weights: {_why_none(cfg)}")
@@ -121,12 +125,17 @@ def export(
     if fmt == "onnx":
         _need_onnx()
     chosen = choose(sweep_dir, trial_id)
+    mirror = remote.Mirror(sweep_dir) if remote.is_s3(sweep_dir) else None
     where = output or os.path.join(
-        check_sweep_dir(sweep_dir), BEST_DIR if trial_id is None else os.path.join("exports", trial_id)
+        check_sweep_dir(mirror.local if mirror else sweep_dir),
+        BEST_DIR if trial_id is None else os.path.join("exports", trial_id),
     )
     _refuse_foreign(where, output is not None)
     built = None if fmt == "state_dict" else rebuild(chosen)
-    return _write_dir(where, chosen, fmt, built)
+    written = _write_dir(where, chosen, fmt, built)
+    if mirror is not None and output is None:  # the sweep's own: back into the bucket
+        mirror.push(written)
+    return written
 
 
 def write_best(sweep_dir: str) -> Optional[str]:
