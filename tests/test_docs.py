@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli
 from tuner.errors import ExitCode
 
 DOCS = ROOT / "docs"
@@ -120,10 +120,10 @@ def test_docs_index_lists_every_page() -> None:
 
 
 def test_help_lists_every_command_and_override() -> None:
-    out = run_cli("--help")
+    out = cli("--help")
     for cmd in ("sweep", "validate", "schema"):
         assert cmd in out.stdout
-    sweep_help = run_cli("sweep", "--help").stdout
+    sweep_help = cli("sweep", "--help").stdout
     for flag in ("--algorithm", "--num-samples", "--seed", "--max-epochs", "--output", "--address", "--set"):
         assert flag in sweep_help
 

@@ -13,7 +13,7 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from tuner.cluster.connect import INTERRUPTED
+from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock, number
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
@@ -70,6 +70,13 @@ class _Places:
     def saved(self, *paths: str) -> None:
         if self.mirror is not None:
             self.mirror.push(*paths)
+
+
+def trial_name(trial: Any) -> str:
+    """The trial as the user sees it: its directory's name, what summary.json calls its
+    trial_id (a trial continued by `resume` keeps its directory under a new Tune id)."""
+    path = trial_dir(trial)
+    return os.path.basename(path.rstrip("/")) if path else str(trial.trial_id)
 
 
 class TrialRecordCallback(Callback):
@@ -237,7 +244,7 @@ class Progress(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if result.get(NOTICE):
-            self.say(f"[tuner] trial {trial.trial_id}: {result[NOTICE]}")
+            self.say(f"[tuner] trial {trial_name(trial)}: {result[NOTICE]}")
         value = result.get(self.metric)
         if "failure" in result:
             self.failed.add(trial.trial_id)
@@ -245,7 +252,7 @@ class Progress(Callback):
             return
         better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
         if better:
-            self.best = (float(value), trial.trial_id)
+            self.best = (float(value), trial_name(trial))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()
@@ -270,18 +277,18 @@ class Progress(Callback):
         last = trial.last_result or {}
         if how == "ERROR":  # one line instead of Ray's traceback (--verbose shows that)
             status = "" if self.live else f" · {self.line(trials, prefix=False)}"
-            self.say(f"[tuner] trial {trial.trial_id} failed: {failed_line(trial_dir(trial))}{status}")
+            self.say(f"[tuner] trial {trial_name(trial)} failed: {failed_line(trial_dir(trial))}{status}")
             return
         if self.live:
             # Failures are news worth a line of their own; other endings show in the status.
             if last.get("failure"):
                 detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
-                self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} {last['failure']}: {detail}\n")
+                self.stream.write(f"\r\033[K[tuner] trial {trial_name(trial)} {last['failure']}: {detail}\n")
             return
         value = last.get(self.metric)
         note = last.get("failure") or how
         self.stream.write(
-            f"[tuner] trial {trial.trial_id} {note}: {self.metric} {number(value)} at epoch "
+            f"[tuner] trial {trial_name(trial)} {note}: {self.metric} {number(value)} at epoch "
             f"{last.get('epoch', 0)} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()

@@ -16,14 +16,15 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
-from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import resources
-from tuner.errors import DiskFull, ExitCode, disk_full
+from tuner.driver import resources, stopping
+from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
+from tuner.space import allows
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
@@ -222,7 +223,9 @@ def _resumed(
 ) -> Start:
     """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
     prior = Prior(
-        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        finished=[
+            PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
+        ],
         resumed=[full_config(t.path) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
@@ -235,6 +238,26 @@ def _resumed(
         announce=f"[tuner] {doing} {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
         f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
     )
+
+
+def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord]:
+    """The finished trials whose values search.params still allows. A range narrowed by hand
+    in sweep.yaml leaves earlier trials outside it, which a model-based searcher cannot be
+    told (BOHB's ConfigSpace raised IllegalValueError): they stay in the results, said once."""
+    inside, outside = [], []
+    for t in finished:
+        config = full_config(t.path)
+        bad = [
+            (k, config[k]) for k, p in cfg.search.params.items() if k in config and not allows(p, config[k])
+        ]
+        (outside if bad else inside).append((t, bad))
+    if outside:
+        name, value = outside[0][1][0]
+        warn(
+            f"{len(outside)} earlier trial(s) have values search.params no longer allows (e.g. "
+            f"search.params.{name}: {value!r}): the search is not told them; they stay in the results"
+        )
+    return [t for t, _ in inside]
 
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
@@ -295,12 +318,16 @@ _LAUNCH_MODULES = (
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
-def _preload(algorithm: str) -> threading.Thread:
+def _preload(algorithm: str) -> Any:
     """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
     for Ray's processes to come up; join it before using them. What `ray.init` imports is
     imported first, here: two threads importing the same package's circular imports at once
     could see each other's half-made modules. An import that fails in the thread fails
-    again where it is used, with its own error."""
+    again where it is used, with its own error. On a Ray whose imports were not checked
+    (_ray_internals.imports_beside_init) nothing is preloaded: the launch imports what it
+    needs itself, in order, after `ray.init`."""
+    if not _ray_internals.imports_beside_init():
+        return _NothingPreloaded()
     _ray_internals.import_for_init()
 
     def imports() -> None:
@@ -313,6 +340,10 @@ def _preload(algorithm: str) -> threading.Thread:
     thread = threading.Thread(target=imports, name="tuner-preload", daemon=True)
     thread.start()
     return thread
+
+
+class _NothingPreloaded:
+    def join(self) -> None: ...
 
 
 class _disk_full_stops:
@@ -371,7 +402,7 @@ def _launch(
         hparam_domains,
     )
     from tuner.driver.failfast import FailFast
-    from tuner.driver.limits import Budgeted, SweepLimits
+    from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
     from tuner.trial.runner import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
@@ -402,7 +433,8 @@ def _launch(
     fail_fast = FailFast.wanted(cfg.failure.fail_fast)
     if fail_fast is not None:
         callbacks.append(fail_fast)
-    stoppers = [s for s in (limits, fail_fast) if s is not None]
+    # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
+    stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
@@ -441,7 +473,7 @@ def _launch(
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
             ),
-            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else next(iter(stoppers), None),
+            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else stoppers[0],
             verbose=2 if verbose else 0,
         ),
     )
@@ -451,8 +483,7 @@ def _launch(
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
-    INTERRUPTED.clear()
-    with sigterm_as_sigint():
+    with stopping.user_stops():
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:
         return FAILED

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from tuner.sweepdir import (
     BEST_RECORD,
     EXPORT_FILES,
     check_sweep_dir,
+    check_writable,
     full_config,
     json_default,
     read_best_record,
@@ -131,6 +133,7 @@ def export(
         BEST_DIR if trial_id is None else os.path.join("exports", trial_id),
     )
     _refuse_foreign(where, output is not None)
+    check_writable(os.path.dirname(os.path.abspath(where)), "--output")
     built = None if fmt == "state_dict" else rebuild(chosen)
     written = _write_dir(where, chosen, fmt, built)
     if mirror is not None and output is None:  # the sweep's own: back into the bucket
@@ -183,7 +186,23 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
 
     hp = full_config(chosen.trial.path)
     weights, dirs = chosen.best["weights"], chosen.cfg.code_dirs
-    return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)
+    try:
+        return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)
+    except Exception as err:  # noqa: BLE001 - a damaged file, weights of another shape, the user's code
+        raise ConfigError(
+            "--format",
+            f"trial {chosen.trial.trial_id}'s model cannot be rebuilt with its best weights "
+            f"{weights} ({_why_not(err)}); --format state_dict copies the file as it is",
+        ) from None
+
+
+def _why_not(err: Exception) -> str:
+    """Why weights did not load, in a few words: torch's messages run over many lines."""
+    if isinstance(err, pickle.UnpicklingError) or "Weights only load failed" in str(err):
+        return "the file is damaged, or not a state dict"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines or [""])[0]
+    return f"{type(err).__name__}: {said[:240]}"
 
 
 def _need_onnx() -> None:
