@@ -38,8 +38,8 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
     import torch
 
     from tuner.driver.resources import TrialResources, trial_spec
-    from tuner.trial.loops import loop_for
-    from tuner.trial.session import LocalSession
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.launch.loops import loop_for
 
     class NoCheckpoints(LocalSession):
         def _report(self, metrics: dict[str, Any], state: Any) -> None:

@@ -17,7 +17,7 @@ from tests.own_loops import _data, hyperband_resumes, lines
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
 from tuner.sweepdir import read_metrics
-from tuner.trial.checkpoint import DirCheckpoints
+from tuner.trial.frame.checkpoint import DirCheckpoints
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

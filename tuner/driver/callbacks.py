@@ -29,7 +29,7 @@ from tuner.sweepdir import (
     trial_disk_full,
     write_record,
 )
-from tuner.trial import tb
+from tuner.trial.frame import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
 # Besides the sweep's metric and every val_* value: what the HParams table shows of a trial.

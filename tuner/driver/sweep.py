@@ -213,7 +213,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
-    # the DDP trials of a sweep in URI storage (trial/group.py runs the others' workers).
+    # the DDP trials of a sweep in URI storage (trial/launch/ranks.py runs the others' workers).
     train = cfg.resources.workers_per_trial > 1 and cfg.task.command is None and start.sweep_dir is None
     connect(runtime, dashboard=train)
     preload.join()  # (before anything here imports from Ray Tune itself)
@@ -244,7 +244,7 @@ _LAUNCH_MODULES = (
     "ray.tune.logger",
     "tuner.driver.callbacks",
     "tuner.driver.limits",
-    "tuner.trial.runner",
+    "tuner.trial.launch.trainables",
 )
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
@@ -326,7 +326,7 @@ def _launch(
     )
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits
-    from tuner.trial.runner import trainable_for
+    from tuner.trial.launch.trainables import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
 
@@ -382,7 +382,7 @@ def _launch(
             name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
             storage_path=storage,
             callbacks=callbacks,
-            # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
+            # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
             # Ray Train retries its own workers; Tune retries every other trial.
