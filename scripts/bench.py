@@ -19,8 +19,9 @@ Sections (issues 7 and 16):
               (scripts/peers/optuna_digits_cnn.py); scripts/bench_compute.py
 
 Every figure is a median over repeats; ratios compare runs of the same repeat set. --smoke
-runs every section at toy sizes in a minute or two (CI keeps it from rotting); its numbers
-mean nothing and it writes BENCHMARKS.md only if --write is given.
+runs every section at toy sizes (tuner's bohb and random only) in a few minutes
+(tests/test_bench.py keeps it from rotting); its numbers mean nothing and it writes
+BENCHMARKS.md only if --write is given.
 """
 
 from __future__ import annotations
@@ -118,11 +119,7 @@ def throughput(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         return go
 
-    contenders = {
-        "tuner bohb": ours("bohb"),
-        "tuner random": ours("random"),
-        "tuner optuna": ours("optuna"),
-    }
+    contenders = {f"tuner {a}": ours(a) for a in cfg.algorithms}
     if have_peers():
         contenders.update(
             {
@@ -325,7 +322,7 @@ def makespan(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
 def search(cfg: argparse.Namespace, work: Path, done: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     spaces = str(ROOT / "search_spaces" / "digits_mlp.yaml")
     out: dict[str, list[int]] = {}
-    for algorithm in ("bohb", "random", "optuna"):
+    for algorithm in cfg.algorithms:
         sweeps = [Path(r["sweep"]) for r in done.get(f"tuner {algorithm}", [])]
         for seed in range(len(sweeps), cfg.search_seeds):
             _, sweep = tuner_sweep(
@@ -477,6 +474,7 @@ def main() -> None:
         makespan_widths=[8192, 6144, 4096, 3072, 2048, 1024, 512, 128],
         parity_args=[],
         fixed_seed=1,
+        algorithms=["bohb", "random", "optuna"],
     )
     if cfg.smoke:
         sizes = dict(
@@ -488,6 +486,7 @@ def main() -> None:
             makespan_widths=[32, 16],
             parity_args=["--samples", "512", "--epochs", "2", "--width", "16"],
             fixed_seed=1,
+            algorithms=["bohb", "random"],  # tuner's side of every table (optuna's is the same code)
         )
         cfg.repeats = 1
     vars(cfg).update(sizes)

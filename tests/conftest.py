@@ -1,21 +1,55 @@
-"""Shared fixtures: one Ray per test session (2 CPUs), the shipped sweep files, tmp sweeps."""
+"""Shared fixtures: one Ray per test session (2 CPUs), the shipped sweep files, tmp sweeps;
+and the test tiers (tests/tiers.py marks every test by what it starts)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
+
+from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces"
 DEBUG = SPACES / "debug.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help=f"the quick tier only: no Ray, no browser, nothing marked slow; a test over "
+        f"{tiers.QUICK_LIMIT_S:g} s fails ({tiers.LIMIT_ENV} changes the limit)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marks added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark(items)
+    if config.getoption("--quick"):
+        keep = [i for i in items if tiers.quick(i)]
+        config.hook.pytest_deselected(items=[i for i in items if not tiers.quick(i)])
+        items[:] = keep
+        tiers.import_shared()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if item.config.getoption("--quick"):
+        tiers.police(item, call, report)
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +63,85 @@ def ray_session():
     connect(Runtime(num_cpus=2))
     yield ray
     ray.shutdown()
+
+
+# `python -m tuner ARGS` as a user runs it, reporting (on the line DRIVER_MODULES) whether the
+# driver had imported Ray and torch once the sweep was over, just before it ends its Ray.
+CLI_PROBE = """
+import runpy, sys
+import tuner.cluster.connect as connect
+leave = connect.leave
+def reporting_leave(code):
+    print('DRIVER_MODULES', 'ray' in sys.modules, 'torch' in sys.modules, flush=True)
+    leave(code)
+connect.leave = reporting_leave
+sys.argv = ['tuner', *sys.argv[1:]]
+runpy.run_module('tuner', run_name='__main__', alter_sys=True)
+"""
+
+
+@dataclass
+class CliSweep:
+    """What one `python -m tuner sweep debug.yaml` left behind (see the cli_sweep fixture)."""
+
+    args: list[str]  # the command's arguments
+    run: subprocess.CompletedProcess
+    sweep_dir: Path
+    driver_modules: list[str]  # ["True"/"False" Ray imported, the same for torch]
+    left: list[str]  # its processes still alive a few seconds after it exited ("pid name")
+    ray_logs: Path  # its Ray's log directory
+
+
+def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
+    """Processes whose environment has TUNER_TEST_MARK=mark (Ray's inherit the driver's) still
+    alive after `within_s` seconds ("pid name"; a killed one may take the kernel a moment)."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["status"]):
+            try:
+                ours = proc.environ().get("TUNER_TEST_MARK") == mark
+                if ours and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(f"{proc.pid} {proc.name()}")
+            except psutil.Error:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
+    """debug.yaml swept once per test session by `python -m tuner sweep` in a process of its
+    own, as a user runs it (2 trials of 1 epoch, its own local Ray of 2 CPUs); the tests of
+    the CLI's output, the driver's imports and what outlives the driver read this one run."""
+    import uuid
+
+    out = tmp_path_factory.mktemp("cli")
+    mark = uuid.uuid4().hex
+    ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
+    args = ["sweep", str(DEBUG), "--output", str(out), "--name", "s"]
+    args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2"]
+    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", CLI_PROBE, *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        left = processes_left(mark)  # SIGKILLed: gone at once, bar the kernel's tear-down
+        modules = [ln.split()[1:] for ln in run.stdout.splitlines() if ln.startswith("DRIVER_MODULES")]
+        logs = next(ray_tmp.glob("ray/session_*/logs"), ray_tmp)
+        yield CliSweep(args, run, out / "s", modules[-1] if modules else [], left, logs)
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +216,53 @@ def run_cli(
         timeout=timeout,
         env=full_env,
     )
+
+
+@dataclass
+class Ran:
+    """What an in-process CLI call gave (the fields of subprocess.CompletedProcess)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None) -> Ran:
+    """`python -m tuner ARGS` in this process: tuner.cli.main with its output captured and a
+    SystemExit's code kept; the working directory, environment and sys.path are restored.
+
+    For commands that end before any Ray starts (refusals, validate, report, export, --help):
+    a call that gets as far as starting a Ray fails the test instead. `run_cli` runs a command
+    in a process of its own, as a user does."""
+    import tuner.cluster.connect
+    import tuner.driver.sweep
+    from tuner.cli import main
+
+    def no_ray(*_: Any, **__: Any) -> None:
+        raise AssertionError(f"cli{args} would start a Ray: run it with run_cli, in its own process")
+
+    out, err = io.StringIO(), io.StringIO()
+    environ, path = dict(os.environ), list(sys.path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tuner.driver.sweep, "connect", no_ray)
+        mp.setattr(tuner.cluster.connect, "connect", no_ray)
+        if cwd is not None:
+            mp.chdir(cwd)
+        try:
+            os.environ.update(env or {})
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code: Any = main(list(args))
+                except SystemExit as done:  # argparse's errors and --help; `raise SystemExit(130)`
+                    code = done.code
+                    if isinstance(code, str):  # printed to stderr, exit 1 (as Python does)
+                        print(code, file=sys.stderr)
+                        code = 1
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.path[:] = path
+    return Ran(int(code or 0), out.getvalue(), err.getvalue())
 
 
 def contains(p: Any, value: Any) -> bool:

@@ -50,6 +50,10 @@ READY_TIMEOUT_S = 180.0
 _made = itertools.count()  # clusters made by this process
 
 
+class NodeExited(RuntimeError):
+    """A node's `ray start` ended (while the cluster waited for it)."""
+
+
 class Unavailable(Exception):
     """Namespaces cannot be made here (not root, no `ip`/`unshare`/`nsenter`, no permission)."""
 
@@ -227,11 +231,11 @@ class NsCluster:
                 self.nodes.append(node)
             if setup is not None:
                 self.env.update(setup(self))
-            hosts = {n.name: n.ip for n in self.nodes}
-            for node in self.nodes:
-                self._boot(node, hosts)
-                if node is self.head:  # its GCS first: the workers join it
-                    self.wait_ready(1, dashboard=False)
+            for i, node in enumerate(self.nodes):
+                # The head first (the workers join its GCS); each node counted in before the
+                # next, and booted again if its `ray start` gives up: Ray 2.60 allows a raylet
+                # 30 s to register, which a loaded 2-core machine can overrun.
+                self._boot_retrying(node, i + 1, dashboard=False)
             self.wait_ready(len(self.nodes))
         except BaseException:
             self.stop()
@@ -317,7 +321,7 @@ class NsCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.proc is not None and not node.alive():
-                    raise RuntimeError(f"node {node.name} exited; its log ends:\n{self.log_tail(node)}")
+                    raise NodeExited(f"node {node.name} exited; its log ends:\n{self.log_tail(node)}")
             try:
                 if len(join.gcs_nodes(target, self.token)) >= count and (
                     not dashboard or join.dashboard_status(self.dashboard, self.token, 5) == 200
@@ -338,6 +342,22 @@ class NsCluster:
         if node.alive():
             os.kill(node.pid, signal.SIGKILL)
             node.proc.wait(timeout=30)  # type: ignore[union-attr]
+
+    def _boot_retrying(self, node: Node, count: int, dashboard: bool, tries: int = 3) -> None:
+        for attempt in range(1, tries + 1):
+            self._boot(node, {n.name: n.ip for n in self.nodes})
+            try:
+                self.wait_ready(count, dashboard=dashboard)
+                return
+            except NodeExited:
+                if attempt == tries:
+                    raise
+
+    def revive(self, node: Node) -> None:
+        """Power a killed node on again: a fresh PID 1, empty private file systems, the same
+        address; returns once it has joined."""
+        assert not node.alive()
+        self._boot_retrying(node, len(self.nodes), dashboard=True)
 
     def stop(self) -> None:
         """End every node, remove namespaces and links. Safe to call twice, or half-started."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench import have_peers  # noqa: E402
 from bench_compute import time_to  # noqa: E402
-from bench_search import TASKS, best_so_far, epochs_to  # noqa: E402
+from bench_search import TASKS, Task, best_so_far, epochs_to, shifted, target  # noqa: E402
 
 from tuner.search.simulate import Event  # noqa: E402
 
@@ -25,32 +26,83 @@ def _smoke(script: str, *args: str) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def _row(text: str, first: str) -> list[str]:
+    """The cells of the Markdown table row whose first cell is `first`."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row '{first}' in:\n{text}")
+
+
+def _number(text: str, pattern: str) -> float:
+    found = re.search(pattern, text)
+    assert found, (pattern, text)
+    return float(found.group(1))
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Each `### heading`'s text, by the heading's first words (up to ':' or '(')."""
+    parts = re.split(r"^### ", text, flags=re.M)[1:]
+    return {re.split(r"[:(]", part, maxsplit=1)[0].strip(): part for part in parts}
+
+
 @pytest.mark.slow
 def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
+    """Every section at its smoke size (3 trials of <= 2 epochs, tuner's bohb and random), each
+    figure a real measurement: times and rates above 0, accuracies in (0, 1], counts as run."""
     out_md = tmp_path / "bench.md"
     _smoke("scripts/bench.py", "--write", str(out_md))
-    text = out_md.read_text()
-    for heading in (
+    check_smoke_report(out_md.read_text())
+
+
+def check_smoke_report(text: str) -> None:
+    section = _sections(text)
+    assert list(section) == [
+        "Fixed cost and whole-process wall",
         "Sweep throughput",
         "Per-trial overhead",
         "DDP trial start-up",
-        "Loop parity",
+        "Loop parity under torchrun",
         "Makespan",
         "Search efficiency",
         "Compute-bound sweep",
-    ):
-        assert f"### {heading}" in text, heading
-    for contender in ("tuner bohb", "tuner random", "tuner optuna"):
-        assert f"| {contender} |" in text, contender
-    assert "| peer optuna in-process (cnn) |" in text  # scripts/peers: always beside the bench
+    ], list(section)
+    fixed, throughput = section["Fixed cost and whole-process wall"], section["Sweep throughput"]
     peers = ("peer optuna in-process", "peer raytune random (reuse)", "peer raytune bohb (reuse)")
+    for contender in ("tuner bohb", "tuner random", *(peers if have_peers() else ())):
+        _, wall, epochs, rate, best, *ratios = _row(throughput, contender)
+        assert float(wall) > 0 and 1 <= float(epochs) <= 3 * 2 and float(rate) > 0, contender
+        assert 0 < float(best) <= 1, contender
+        if contender.startswith("tuner") and have_peers():  # vs Optuna, vs Ray Tune's same search
+            assert all(r.endswith("x") and float(r[:-1]) > 0 for r in ratios), (contender, ratios)
+    assert "| tuner optuna |" not in throughput  # (smoke: tuner's bohb and random only)
     if have_peers():  # ../shared/peers (or TUNER_PEERS) beside this checkout: they run too
-        for contender in peers:
-            assert f"| {contender} |" in text, contender
-        assert "Best peer val_acc" in text
+        assert "Best peer val_acc" in throughput
+        assert _number(fixed, r"wall, ours / peer: \*\*([\d.]+)x") > 0
+        _, wall, _, best, epochs = _row(fixed, "tuner random")
+        assert float(wall) > 0 and 0 < float(best) <= 1 and 1 <= float(epochs) <= 3 * 2
     else:  # a checkout without them says so instead of inventing ratios
-        assert not any(f"| {c} |" in text for c in peers)
-        assert "No peers:" in text
+        assert not any(f"| {c} |" in throughput for c in peers) and "No peers:" in throughput
+        assert "no peer here: wall ratio not measured" in fixed
+    for step in ("start -> sweep header printed", "start -> first trial's first epoch"):
+        assert float(_row(fixed, step)[1]) > 0, step
+    overhead = section["Per-trial overhead"]
+    assert re.search(r"first report: median \d+ ms, p95 \d+ ms over 4 trials", overhead)
+    assert _number(section["DDP trial start-up"], r"start to first report: median ([\d.]+) s") > 0
+    parity = section["Loop parity under torchrun"]
+    assert _number(parity, r"tuner's loop (\d+) samples/s") > 0
+    assert _number(parity, r"hand-written (\d+) samples/s") > 0
+    makespan = section["Makespan"]
+    assert _number(makespan, r"= \*\*([\d.]+)x\*\*") > 0
+    assert len(re.match(r"Makespan \(trials of ([\d., ]+) s", makespan).group(1).split(",")) == 2
+    search = section["Search efficiency"]
+    for algorithm in ("bohb", "random"):  # epochs to the target, read from the sweeps above
+        assert _number(search, rf"- {algorithm}: median (\d+) epochs") >= 1, algorithm
+    assert _number(search, r"bohb / random: \*\*([\d.]+)x") > 0
+    for contender in ("peer optuna in-process (cnn)", "tuner random"):
+        _, wall, epochs, _, best, *_ = _row(section["Compute-bound sweep"], contender)
+        assert float(wall) > 0 and float(epochs) >= 1 and 0 < float(best) <= 1, contender
 
 
 def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> None:
@@ -63,7 +115,51 @@ def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> N
         assert f"#### {task.name}: target" in text, task.name
     for algorithm in ("random", "bohb", "optuna", "grid"):
         assert text.count(f"| {algorithm} | ") == len(TASKS), algorithm
+    held = [t.name for t in TASKS if t.held_back]
+    assert held and text.index("#### Held back") < min(text.index(f"#### {n}:") for n in held)
     assert png.stat().st_size > 10_000
+
+
+def test_search_bench_warm_start_smoke(tmp_path: Path) -> None:
+    """--warm: for each algorithm, an earlier sweep of the shifted space, then a cold and a
+    warm-started sweep of the task (2 seeds, tiny budgets)."""
+    out_md = tmp_path / "warm.md"
+    _smoke("scripts/bench_search.py", "--warm", "--tasks", "conditional", "--write", str(out_md))
+    text = out_md.read_text()
+    for algorithm in ("random", "bohb", "optuna"):
+        assert f"| conditional | {algorithm} | " in text, algorithm
+
+
+def test_targets_are_the_best_five_percent_of_the_table(tmp_path: Path) -> None:
+    """By hand: 20 final values 1..20 (a loss), one diverged run counted as the worst: the
+    5th percentile of the 21 is 2.0 (numpy's linear interpolation: index 1); as a maximised
+    metric, the 95th percentile is 19.0 (index 19)."""
+    import json
+
+    rows = [{"config": {}, "curve": [99.0, float(v)], "failed": False} for v in range(1, 21)]
+    rows.append({"config": {}, "curve": [1.0, float("nan")], "failed": True})
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": rows}))
+    loss = Task("t", "benchmarks/tasks/conditional.yaml", str(table))  # mode: min
+    assert target(loss) == 2.0
+    acc = Task("t", "search_spaces/digits_mlp.yaml", str(table))  # mode: max
+    assert target(acc) == 19.0
+
+
+def test_the_shifted_space_is_half_as_wide_inside_the_task_space() -> None:
+    """conditional.yaml: lr loguniform 1e-4..1 (4 decades) becomes 10^-2.5..10^-0.5; momentum
+    0..0.99 becomes 0.37125..0.86625; width lograndint 16..512 (5 octaves) 2^5.875..2^8.375 =
+    58.7..331.4, so 59..331; the choice and the condition stay."""
+    import pytest
+
+    space = shifted(next(t for t in TASKS if t.name == "conditional"))
+    assert space["lr"]["low"] == pytest.approx(10**-2.5) and space["lr"]["high"] == pytest.approx(10**-0.5)
+    assert space["momentum"]["low"] == pytest.approx(0.37125) and space["momentum"]["high"] == pytest.approx(
+        0.86625
+    )
+    assert space["momentum"]["when"] == {"optimizer": "sgd"}
+    assert (space["width"]["low"], space["width"]["high"]) == (59, 331)
+    assert space["optimizer"]["values"] == ["sgd", "adam"]
 
 
 def test_time_to_the_peers_best_by_hand() -> None:

@@ -23,8 +23,19 @@ def _bench():
     return module
 
 
+def _rows(text: str) -> dict[str, tuple[float, str]]:
+    """The report's table: run -> (samples/s, note)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in ("amp", "pipeline", "packing", "mfu"):
+            rows[cells[1]] = (float(cells[2]), cells[4])
+    return rows
+
+
 @pytest.mark.slow
 def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> None:
+    """Every section on CPU at its smoke size, each row a real rate, each ratio a number."""
     before = (ROOT / "BENCHMARKS.md").read_text()
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "B.md")],
@@ -33,35 +44,51 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
         timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    rows = (
-        "fp32 (IEEE) |",
-        "fp32 (TF32) |",
-        "bf16 |",
-        "torch.compile |",
-        "no prefetch |",
-        "(0), prefetch |",
-        "2 x tiny ViT 32px on the CPU, together |",
-        "| mfu |",
-    )
-    for row in rows:
-        assert row in out.stdout, row
-    assert "AMP / fp32 (TF32) samples/s" in out.stdout
+    rows = _rows(out.stdout)
+    ref, small, mfu = "tiny ViT 32px", "tiny ViT 32px", "small ViT 32px bf16"
+    expected = [
+        f"{ref} fp32 (IEEE)",
+        f"{ref} fp32 (TF32)",
+        f"{ref} bf16",
+        f"{ref} bf16 + torch.compile",
+        "bf16, DataLoader(0), no prefetch",
+        "bf16, DataLoader(0), prefetch",
+        f"1 x {small} on the CPU, together",
+        f"2 x {small} on the CPU, together",
+        mfu,
+        f"{mfu} + torch.compile",
+    ]
+    assert list(rows) == expected, list(rows)
+    assert all(rate > 0 and "FAILED" not in note for rate, note in rows.values()), rows
     windows = [float(w) for w in re.findall(r"window ([\d.]+) s all \d ran", out.stdout)]
     assert len(windows) == 2 and all(w > 0 for w in windows)  # 1 and 2 trials, running together
-    assert "FAILED" not in out.stdout
+    tflops = re.findall(r"([\d.e+-]+) TFLOPS", rows[mfu][1] + rows[f"{mfu} + torch.compile"][1])
+    assert len(tflops) == 2 and all(float(t) > 0 for t in tflops), tflops
+    ratios = dict(re.findall(r"^- (.+?): ([\d.]+)$", out.stdout, re.M))
+    assert set(ratios) == {
+        "AMP / fp32 (TF32) samples/s",
+        "AMP / fp32 (IEEE) samples/s",
+        "fp32 TF32 / IEEE samples/s",
+        "2 packed / 1 samples/s",
+    }, ratios
+    assert all(float(v) > 0 for v in ratios.values()), ratios
+    assert "- no trial failed (no OOM): PASS" in out.stdout
     assert "not checked in smoke mode" in out.stdout
     assert not (tmp_path / "B.md").exists()
     assert (ROOT / "BENCHMARKS.md").read_text() == before
 
 
-def test_smoke_mode_writes_only_when_asked(tmp_path: Path) -> None:
-    bench = _bench()
+@pytest.mark.slow
+def test_smoke_mode_writes_when_asked(tmp_path: Path) -> None:
+    """--write appends the report (without it nothing is written: the test above)."""
     target = tmp_path / "B.md"
-    args = ["--smoke", "--sections", "mfu", "--epochs", "1", "--out", str(target)]
-    assert bench.main(args) == 0 and not target.exists()
-    assert bench.main([*args, "--write"]) == 0
+    target.write_text("kept\n")
+    args = ["--smoke", "--sections", "amp", "--epochs", "1", "--out", str(target), "--write"]
+    assert _bench().main(args) == 0
     text = target.read_text()
-    assert "### CPU (smoke)" in text and "| mfu | small ViT 32px bf16 |" in text
+    assert text.startswith("kept\n") and "### CPU (smoke)" in text
+    runs = {"tiny ViT 32px fp32 (IEEE)", "tiny ViT 32px fp32 (TF32)", "tiny ViT 32px bf16"}
+    assert set(_rows(text)) == runs and all(rate > 0 for rate, _ in _rows(text).values())
 
 
 def test_packed_rate_counts_only_the_window_every_run_shares() -> None:

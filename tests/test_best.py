@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tests.best_task import accuracy
-from tests.conftest import debug_config, run_cli
+from tests.conftest import cli, debug_config
 from tuner.config import TrainingSection
 from tuner.sweepdir import read_best_record, read_metrics
 from tuner.trial.frame.checkpoint import plain_state_dict
@@ -81,11 +81,11 @@ def test_wrapper_prefixes_are_taken_off() -> None:
 
 
 def test_export_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
-    out = run_cli("export", str(tmp_path / "nope"))
+    out = cli("export", str(tmp_path / "nope"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no such directory" in out.stderr
-    out = run_cli("export", str(tmp_path))
+    out = cli("export", str(tmp_path))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not a sweep directory" in out.stderr
-    assert run_cli("export", str(tmp_path), "--format", "pickle").returncode == 2
+    assert cli("export", str(tmp_path), "--format", "pickle").returncode == 2
 
 
 def test_onnx_without_its_extra_is_one_line_naming_it(
@@ -154,7 +154,7 @@ def test_asha_sweep_exports_its_best_epoch_and_resume_writes_a_missing_summary(t
     _scores(tuner.load_best(out.sweep_dir), metrics["val_acc"])
 
     # TorchScript round trip: the same outputs as the state dict in plain torch.
-    done = run_cli("export", out.sweep_dir, "--format", "torchscript")
+    done = cli("export", out.sweep_dir, "--format", "torchscript")
     assert done.returncode == 0, done.stderr
     scripted = torch.jit.load(str(best / "model.ts.pt"))
     x = torch.randn(5, 8)
@@ -172,17 +172,17 @@ def test_asha_sweep_exports_its_best_epoch_and_resume_writes_a_missing_summary(t
         assert torch.allclose(torch.from_numpy(got), plain(x).detach(), atol=1e-5)
     # Another trial, by id, to a directory of its own; an unknown one is one line, exit 2.
     other = next(t["trial_id"] for t in out.summary["trials"] if t["trial_id"] != config["trial_id"])
-    done = run_cli("export", out.sweep_dir, "--trial", other, "--output", str(tmp_path / "other"))
+    done = cli("export", out.sweep_dir, "--trial", other, "--output", str(tmp_path / "other"))
     assert (
         done.returncode == 0
         and json.loads((tmp_path / "other" / "config.json").read_text())["trial_id"] == other
     )
-    bad = run_cli("export", out.sweep_dir, "--trial", "nope")
+    bad = cli("export", out.sweep_dir, "--trial", "nope")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no trial 'nope'" in bad.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    bad = run_cli("export", out.sweep_dir, "--output", str(mine))
+    bad = cli("export", out.sweep_dir, "--output", str(mine))
     assert bad.returncode == 2 and (mine / "notes.txt").read_text() == "mine"
 
     # The driver killed after the last trial ended, before summary.json and best/.

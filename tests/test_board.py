@@ -29,7 +29,7 @@ import pytest
 
 from tests import sweeps
 from tests.browser import ARTIFACTS, browser_page, png_size
-from tests.conftest import DEBUG, ROOT, run_cli
+from tests.conftest import DEBUG, ROOT, cli
 
 STATUSES = ["STATUS_FAILURE", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_UNKNOWN"]
 METRICS = ["val_acc", "val_loss", "train_loss"]
@@ -221,7 +221,7 @@ def test_board_report_and_progress_follow_a_running_sweep(tmp_path: Path) -> Non
             wait_for(lambda: "val_acc" in get(url + "data/plugin/scalars/tags")[running])
             groups = session_groups(url, ["lr"])
             assert groups[running]["sessions"][0]["status"] == "STATUS_UNKNOWN"  # no end yet
-        live = run_cli("report", str(sweep_dir), "--format", "md")
+        live = cli("report", str(sweep_dir), "--format", "md")
         assert live.returncode == 0, live.stderr
         assert "Sweep running or interrupted" in live.stdout
         assert f"| {running} |" in live.stdout and "unfinished" in live.stdout
@@ -233,7 +233,7 @@ def test_board_report_and_progress_follow_a_running_sweep(tmp_path: Path) -> Non
     assert re.search(r"\r\x1b\[K\[tuner\] 0/1 done · 1 running · 0 pending · best val_acc [\d.]+ ", text), (
         text[-2000:]
     )
-    after = run_cli("report", str(sweep_dir), "--format", "md")
+    after = cli("report", str(sweep_dir), "--format", "md")
     assert after.returncode == 0, after.stderr
     assert "Sweep interrupted" in after.stdout
     assert (sweep_dir / "report.html").is_file()
@@ -264,6 +264,6 @@ def _running_trial(sweep_dir: Path) -> Optional[str]:
 
 @pytest.mark.parametrize("port", ["99999", "-1"])
 def test_a_port_out_of_range_is_one_line_and_exit_2(port: str, tmp_path: Path) -> None:
-    done = run_cli("board", str(tmp_path), "--port", port)
+    done = cli("board", str(tmp_path), "--port", port)
     assert done.returncode == 2
     assert done.stderr == f"error: --port: must be 0 (a free port) to 65535, got {port}\n"

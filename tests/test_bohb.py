@@ -123,6 +123,7 @@ class _Listed:
         pass
 
 
+@pytest.mark.slow  # 372 simulated sweeps: seconds each case
 @pytest.mark.parametrize("max_epochs, grace, factor", [(150, 5, 3), (27, 1, 3), (10, 1, 2), (50, 3, 2.5)])
 def test_every_num_samples_from_8_to_100_trains_the_best_to_max_epochs(
     max_epochs: int, grace: int, factor: float
@@ -221,11 +222,12 @@ def _tune_results(trial_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (trial_dir / "result.json").open()]
 
 
-@pytest.mark.parametrize("n", [8, 100])
-def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path, n: int) -> None:
-    """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most."""
+def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path) -> None:
+    """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most, 8 trials (the same
+    for every N up to 100, with the same scheduler and searcher, is simulated above)."""
     from tuner.driver.sweep import run_sweep
 
+    n = 8
     cfg = debug_config(
         tmp_path,
         search__algorithm="bohb",
@@ -398,3 +400,27 @@ def test_no_statsmodels_warning_reaches_the_console_of_a_bohb_sweep() -> None:
         from statsmodels.nonparametric.kernel_density import KDEMultivariate
 
         KDEMultivariate(np.random.default_rng(0).random((8, 1)), var_type="c", bw="normal_reference")
+
+
+def test_same_seed_same_sweep_on_a_conditional_space() -> None:
+    """hpbandster also draws when it fits (a conditional parameter's absent values are filled
+    with random ones): that draw too comes from the searcher's own generator, whatever the
+    global one holds."""
+    import numpy as np
+
+    from tuner.config import ScheduleSection, SearchSection
+
+    space = {
+        "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1},
+        "optimizer": {"type": "choice", "values": ["sgd", "adam"]},
+        "momentum": {"type": "uniform", "low": 0.5, "high": 0.99, "when": {"optimizer": "sgd"}},
+    }
+    runs = []
+    for outside in (1, 2):
+        np.random.seed(outside)
+        search = SearchSection(algorithm="bohb", params=space, num_samples=40, seed=0)
+        schedule = ScheduleSection(max_epochs=27, grace_epochs=1, reduction_factor=3)
+        plan = algorithms.build(search, schedule, search.params, "val_acc", "max")
+        runs.append([config for config, _ in simulate(plan, 40, 27).values()])
+        assert plan.search_alg.inner.bohber.kde_models
+    assert runs[0] == runs[1]

@@ -268,6 +268,13 @@ def test_token_is_private_and_never_printed(live: Live) -> None:
 
 
 @pytest.mark.slow
+def test_start_suggests_no_file_only_this_repository_has(live: Live) -> None:
+    started = live.printed[0]  # (issue 26: it suggested search_spaces/debug.yaml to everyone)
+    assert "submit a sweep:  python -m tuner submit YOUR_SWEEP.yaml" in started, started
+    assert "search_spaces/" not in started
+
+
+@pytest.mark.slow
 def test_cluster_listens_on_loopback_only(live: Live) -> None:
     listening = set()
     procs = _cluster_processes(live)

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import ROOT, SPACES, kill_9_when, resumed_to_the_end, run_cli
+from tests.conftest import ROOT, SPACES, cli, kill_9_when, resumed_to_the_end
 from tests.own_loops import hyperband_resumes, lines
 from tuner.config import parse_sweep
 from tuner.sweepdir import read_metrics
@@ -251,7 +251,7 @@ def test_a_bad_command_is_one_line_and_exit_2_before_ray(tmp_path: Path) -> None
     raw = _raw(tmp_path)
     raw["task"]["command"] = "python train.py --lr {lr} --width {width}"
     (tmp_path / "bad.yaml").write_text(json.dumps(raw))
-    out = run_cli("validate", str(tmp_path / "bad.yaml"))
+    out = cli("validate", str(tmp_path / "bad.yaml"))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert (
         out.stderr.strip()
@@ -267,7 +267,7 @@ def test_a_bad_command_is_one_line_and_exit_2_before_ray(tmp_path: Path) -> None
 def test_a_parameter_may_not_take_a_placeholder_s_name(name: str) -> None:
     # Issue 26: search.params.trial_dir replaced {trial_dir} (the trial's own directory) in
     # every trial's command line: all trials wrote into one directory of the user's choosing.
-    out = run_cli("validate", str(SPACES / "script.yaml"), "--set", f"search.params.{name}=/tmp/somewhere")
+    out = cli("validate", str(SPACES / "script.yaml"), "--set", f"search.params.{name}=/tmp/somewhere")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith(f"error: search.params.{name}: is the name of a placeholder tuner fills")
 
@@ -277,11 +277,11 @@ def test_bohb_says_at_validation_that_a_script_without_checkpoints_is_only_stopp
     raw["search"]["algorithm"] = "bohb"
     raw["task"]["checkpoints"] = False
     (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
-    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    out = cli("validate", str(tmp_path / "bohb.yaml"))
     assert out.returncode == 0 and "task.checkpoints is false: bohb only stops trials" in out.stderr
     raw["task"]["checkpoints"] = True
     (tmp_path / "bohb.yaml").write_text(json.dumps(raw))
-    out = run_cli("validate", str(tmp_path / "bohb.yaml"))
+    out = cli("validate", str(tmp_path / "bohb.yaml"))
     assert out.returncode == 0 and "warning" not in out.stderr
 
 

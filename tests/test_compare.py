@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import debug_config, run_cli
+from tests.conftest import cli, debug_config
 from tests.test_board import get, wait_for
 from tuner.config import ConfigError
 from tuner.results import TrialRecord
@@ -65,7 +65,7 @@ def test_a_comparison_report_shows_each_sweep_as_its_summary_says(two, tmp_path:
 @pytest.mark.slow
 def test_report_of_several_sweeps_needs_output_and_one_metric(two, tmp_path: Path) -> None:
     a, b = (s.sweep_dir for s in two)
-    done = run_cli("report", a, b, timeout=120)
+    done = cli("report", a, b)
     assert done.returncode == 2 and done.stderr.startswith("error: --output:")
     assert done.stderr.count("\n") == 1
     other = tmp_path / "other"
@@ -79,7 +79,7 @@ def test_report_of_several_sweeps_needs_output_and_one_metric(two, tmp_path: Pat
     (other / "sweep.yaml").write_text(cfg)
     with pytest.raises(ConfigError, match="compare sweeps of one metric"):
         write_comparison([a, str(other)], str(tmp_path / "x"))
-    done = run_cli("report", a, b, "--output", str(tmp_path / "ok"), timeout=180)
+    done = cli("report", a, b, "--output", str(tmp_path / "ok"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "ok" / "compare.html").is_file()
 

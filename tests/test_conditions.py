@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, SPACES, run_cli
+from tests.conftest import DEBUG, SPACES, cli
 from tuner import conditions, constraints
 from tuner.config import ConfigError, load_sweep, parse_sweep, read_yaml, settled
 from tuner.search import algorithms
@@ -358,12 +358,12 @@ def test_the_grid_refuses_constraints_no_combination_keeps(tmp_path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(DEBUG.read_text())
     flags = ["--algorithm", "grid", "--set", "search.constraints=[width * 2 > 64]"]
-    out = run_cli("validate", str(f), *flags)
+    out = cli("validate", str(f), *flags)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: search.constraints: the constraints leave no configuration "
         "(no combination of the grid keeps them all)"
     ], out.stderr
-    out = run_cli(
+    out = cli(
         "sweep",
         str(f),
         "--output",

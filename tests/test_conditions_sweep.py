@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests import tbread
-from tests.conftest import SPACES, debug_config, run_cli
+from tests.conftest import SPACES, cli, debug_config
 from tuner.config import load_sweep
 from tuner.driver.sweep import resume_sweep, run_sweep
 from tuner.search.plan import key
@@ -45,7 +45,7 @@ def test_digits_conditional_runs_absent_parameters_blank_everywhere(tmp_path: Pa
     assert {"momentum" in t["config"] for t in trials} == {True, False}  # both sides ran
 
     report = tmp_path / "report"
-    done = run_cli("report", outcome.sweep_dir, "--out", str(report), "--format", "md")
+    done = cli("report", outcome.sweep_dir, "--out", str(report), "--format", "md")
     assert done.returncode == 0, done.stderr
     section = done.stdout.split("## Leaderboard\n", 1)[1].split("\n## ", 1)[0]
     rows = [

@@ -7,7 +7,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SPACES, run_cli
+from tests.conftest import ROOT, SPACES, CliSweep, cli
 from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml, yamlfile
 from tuner.space import Fixed
 
@@ -68,7 +67,7 @@ BAD_FILES = [
     ("grace-over-max", _set("schedule.grace_epochs", 9), "schedule.grace_epochs", "max_epochs"),
     ("zero-samples", _set("search.num_samples", 0), "search.num_samples", "greater than or equal to 1"),
     # A URI output trained every trial, then found no record (issue 26): refused until it works.
-    ("uri-output", _set("output", "s3://bucket/runs"), "output", "not supported yet"),
+    ("uri-output", _set("output", "gs://bucket/runs"), "output", "other than s3:// are not supported yet"),
     (
         "loguniform-low-zero",
         _set("search.params.lr", {"type": "loguniform", "low": 0, "high": 1}),
@@ -247,13 +246,11 @@ def test_bad_file_names_the_field(case: str, edit: Callable, path: str, words: s
 
 
 def test_a_metric_the_loop_never_reports_is_one_line_at_validate() -> None:
-    out = run_cli("validate", str(SPACES / "debug.yaml"), "--set", "metric=accuracy", "--set", "mode=max")
+    out = cli("validate", str(SPACES / "debug.yaml"), "--set", "metric=accuracy", "--set", "mode=max")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("error: metric: tuner's loop never reports 'accuracy'"), out.stderr
     # What a metrics hook reports (val_<name>) is its own to name: regression.yaml's val_mse.
-    hooked = run_cli(
-        "validate", str(SPACES / "regression.yaml"), "--set", "metric=val_r2", "--set", "mode=max"
-    )
+    hooked = cli("validate", str(SPACES / "regression.yaml"), "--set", "metric=val_r2", "--set", "mode=max")
     assert hooked.returncode == 0, hooked.stderr
     assert (
         parse_sweep(_edit(lambda r: (_set("metric", "num_params")(r), r.pop("mode")))).objective
@@ -271,7 +268,7 @@ def test_cli_refuses_bad_file_in_one_line(
 ) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(_edit(edit)))
-    out = run_cli("validate", str(f))
+    out = cli("validate", str(f))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert lines == [lines[0]] and lines[0].startswith(f"error: {path}: "), out.stderr
@@ -291,53 +288,25 @@ def test_cli_refuses_bad_file_in_one_line(
 def test_cli_refuses_unreadable_yaml(tmp_path: Path, text: str, words: str) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(text)
-    out = run_cli("validate", str(f))
+    out = cli("validate", str(f))
     assert out.returncode == 2
     assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_cli_missing_file() -> None:
-    out = run_cli("validate", "no/such/file.yaml")
+    out = cli("validate", "no/such/file.yaml")
     assert out.returncode == 2 and "no such file" in out.stderr
 
 
-def test_cli_bad_input_refused_before_ray_or_torch_start(tmp_path: Path) -> None:
-    # `sweep` must refuse before importing Ray or torch: a bad file costs well under a second.
-    f = tmp_path / "bad.yaml"
-    f.write_text(yaml.safe_dump(_edit(_set("schedule.max_epochs", 0))))
-    probe = (
-        "import sys, tuner.cli as c\n"
-        f"code = c.main(['sweep', {str(f)!r}])\n"
-        "print(code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
-    )
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.split() == ["2", "False", "False"], out.stdout + out.stderr
-
-
-def test_the_driver_never_imports_torch(tmp_path: Path) -> None:
+def test_the_driver_never_imports_torch(cli_sweep: CliSweep) -> None:
     # Torch lives in the trials only: a whole sweep leaves it out of the driver's process.
-    probe = (
-        "import sys, tuner.cli as c\n"
-        f"code = c.main(['sweep', 'search_spaces/debug.yaml', '--output', {str(tmp_path)!r}, "
-        "'--num-samples', '2', '--max-epochs', '1', '--num-cpus', '1'])\n"
-        "print('RESULT', code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
-    )
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    last = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
-    assert last and last[-1].split() == ["RESULT", "0", "True", "False"], (
-        out.stdout[-2000:] + out.stderr[-2000:]
-    )
+    assert cli_sweep.run.returncode == 0, cli_sweep.run.stdout[-2000:] + cli_sweep.run.stderr[-2000:]
+    assert cli_sweep.driver_modules == ["True", "False"]  # Ray imported, torch not
 
 
 def test_flags_beat_the_file(tmp_path: Path) -> None:
-    out = run_cli(
+    out = cli(
         "validate",
         str(SPACES / "debug.yaml"),
         "--algorithm",
@@ -377,7 +346,7 @@ def test_flags_beat_the_file(tmp_path: Path) -> None:
 
 
 def test_bad_flag_value_is_a_field_error() -> None:
-    out = run_cli("validate", str(SPACES / "debug.yaml"), "--num-samples", "0")
+    out = cli("validate", str(SPACES / "debug.yaml"), "--num-samples", "0")
     assert out.returncode == 2 and out.stderr.startswith("error: search.num_samples:")
 
 
@@ -417,19 +386,6 @@ def test_digits_mlp_is_the_peer_space() -> None:
     assert cfg.schedule.max_epochs == 27 and cfg.training.batch_size == 64
 
 
-def _refused_before_ray(tmp_path: Path, text: str, *flags: str) -> tuple[list[str], str]:
-    """`sweep` on `text` in a fresh interpreter: ([exit code, ray imported, torch imported], stderr)."""
-    f = tmp_path / "sweep.yaml"
-    f.write_text(text)
-    probe = (
-        "import sys, tuner.cli as c\n"
-        f"code = c.main(['sweep', {str(f)!r}, '--output', {str(tmp_path / 'runs')!r}, *{list(flags)!r}])\n"
-        "print(code, 'ray' in sys.modules, 'torch' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    return out.stdout.split(), out.stderr
-
-
 DEBUG_TEXT = (SPACES / "debug.yaml").read_text()
 # 367 bytes that expand to 9**9 strings (3.2 GB before issue 17), under task.data_args.
 ALIAS_BOMB = DEBUG_TEXT.replace(
@@ -442,64 +398,81 @@ ALIAS_BOMB = DEBUG_TEXT.replace(
 )
 
 
-@pytest.mark.parametrize(
-    "text, flags, words",
-    [
-        (DEBUG_TEXT, ["--seed", "-1"], "error: search.seed: "),
-        (DEBUG_TEXT, ["--num-samples", "1000000000"], "error: search.num_samples: "),
-        (
-            DEBUG_TEXT,
-            [
-                "--algorithm",
-                "grid",
-                "--set",
-                "search.grid_points=100",
-                "--set",
-                "search.params.dropout={type: uniform, low: 0, high: 0.5}",
-            ],
-            "error: search.params: a grid of",
-        ),
-        (ALIAS_BOMB, [], "expands to more than 100,000 values"),
-        (DEBUG_TEXT + "name: again\n", [], "duplicate key 'name' at line"),
-        (
-            DEBUG_TEXT.replace("  data_args:\n", "  data_args:\n    deep: " + "[" * 5000 + "]" * 5000 + "\n"),
-            [],
-            "nested deeper than 50 levels",
-        ),
-        (DEBUG_TEXT, ["--output", "/proc/self/no-such/runs"], "error: output: cannot create"),
-        (DEBUG_TEXT, ["--name", "x" * 256], "error: name: "),
-    ],
-    ids=[
-        "seed-negative",
-        "num-samples-huge",
+# What `sweep` refuses at once: (case, file text, flags, words of its one line).
+REFUSALS = [
+    ("max-epochs-zero", yaml.safe_dump(_edit(_set("schedule.max_epochs", 0))), [], "schedule.max_epochs: "),
+    ("seed-negative", DEBUG_TEXT, ["--seed", "-1"], "error: search.seed: "),
+    ("num-samples-huge", DEBUG_TEXT, ["--num-samples", "1000000000"], "error: search.num_samples: "),
+    (
         "grid-huge",
-        "alias-bomb",
-        "duplicate-key",
+        DEBUG_TEXT,
+        [
+            "--algorithm",
+            "grid",
+            "--set",
+            "search.grid_points=100",
+            "--set",
+            "search.params.dropout={type: uniform, low: 0, high: 0.5}",
+        ],
+        "error: search.params: a grid of",
+    ),
+    ("alias-bomb", ALIAS_BOMB, [], "expands to more than 100,000 values"),
+    ("duplicate-key", DEBUG_TEXT + "name: again\n", [], "duplicate key 'name' at line"),
+    (
         "deep-nesting",
-        "output-unwritable",
-        "name-too-long",
-    ],
-)
-def test_what_cannot_run_is_refused_at_once_before_ray(
-    tmp_path: Path, text: str, flags: list, words: str
-) -> None:
-    t0 = time.monotonic()
-    result, err = _refused_before_ray(tmp_path, text, *flags)
-    assert result == ["2", "False", "False"], err
-    assert words in err and len(err.strip().splitlines()) == 1, err
-    assert time.monotonic() - t0 < 20
+        DEBUG_TEXT.replace("  data_args:\n", "  data_args:\n    deep: " + "[" * 5000 + "]" * 5000 + "\n"),
+        [],
+        "nested deeper than 50 levels",
+    ),
+    ("output-unwritable", DEBUG_TEXT, ["--output", "/proc/self/no-such/runs"], "output: cannot create"),
+    ("output-a-file", DEBUG_TEXT, ["--output", "{tmp}/a-file"], "is a file, not a directory"),
+    ("name-too-long", DEBUG_TEXT, ["--name", "x" * 256], "error: name: "),
+]
+# Each refusal in turn, in one fresh interpreter: its exit code, seconds, whether Ray or torch
+# is imported by then, and what it printed to stderr.
+REFUSAL_PROBE = """
+import contextlib, io, json, sys, time
+import tuner.cli as c
+for case, f, flags in json.loads(sys.argv[1]):
+    err, t0 = io.StringIO(), time.monotonic()
+    with contextlib.redirect_stderr(err):
+        code = c.main(['sweep', f, *flags])
+    took = time.monotonic() - t0
+    print(json.dumps([case, code, took, 'ray' in sys.modules, 'torch' in sys.modules, err.getvalue()]))
+"""
 
 
-def test_output_that_is_a_file_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "runs").write_text("not a directory")
-    result, err = _refused_before_ray(tmp_path, DEBUG_TEXT)
-    assert result == ["2", "False", "False"] and err.startswith("error: output: "), err
-    assert "is a file, not a directory" in err
+def test_what_cannot_run_is_refused_at_once_before_ray_or_torch(tmp_path: Path) -> None:
+    """`sweep` refuses bad input in one line (exit 2), in a fraction of a second, before it
+    imports Ray or torch. The one test of bad input that needs a process of its own (a fresh
+    interpreter, where nothing has imported either yet); the others call the CLI in-process."""
+    (tmp_path / "a-file").write_text("not a directory")
+    cases = []
+    for case, text, flags, _ in REFUSALS:
+        f = tmp_path / f"{case}.yaml"
+        f.write_text(text)
+        flags = [w.replace("{tmp}", str(tmp_path)) for w in flags]
+        cases.append([case, str(f), ["--output", str(tmp_path / "runs"), *flags]])
+    out = subprocess.run(
+        [sys.executable, "-c", REFUSAL_PROBE, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    got = {row[0]: row[1:] for row in map(json.loads, out.stdout.splitlines())}
+    for case, _, _, words in REFUSALS:
+        code, took, ray, torch, err = got[case]
+        assert (code, ray, torch) == (2, False, False), (case, err)
+        assert err.startswith("error: ") and words in err and len(err.strip().splitlines()) == 1, (case, err)
+        assert took < 10, (case, took)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_refused_sweep_leaves_no_directory(tmp_path: Path) -> None:
     # Refused after the directory was claimed (the lock is taken before Ray starts).
-    out = run_cli(
+    out = cli(
         "sweep",
         str(SPACES / "debug.yaml"),
         "--output",
@@ -520,7 +493,7 @@ def test_bare_exponent_numbers_are_floats(tmp_path: Path) -> None:
     assert cfg.search.params["lr"].value == 0.001 and isinstance(cfg.search.params["lr"].value, float)
     assert cfg.training.weight_decay == 0.0005
     assert cfg.search.params["dropout"].values == [0, 0.1]
-    out = run_cli("validate", str(f), "--set", "search.params.lr=2e-3")
+    out = cli("validate", str(f), "--set", "search.params.lr=2e-3")
     assert out.returncode == 0, out.stderr
     # ... and a string that looks like one stays a string through sweep.yaml.
     assert yamlfile.load(yamlfile.dump({"s": "1e-3"})) == {"s": "1e-3"}

@@ -13,7 +13,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tuner.cli import build_parser
-from tuner.config import ConfigError, load_sweep
+from tuner.config import load_sweep
 from tuner.config.flags import overrides_from
 
 RAYJOB = ROOT / "deploy" / "kuberay" / "rayjob.yaml"
@@ -64,11 +64,7 @@ def test_rayjob_parses_and_runs_a_valid_retryable_sweep() -> None:
         for w in shlex.split(spec["entrypoint"])
     ]
     assert "--resume-if-exists" in words and any(w.startswith("s3://") for w in words)
-    try:
-        _valid_sweep_command(words)
-    except ConfigError as err:  # until object storage is first-class (issue 29, phase B)
-        assert "storage URIs are not supported yet" in str(err), err
-        pytest.xfail("output: s3:// is refused at validation for now (issue 26 item 5)")
+    _valid_sweep_command(words)
 
 
 def test_sbatch_script_is_valid_bash_and_runs_a_valid_retryable_sweep() -> None:

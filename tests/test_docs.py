@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli
 
 
 def _sync_module():
@@ -29,9 +29,9 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
 
 
 def test_help_lists_every_command_and_override() -> None:
-    out = run_cli("--help")
+    out = cli("--help")
     for cmd in ("sweep", "validate", "schema"):
         assert cmd in out.stdout
-    sweep_help = run_cli("sweep", "--help").stdout
+    sweep_help = cli("sweep", "--help").stdout
     for flag in ("--algorithm", "--num-samples", "--seed", "--max-epochs", "--output", "--address", "--set"):
         assert flag in sweep_help

@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch.utils.data import Dataset, TensorDataset
 
-from tests.conftest import ROOT, SPACES, run_cli
+from tests.conftest import ROOT, SPACES, cli
 from tuner.config import TrainingSection
 from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.session import LocalSession
@@ -168,7 +168,7 @@ def test_the_cli_refuses_a_bad_hook_in_one_line_before_ray(
     raw["output"] = str(tmp_path / "runs")
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(raw))
-    out = run_cli("sweep", str(f), cwd=tmp_path)  # modules are found from where it starts
+    out = cli("sweep", str(f), cwd=tmp_path)  # modules are found from where it starts
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: task.{field}: "), out.stderr
@@ -182,7 +182,7 @@ def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> N
     raw["metric"] = "val_dice"
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(raw))
-    out = run_cli("validate", str(f))
+    out = cli("validate", str(f))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: mode: required for metric 'val_dice' (max or min): tuner knows the direction of "
@@ -190,7 +190,7 @@ def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> N
     ]
     raw["mode"] = "max"
     f.write_text(yaml.safe_dump(raw))
-    assert run_cli("validate", str(f)).returncode == 0  # with mode, any name will do
+    assert cli("validate", str(f)).returncode == 0  # with mode, any name will do
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, SPACES, debug_config, run_cli
+from tests.conftest import ROOT, SPACES, cli, debug_config, run_cli
 from tests.tbread import hparams, scalars
 
 pytestmark = [pytest.mark.slow]
@@ -246,7 +246,7 @@ def test_a_module_beside_the_sweep_file_is_found_from_anywhere(tmp_path: Path) -
         d.mkdir()
     _module(proj, BESIDE_TASK, DDP_SOURCE)
     (proj / "sweep.yaml").write_text(BESIDE_SWEEP)
-    assert run_cli("validate", "../proj/sweep.yaml", cwd=elsewhere).returncode == 0
+    assert cli("validate", "../proj/sweep.yaml", cwd=elsewhere).returncode == 0
     out = run_cli("sweep", "../proj/sweep.yaml", "--output", str(tmp_path / "out"), cwd=elsewhere)
     assert out.returncode == 0, out.stdout + out.stderr
     sweep_dir = tmp_path / "out" / "beside"

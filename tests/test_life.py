@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, run_cli
+from tests.conftest import DEBUG, cli, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.config.schedule import redacted, seconds
 from tuner.driver.sweep import AlreadyFinished, extend_sweep, resume_sweep, run_sweep
@@ -49,7 +49,7 @@ def test_a_webhook_url_prints_as_its_host_alone() -> None:
     ],
 )
 def test_bad_life_settings_get_one_line(flags: list[str], field: str) -> None:
-    done = run_cli("validate", str(DEBUG), *flags, timeout=60)
+    done = cli("validate", str(DEBUG), *flags)
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {field}:") and done.stderr.count("\n") == 1, done.stderr
     assert "s3cret" not in done.stderr
@@ -190,6 +190,31 @@ def test_extend_adds_the_trials_a_bigger_sweep_would_have_run(tmp_path: Path) ->
     )
     with pytest.raises(ConfigError, match="nothing to add"):
         extend_sweep(grid.sweep_dir, 1)
+
+
+@pytest.mark.slow
+def test_extend_after_narrowing_a_bohb_range_by_hand(tmp_path: Path) -> None:
+    # Issue 26: BOHB's ConfigSpace refused the earlier trials outside the narrowed range with
+    # a traceback; they stay in the results, and the search goes on in the narrowed range.
+    first = run_cli(
+        "sweep", str(DEBUG), "--output", str(tmp_path), "--algorithm", "bohb", "--num-samples", "4",
+        "--max-epochs", "2",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    sweep_dir = tmp_path / "debug"
+    lrs = sorted(t["config"]["lr"] for t in json.loads((sweep_dir / "summary.json").read_text())["trials"])
+    cut = (lrs[1] + lrs[2]) / 2  # two trials below it, two above
+    stored = sweep_dir / "sweep.yaml"
+    text = stored.read_text()
+    assert "low: 0.001\n" in text, text
+    stored.write_text(text.replace("low: 0.001\n", f"low: {cut}\n", 1))
+    grown = run_cli("extend", str(sweep_dir), "--num-samples", "2")
+    assert grown.returncode == 0, grown.stdout[-2000:] + grown.stderr[-3000:]
+    assert "Traceback" not in grown.stderr
+    warned = [ln for ln in grown.stderr.splitlines() if "no longer allows" in ln]
+    assert len(warned) == 1 and warned[0].startswith("[tuner] warning: 2 earlier trial(s)"), grown.stderr
+    trials = json.loads((sweep_dir / "summary.json").read_text())["trials"]
+    assert len(trials) == 6 and all(t["config"]["lr"] >= cut for t in trials[4:]), trials
 
 
 class _Hook(BaseHTTPRequestHandler):

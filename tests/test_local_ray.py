@@ -9,11 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+import pytest
+
+from tests.conftest import ROOT, CliSweep
+from tuner.cluster._ray_internals import FALLBACKS_ENV
 
 # Starts the local Ray the way `tuner sweep` does, then lists what its processes listen on.
+# (Ray is imported after tuner starts it, as in `tuner sweep`: the fallback's loopback setting
+# is read when Ray is imported.)
 PROBE = """
-import json, time, psutil, ray
+import json, time, psutil
 from tuner.cluster.connect import Runtime, connect, quiet_ray
 quiet_ray(False)
 connect(Runtime(num_cpus=1))
@@ -21,55 +26,46 @@ time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
 print(json.dumps(hosts))
+import ray
 ray.shutdown()
 """
 
 
-def _start_local_ray(home: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+def _start_local_ray(home: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     return subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=ROOT,
-        env={**env, "HOME": str(home)},
+        env={**clean, **env, "HOME": str(home)},
         capture_output=True,
         text=True,
         timeout=180,
     )
 
 
-def test_local_ray_makes_a_private_token_and_listens_on_loopback_only(tmp_path: Path) -> None:
-    run = _start_local_ray(tmp_path)
-    assert run.returncode == 0, run.stderr
+@pytest.mark.parametrize("fallbacks", ["", "1"], ids=["shortcuts", "fallbacks"])
+def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
+    tmp_path: Path, fallbacks: str
+) -> None:
+    """With Ray's private API (`_node_ip_address`) and with the public fallbacks forced (the
+    loopback setting Ray reads at import). Without a token, one is made 0600 (Ray itself would
+    write it 0644); a token the user has is kept and used, and if others can read it a warning
+    names it."""
     token = tmp_path / ".ray" / "auth_token"
-    assert stat.S_IMODE(token.stat().st_mode) == 0o600  # Ray itself writes it 0644
+    if fallbacks:
+        token.parent.mkdir()
+        token.write_text("x" * 64)
+        token.chmod(0o644)
+    run = _start_local_ray(tmp_path, {FALLBACKS_ENV: fallbacks})
+    assert run.returncode == 0, run.stderr
+    if fallbacks:
+        assert f"{token} can be read by other users of this machine: chmod 600 {token}" in run.stderr
+        assert token.read_text() == "x" * 64  # the user's token is used, not replaced
+    else:
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
     hosts = json.loads(run.stdout.strip().splitlines()[-1])
     assert hosts, "the local Ray listens somewhere"
     assert all(h in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for h in hosts), hosts
-
-
-def test_an_existing_readable_token_is_named_in_a_warning(tmp_path: Path) -> None:
-    token = tmp_path / ".ray" / "auth_token"
-    token.parent.mkdir()
-    token.write_text("x" * 64)
-    token.chmod(0o644)
-    run = _start_local_ray(tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert f"{token} can be read by other users of this machine: chmod 600 {token}" in run.stderr
-    assert token.read_text() == "x" * 64  # the user's token is used, not replaced
-
-
-def _marked(mark: str) -> list[str]:
-    """Live processes whose environment carries `mark` (Ray's processes inherit the driver's)."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("TUNER_TEST_MARK") == mark:
-                found.append(f"{proc.pid} {proc.name()}")
-        except psutil.Error:
-            continue
-    return found
 
 
 def _first_time(log: Path) -> str:
@@ -78,41 +74,15 @@ def _first_time(log: Path) -> str:
     return line.lstrip("[")[:23]
 
 
-def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last(tmp_path: Path) -> None:
+def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last(cli_sweep: CliSweep) -> None:
     """`tuner sweep` ends its private Ray itself (no slow graceful shutdown after the results):
     nothing it started outlives it. Ray's API server starts after the raylet, not first."""
-    import time
-    import uuid
-
-    mark = uuid.uuid4().hex
-    ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
-    try:
-        run = subprocess.run(
-            [sys.executable, "-m", "tuner", "sweep", "search_spaces/debug.yaml", "--num-samples", "2"]
-            + ["--max-epochs", "1", "--output", str(tmp_path), "--name", "s", "--num-cpus", "2"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert f"results: {tmp_path / 's'}" in run.stdout
-        summary = json.loads((tmp_path / "s" / "summary.json").read_text())
-        assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
-        left = _marked(mark)
-        for _ in range(50):  # SIGKILLed: gone at once, bar the kernel's tear-down
-            if not left:
-                break
-            time.sleep(0.1)
-            left = _marked(mark)
-        assert not left, left
-        logs = next(ray_tmp.glob("ray/session_*/logs"))
-        names = {p.name for p in logs.iterdir()}
-        assert "raylet.out" in names and "dashboard.log" in names, names
-        assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
-    finally:
-        import shutil
-
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    run = cli_sweep.run
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((cli_sweep.sweep_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
+    assert not cli_sweep.left, cli_sweep.left
+    logs = cli_sweep.ray_logs
+    names = {p.name for p in logs.iterdir()}
+    assert "raylet.out" in names and "dashboard.log" in names, names
+    assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")

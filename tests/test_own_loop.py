@@ -13,7 +13,7 @@ import pytest
 
 import tests.own_loops as own_loops
 import tuner.trial.frame.harness as harness
-from tests.conftest import DEBUG, ROOT, run_cli
+from tests.conftest import DEBUG, ROOT, cli
 from tests.own_loops import lines
 from tests.test_memory import end_trial
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
@@ -108,7 +108,7 @@ def test_the_cli_refuses_in_one_line_before_ray(tmp_path: Path) -> None:
     bad.write_text(
         (DEBUG.read_text()).replace("  model: mlp\n", "  model: mlp\n  train: tests.own_loops:regress\n")
     )
-    out = run_cli("sweep", str(bad), "--output", str(tmp_path), cwd=ROOT, timeout=60)
+    out = cli("sweep", str(bad), "--output", str(tmp_path), cwd=ROOT)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().count("\n") == 0 and "task.model" in out.stderr, out.stderr
     assert not list(tmp_path.glob("debug*")), "nothing written: refused before the sweep started"

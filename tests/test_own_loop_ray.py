@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, kill_9_when, resumed_to_the_end, run_cli
-from tests.own_loops import _data, hyperband_resumes, lines
+from tests.conftest import ROOT, cli, run_cli
+from tests.own_loops import _data, hyperband_resumes
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
 from tuner.sweepdir import read_metrics
-from tuner.trial.frame.checkpoint import DirCheckpoints
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -60,7 +59,7 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     with pytest.raises(ConfigError, match="task.train"):
         tuner.load_best(out.sweep_dir)
     assert (Path(out.sweep_dir) / "best" / "model.pt").is_file()
-    script = run_cli("export", out.sweep_dir, "--format", "torchscript")
+    script = cli("export", out.sweep_dir, "--format", "torchscript")
     assert script.returncode == 2 and script.stderr.count("\n") == 1 and "model=YourModel" in script.stderr
 
 
@@ -73,38 +72,6 @@ def test_hyperband_pauses_and_resumes_own_loops_without_repeating_an_epoch(tmp_p
     space.update(epoch_s=0.1, lr=tune.grid_search(lrs))
     resumed = hyperband_resumes(tmp_path, space, train="tests.own_loops:regress")
     assert resumed >= 1, "HyperBand paused and resumed at least one trial"
-
-
-@pytest.mark.slow
-def test_kill_9_of_the_driver_then_resume_continues_own_loops(tmp_path: Path) -> None:
-    raw = own(
-        schedule={"max_epochs": 6, "early_stopping": False},
-        output=str(tmp_path),
-        name="own",
-    )
-    raw["search"] = {
-        "algorithm": "random",
-        "num_samples": 3,
-        "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}, "behave": "slow", "epoch_s": 1.0},
-    }
-    raw["resources"]["max_concurrent_trials"] = 2
-
-    def caught(sweep: Path) -> bool:  # a trial mid-way with a checkpoint of epoch >= 2
-        epochs = [DirCheckpoints(str(t)).latest_epoch() or 0 for t in sweep.glob("*/") if t.is_dir()]
-        return any(2 <= e < 6 for e in epochs)
-
-    sweep = kill_9_when(raw, tmp_path, caught)
-    before = {t.name: lines(t / "trained.txt") for t in sweep.iterdir() if (t / "trained.txt").exists()}
-    assert any(2 <= len(v) < 6 for v in before.values()), before
-    summary = resumed_to_the_end(sweep, 3)
-    for t in summary["trials"]:
-        trial = sweep / t["trial_id"]
-        assert t["epochs"] == 6 and [r["epoch"] for r in read_metrics(str(trial))] == list(range(1, 7))
-        starts = lines(trial / "starts.txt")
-        assert all(s > 0 for s in starts[1:]), (t["trial_id"], starts)  # never from epoch 0 again
-    resumed = [t for t, done in before.items() if 2 <= len(done) < 6]
-    for t in resumed:  # the trial caught mid-way went on from its checkpoint
-        assert lines(sweep / t / "starts.txt")[-1] >= 2
 
 
 LM_TINY = [

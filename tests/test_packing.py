@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import DEBUG, debug_config, run_cli
+from tests.conftest import DEBUG, cli, debug_config
 from tuner import packing
 from tuner.config import ConfigError, load_sweep
 from tuner.driver import resources
@@ -220,7 +220,7 @@ def test_gpu_settings_can_be_searched(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_pack_without_a_gpu_is_refused_fast(tmp_path: Path) -> None:
-    out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=pack")
+    out = cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=pack")
     assert out.returncode == 2, out.stderr
     assert "resources.gpus_per_worker: pack measures trials on a GPU, but the cluster has none" in out.stderr
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests.conftest import DEBUG, run_cli
+from tests.conftest import DEBUG, cli
 from tuner.config import ConfigError, load_sweep, parse_sweep, read_yaml
 from tuner.results import TrialRecord, leaderboard, pareto, summarize
 from tuner.search import algorithms
@@ -202,13 +202,13 @@ def test_bad_objectives_are_refused(over: dict[str, Any], line: str) -> None:
 
 
 def test_the_cli_refuses_them_in_one_line_before_ray(tmp_path) -> None:
-    out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "metric=[val_acc, num_params]",
+    out = cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "metric=[val_acc, num_params]",
                   "--set", "mode=[max]")  # fmt: skip
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: mode: 1 mode(s) for 2 metrics: one per metric, in the same order"
     ], out.stderr
     assert not any(tmp_path.iterdir())
-    ok = run_cli("validate", str(DEBUG), "--set", "metric=[val_acc, num_params]", "--set", "mode=[max, min]")
+    ok = cli("validate", str(DEBUG), "--set", "metric=[val_acc, num_params]", "--set", "mode=[max, min]")
     assert ok.returncode == 0 and "metrics val_acc (max), num_params (min)" in ok.stdout, ok.stdout
 
 

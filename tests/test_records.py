@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,6 +71,9 @@ def test_resume_continues_trials_with_a_damaged_record_or_newest_checkpoint(tmp_
     summary = read_summary(str(sweep))
     assert summary["status"] == "completed" and len(summary["trials"]) == 2  # no replacement trial
     assert {t["trial_id"] for t in summary["trials"]} == {a.name, b.name}
+    # The live lines name the trials as summary.json does, not by their new Tune ids (issue 26).
+    named = set(re.findall(r"\[tuner\] trial ([0-9a-f_]+)", run.stdout))
+    assert named == {a.name, b.name}, run.stdout
     assert all(t["epochs"] == EPOCHS and t["status"] == "TERMINATED" for t in summary["trials"])
     # Each continued from its own work: not from epoch 0, and no epoch missing or twice.
     assert f"resumed at epoch {at_a} " in (a / "trial.log").read_text()

@@ -15,7 +15,7 @@ import yaml
 
 from tests import sweeps
 from tests.browser import browser_page, png_size
-from tests.conftest import DEBUG, ROOT, run_cli
+from tests.conftest import DEBUG, ROOT, cli
 from tuner.view import plots
 from tuner.view.analysis import load, yaml_value
 from tuner.view.report import write_report
@@ -32,7 +32,7 @@ def sweep(ray_session, tmp_path_factory):
 def report(sweep, tmp_path_factory) -> tuple[Path, str]:
     """The CLI's report, made from the repository root (not where the sweep started)."""
     out = tmp_path_factory.mktemp("report")
-    done = run_cli("report", sweep.sweep_dir, "--out", str(out), "--format", "md", cwd=ROOT)
+    done = cli("report", sweep.sweep_dir, "--out", str(out), "--format", "md", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert (out / "report.md").read_text() == done.stdout
     return out, done.stdout
@@ -194,14 +194,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         (["board", str(tmp_path)], "not a sweep directory"),
     ]
     for args, message in cases:
-        done = run_cli(*args)
+        done = cli(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith("error: ") and message in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (no_trials / "report.html").exists()
-    assert all(cmd in run_cli("--help").stdout for cmd in ("report", "board"))
+    assert all(cmd in cli("--help").stdout for cmd in ("report", "board"))
     for cmd, flags in (("report", ("--out", "--format")), ("board", ("--bind-all", "--port"))):
-        assert all(f in run_cli(cmd, "--help").stdout for f in flags)
+        assert all(f in cli(cmd, "--help").stdout for f in flags)
 
 
 @pytest.mark.parametrize("value", [1e-05, 0.01, 1.0e8, 0.1 + 0.2, 3, True, "adam", "true", "1e-05", "off"])

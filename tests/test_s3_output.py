@@ -1,5 +1,6 @@
 """`output: s3://bucket/prefix` against a real S3-compatible server (moto's, tests/s3server.py):
-what cannot work is refused in one line naming the output and the cause, before Ray starts."""
+what cannot work is refused in one line naming the output and the cause, before Ray starts.
+(Whole sweeps into the server, read back from elsewhere: tests/test_cluster_s3.py.)"""
 
 from __future__ import annotations
 
@@ -85,9 +86,22 @@ def test_the_driver_checks_an_s3_output_before_ray_starts(
         raise AssertionError("Ray was started for an output that cannot work")
 
     monkeypatch.setattr(sweep, "connect", no_ray)
-    cfg = debug_config(tmp_path).model_copy(update={"output": "s3://no-such-bucket/runs"})
-    # Validation refuses every URI for now (issue 26 item 5, until URI output works): either
-    # refusal names the output, and comes before Ray.
-    with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist|not supported yet") as err:
+    cfg = debug_config(tmp_path, output="s3://no-such-bucket/runs")
+    with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist") as err:
         sweep.run_sweep(cfg)
     assert err.value.path == "output"
+
+
+def test_ddp_trials_into_s3_are_refused_before_ray_starts(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.driver import sweep
+
+    monkeypatch.setattr(sweep, "connect", lambda *a, **k: pytest.fail("Ray was started"))
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = s3_env.make_bucket("ddp")
+    cfg = debug_config(tmp_path, output=f"s3://{bucket}/runs", resources__workers_per_trial=2)
+    with pytest.raises(ConfigError, match="DDP trials .* s3:// output are not supported yet") as err:
+        sweep.run_sweep(cfg)
+    assert err.value.path == "resources.workers_per_trial"
+    assert s3_env.keys(bucket) == []  # nothing written to the bucket

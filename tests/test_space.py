@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tuner.space import (
     LogUniform,
     RandInt,
     Uniform,
+    allows,
     grid_size,
     grid_values,
     to_configspace,
@@ -87,3 +89,17 @@ def test_contains_rejects_out_of_range() -> None:
     assert not contains(PARAMS["loguniform"], 0.5)
     assert not contains(PARAMS["choice"], "adamw")
     assert contains(PARAMS["uniform"], random.uniform(-1, 2))
+
+
+@pytest.mark.parametrize(
+    "p, inside, outside",
+    [
+        (LogUniform(type="loguniform", low=1e-3, high=1e-1), [1e-3, 0.05, 0.1], [0.5, 1e-4, True, "0.01"]),
+        (RandInt(type="randint", low=8, high=32), [8, 20, 32], [7, 33, 20.0, True]),
+        (Choice(type="choice", values=["sgd", "adam"]), ["sgd", "adam"], ["adamw", 1]),
+        (Choice(type="choice", values=[1, 2]), [1, 2], [True, 1.5, 3]),
+    ],
+)
+def test_allows_says_which_values_a_parameter_can_take(p: Any, inside: list, outside: list) -> None:
+    # (what a resumed or extended sweep checks its earlier trials against, issue 26)
+    assert all(allows(p, v) for v in inside) and not any(allows(p, v) for v in outside)

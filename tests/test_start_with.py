@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, contains, debug_config, run_cli
+from tests.conftest import DEBUG, cli, contains, debug_config
 from tuner.config import ConfigError, load_sweep
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
@@ -138,7 +138,7 @@ def test_the_cli_refuses_a_bad_start_in_one_line_with_exit_2(tmp_path: Path) -> 
     raw["search"]["start_with"] = [{"lr": 5.0}]
     bad = tmp_path / "bad.yaml"
     bad.write_text(json.dumps(raw))
-    out = run_cli("validate", str(bad))
+    out = cli("validate", str(bad))
     assert out.returncode == 2, out.stdout + out.stderr
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "search.start_with.0.lr" in lines[0], lines

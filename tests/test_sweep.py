@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tensorboard.plugins.hparams import api_pb2
 
-from tests.conftest import DEBUG, assert_resources_returned, debug_config, run_cli
+from tests.conftest import DEBUG, CliSweep, assert_resources_returned, cli, debug_config
 from tests.tbread import hparams, scalars
 from tuner.driver.sweep import run_sweep
 from tuner.search import algorithms
@@ -105,17 +105,15 @@ def test_ddp_trial_runs_two_workers(tmp_path: Path) -> None:
     assert_resources_returned()
 
 
-def test_cli_sweep_end_to_end_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    args = ("sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "2", "--max-epochs", "2")
-    first = run_cli(*args)
+def test_cli_sweep_end_to_end_and_refuses_to_overwrite(cli_sweep: CliSweep) -> None:
+    first, sweep_dir = cli_sweep.run, cli_sweep.sweep_dir
     assert first.returncode == 0, first.stdout + first.stderr
-    sweep_dir = tmp_path / "debug"
     assert f"results: {sweep_dir}" in first.stdout
     assert "best: trial" in first.stdout
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    assert len(summary["trials"]) == 2 and all(t["epochs"] <= 2 for t in summary["trials"])
+    assert len(summary["trials"]) == 2 and all(t["epochs"] == 1 for t in summary["trials"])  # --max-epochs 1
     before = sorted(p.name for p in sweep_dir.rglob("*"))
-    again = run_cli(*args)
+    again = cli(*cli_sweep.args)
     assert again.returncode == 2
     assert "already holds a sweep" in again.stderr and "tuner resume" in again.stderr
     assert sorted(p.name for p in sweep_dir.rglob("*")) == before  # nothing touched
@@ -125,7 +123,7 @@ def test_impossible_gpu_request_is_refused_fast(tmp_path: Path) -> None:
     import time
 
     t0 = time.time()
-    out = run_cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=1")
+    out = cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "resources.gpus_per_worker=1")
     assert out.returncode == 2, out.stderr
     assert time.time() - t0 < 10
     (line,) = out.stderr.strip().splitlines()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, run_cli
+from tests.conftest import DEBUG, cli, debug_config, run_cli
 from tuner.sweepdir import read_metrics
 
 NO_MLFLOW = "the mlflow extra is not installed (pip install 'tuner[mlflow]')"
@@ -52,7 +52,7 @@ def test_every_trial_is_a_run_under_the_sweep_s_run(tmp_path: Path) -> None:
 
 
 def test_tracking_without_a_uri_is_one_line(tmp_path: Path) -> None:
-    done = run_cli("validate", str(DEBUG), "--set", "tracking.mlflow={experiment: x}", timeout=60)
+    done = cli("validate", str(DEBUG), "--set", "tracking.mlflow={experiment: x}")
     assert done.returncode == 2 and done.stderr.startswith("error: tracking.mlflow.uri:"), done.stderr
 
 

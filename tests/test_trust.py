@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, debug_config, run_cli
+from tests.conftest import DEBUG, ROOT, cli, debug_config
 from tuner.config import ConfigError
 from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
 from tuner.search.plan import key
@@ -131,7 +131,7 @@ def test_name_dot_or_dotdot_is_refused_before_anything_is_written(tmp_path: Path
     output.mkdir()
     (tmp_path / "sweep.yaml").write_text("mine\n")  # what `--name ..` used to overwrite
     before = _tree(tmp_path)
-    out = run_cli("sweep", str(DEBUG), "--output", str(output), "--name", name)
+    out = cli("sweep", str(DEBUG), "--output", str(output), "--name", name)
     assert out.returncode == 2 and out.stderr.startswith("error: name: "), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert _tree(tmp_path) == before
@@ -173,7 +173,7 @@ def test_two_runs_on_one_sweep_directory_one_is_refused(tmp_path: Path) -> None:
     assert len(err.strip().splitlines()) == 1 and f"pid {winner.pid}" in err
     assert _holder_pid(sweep) == winner.pid
     # resume while it runs: refused too, naming the same holder.
-    again = run_cli("resume", str(sweep))
+    again = cli("resume", str(sweep))
     assert winner.poll() is None, "the winner ended before resume was tried"
     assert again.returncode == 2 and f"in use by another tuner run (`sweep`, pid {winner.pid}" in again.stderr
     out, err = winner.communicate(timeout=300)
@@ -189,10 +189,10 @@ def test_an_empty_sweep_yaml_from_an_older_run_is_explained(tmp_path: Path) -> N
     sweep = tmp_path / "debug"
     sweep.mkdir()
     (sweep / "sweep.yaml").write_text("")  # what a non-atomic write left when it was cut short
-    again = run_cli("sweep", str(DEBUG), "--output", str(tmp_path))
+    again = cli("sweep", str(DEBUG), "--output", str(tmp_path))
     assert again.returncode == 2 and "sweep.yaml is empty and no trial ran" in again.stderr, again.stderr
     assert "delete the directory and start the sweep again" in again.stderr
-    resumed = run_cli("resume", str(sweep))
+    resumed = cli("resume", str(sweep))
     assert resumed.returncode == 2 and "sweep.yaml is empty and no trial ran" in resumed.stderr
     assert len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr
 

@@ -102,6 +102,7 @@ def test_the_status_line_shows_significant_digits() -> None:
 
     progress = Progress("val_loss", "min", 4, stream=io.StringIO())
     for trial_id, value in (("a", 9.27e-05), ("b", 7.59e-05)):
-        progress.on_trial_result(0, [], SimpleNamespace(trial_id=trial_id), {"val_loss": value})
+        trial = SimpleNamespace(trial_id=trial_id, path=f"/runs/tiny/{trial_id}")
+        progress.on_trial_result(0, [], trial, {"val_loss": value})
     running = [SimpleNamespace(status="RUNNING", trial_id=i) for i in "ab"]
     assert "best val_loss 7.59e-05 (b)" in progress.line(running)

@@ -79,10 +79,13 @@ def _continue(args: argparse.Namespace, go: Callable[[Any], Any]) -> int:
     """resume and extend: a sweep directory run on, notifying its webhook (or --notify's)."""
     from tuner.driver.notify import Notifying
     from tuner.driver.sweep import AlreadyFinished
-    from tuner.sweepdir import read_config, refuse_if_held
+    from tuner.sweepdir import read_config, refuse_if_held, remote
 
-    refuse_if_held(os.path.abspath(args.sweep_dir))  # another run's: say so before anything else
-    cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
+    if remote.is_s3(args.sweep_dir):
+        cfg = read_config(remote.readable(args.sweep_dir))
+    else:
+        refuse_if_held(os.path.abspath(args.sweep_dir))  # another run's: say so before anything else
+        cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
     url = webhook_url(args.notify, "--notify") if args.notify else cfg.notify.webhook
     try:
         with Notifying(url, cfg.name, args.sweep_dir) as note, _resume_hint_on_interrupt(args.sweep_dir):

@@ -5,10 +5,12 @@ Imports nothing of tuner, so every module (config, cluster, driver, CLI) can use
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import sys
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any, Optional
 
@@ -80,13 +82,26 @@ def disk_full(err: BaseException) -> Optional[str]:
 
 
 _warned: set[str] = set()
+_hushed = 0  # > 0: inside `hushed()`
 
 
 def warn(message: str) -> None:
     """A warning on stderr, once per process (paths are resolved more than once)."""
-    if message not in _warned:
+    if message not in _warned and not _hushed:
         _warned.add(message)
         print(f"[tuner] warning: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def hushed() -> Iterator[None]:
+    """No warnings within: a sweep's file read back by a command that only reads it (report,
+    export): what it warns about was said when the sweep ran."""
+    global _hushed
+    _hushed += 1
+    try:
+        yield
+    finally:
+        _hushed -= 1
 
 
 def validation_message(error: dict[str, Any], value: Any = None) -> str:

@@ -218,6 +218,18 @@ def values_of(p: ParamT) -> list[Scalar] | None:
     return None
 
 
+def allows(p: ParamT, value: Any) -> bool:
+    """Whether `value` is one the parameter can take: one of its values, or a number of its
+    kind within its range."""
+    if isinstance(value, bool) and not isinstance(p, (Fixed, Choice, Grid)):
+        return False
+    if isinstance(p, (RandInt, LogRandInt)):
+        return isinstance(value, int) and p.low <= value <= p.high
+    if isinstance(p, (Uniform, LogUniform)):
+        return isinstance(value, (int, float)) and p.low <= value <= p.high
+    return any(value == v and type(value) is type(v) for v in values_of(p) or [])
+
+
 def extremes(p: ParamT) -> list[Scalar]:
     """The values that validating a parameter checks: all of a finite set, else its bounds."""
     listed = values_of(p)

@@ -1,25 +1,103 @@
 """Every use of Ray's private API, in one place: what to re-check on a Ray upgrade.
 
-Each function names the Ray version its use was checked against (RAY_CHECKED) and the Ray
-source it relies on. Callers get plain values and never import `ray._private`, `ray._raylet`,
-`ray.core.generated` or a scheduler's private attributes themselves; a function that cannot
-work on another Ray version fails here, in one line that names it.
+Each function names the Ray source it relies on, as of the Ray version it was checked against
+(RAY_CHECKED). Callers get plain values and never import `ray._private`, `ray._raylet`,
+`ray.core.generated`, pass ray.init's private arguments or read a scheduler's private
+attributes themselves.
+
+The private shortcuts are taken only on the checked Ray (`checked()`); on any other version,
+or with TUNER_RAY_FALLBACKS=1, each function takes its public fallback instead: a local Ray
+started plainly (its settings through the environment, its API server first, as Ray does),
+Ray Tune imported in order after `ray.init` rather than beside it, Ray shut down gracefully
+at exit, nothing skipped. The fallbacks cost seconds of start-up and exit, never a result.
+A function with no public equivalent (the cluster probes) fails in one line that names it.
+tests/test_ray_internals.py checks that every private name used here exists in the installed
+Ray, and a sweep, its Ctrl-C and its resume with the fallbacks forced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
-RAY_CHECKED = "2.60"  # every function below was checked against this Ray version
+from tuner.errors import ConfigError
+
+RAY_CHECKED = "2.60"  # every private use below was checked against this Ray version
+FALLBACKS_ENV = "TUNER_RAY_FALLBACKS"  # set (not 0): the public fallbacks, whatever Ray is installed
+LOOPBACK = "127.0.0.1"
+
+
+@functools.cache
+def ray_version() -> str:
+    """The installed Ray's version, read without importing Ray ("" when it is missing)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def checked() -> bool:
+    """Whether the private shortcuts may be taken: the installed Ray is the one they were
+    checked against, and TUNER_RAY_FALLBACKS does not ask for the public fallbacks."""
+    if os.environ.get(FALLBACKS_ENV, "").strip() not in ("", "0"):
+        return False
+    version = ray_version()
+    return version == RAY_CHECKED or version.startswith(RAY_CHECKED + ".")
+
+
+class RayMismatch(ConfigError):
+    """A private Ray function tuner needs, with no public equivalent, is not what it was: one
+    line (exit 2) naming it, before anything starts."""
+
+
+def _mismatch(what: str, err: BaseException) -> RayMismatch:
+    return RayMismatch(
+        "ray",
+        f"{what} is Ray's private API, checked against Ray {RAY_CHECKED}; this Ray "
+        f"({ray_version() or 'missing'}) does not have it as it was ({type(err).__name__}: {err})",
+    )
+
+
+def local_init_options(health_check_failures: int) -> dict[str, Any]:
+    """ray.init's private arguments for a private local Ray: its node on loopback, and
+    `health_check_failures` missed health checks (3 s apart) before the GCS declares it dead.
+
+    Checked Ray: `_node_ip_address` and `_system_config` (ray/_private/worker.py: init).
+    Fallback: no private arguments; the same settings go through the environment the GCS and
+    raylet read at start: RAY_health_check_failure_threshold (every Ray system setting reads its
+    RAY_<name>), and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (set by join.prepare_local before
+    Ray is imported), under which Ray takes 127.0.0.1 as the node's address; the caller then
+    checks that it did (`node_ip`).
+    """
+    if checked():
+        return {
+            "_node_ip_address": LOOPBACK,
+            "_system_config": {"health_check_failure_threshold": health_check_failures},
+        }
+    os.environ.setdefault("RAY_health_check_failure_threshold", str(health_check_failures))
+    return {}
+
+
+def node_ip() -> str:
+    """The address this driver's Ray node took (public: ray.util.get_node_ip_address)."""
+    import ray.util
+
+    return str(ray.util.get_node_ip_address())
 
 
 def find_bootstrap_address() -> Optional[str]:
     """The GCS address a `ray start` on this machine recorded (Ray 2.60:
-    ray._private.services.find_bootstrap_address), or None."""
+    ray._private.services.find_bootstrap_address), or None. Fallback: None (`--address auto`
+    then needs RAY_ADDRESS)."""
+    if not checked():
+        return None
     from ray._private.services import find_bootstrap_address as find
 
     return find(None)
@@ -27,7 +105,10 @@ def find_bootstrap_address() -> Optional[str]:
 
 def ray_token() -> Optional[str]:
     """The token Ray itself would send (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token),
-    whatever RAY_AUTH_MODE says (Ray 2.60: ray._raylet.AuthenticationTokenLoader)."""
+    whatever RAY_AUTH_MODE says (Ray 2.60: ray._raylet.AuthenticationTokenLoader). Fallback:
+    the same three places, read here in the order Ray's documentation gives."""
+    if not checked():
+        return _documented_token()
     from ray._raylet import AuthenticationTokenLoader
 
     loader = AuthenticationTokenLoader.instance()
@@ -36,11 +117,27 @@ def ray_token() -> Optional[str]:
     return loader.get_raw_token(ignore_auth_mode=True)
 
 
+def _documented_token() -> Optional[str]:
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return token
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def enable_token_auth() -> None:
     """Make this process's `ray.init` send the token (Ray 2.60:
     ray._private.authentication.authentication_token_setup._enable_token_auth). ray.init turns
     it on by itself only for clusters it finds on its own, never for an explicit address
-    (ray/_private/worker.py, "address in (None, 'auto')")."""
+    (ray/_private/worker.py, "address in (None, 'auto')"). Fallback: RAY_AUTH_MODE=token, the
+    documented switch, for this process and what it starts."""
+    if not checked():
+        os.environ["RAY_AUTH_MODE"] = "token"
+        return
     from ray._private.authentication.authentication_token_setup import _enable_token_auth
 
     _enable_token_auth()
@@ -48,10 +145,14 @@ def enable_token_auth() -> None:
 
 def keep_loopback() -> None:
     """Let this process reach a cluster whose nodes live at 127.0.0.1 (Ray 2.60:
-    ray._private.ray_constants.ENABLE_RAY_CLUSTER). On Linux Ray rewrites a loopback address
-    to the machine's own (ray/_private/services.py: resolve_ip_for_localhost), where a
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER), even if Ray was imported before
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set. On Linux Ray rewrites a loopback address to
+    the machine's own (ray/_private/services.py: resolve_ip_for_localhost), where a
     loopback-only cluster does not listen; it keeps loopback only where multi-node clusters
-    are "unsupported"."""
+    are "unsupported". Fallback: that environment variable alone (the caller sets it), which
+    Ray reads when it is imported."""
+    if not checked():
+        return
     import ray._private.ray_constants as ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
@@ -65,9 +166,12 @@ def ray_start_on_loopback(argv: list[str]) -> None:
     The node's processes inherit RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and keep loopback; with
     it, though, `ray start --address` refuses to add a node: hence ENABLE_RAY_CLUSTER here.
     """
-    import ray._private.ray_constants as ray_constants
-    import ray._private.services as services
-    from ray.scripts.scripts import main
+    try:
+        import ray._private.ray_constants as ray_constants
+        import ray._private.services as services
+        from ray.scripts.scripts import main
+    except ImportError as err:
+        raise _mismatch("ray_start_on_loopback (ray._private.services)", err) from None
 
     ray_constants.ENABLE_RAY_CLUSTER = True
     services.resolve_ip_for_localhost = lambda host: host
@@ -78,7 +182,10 @@ def ray_start_on_loopback(argv: list[str]) -> None:
 def autoscaler_node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
     """The (resources, max nodes) of each node type an autoscaler may add, or None on a
     fixed-size cluster (Ray 2.60: ray._private.state.state.get_cluster_config()). Any failure
-    means "fixed", which at worst refuses a request the autoscaler could have served."""
+    means "fixed", which at worst refuses a request the autoscaler could have served; so does
+    the fallback."""
+    if not checked():
+        return None
     try:
         from ray._private.state import state
 
@@ -92,7 +199,10 @@ def autoscaler_node_groups() -> Optional[list[tuple[dict[str, float], int]]]:
 
 def asha_rungs(scheduler: Any) -> Iterator[tuple[float, dict[str, float]]]:
     """(milestone, {trial_id: value * metric_op}) of every rung of an AsyncHyperBandScheduler,
-    from the top down (Ray 2.60: `_brackets[i]._rungs`; tests/test_bohb.py checks it)."""
+    from the top down (Ray 2.60: `_brackets[i]._rungs`; tests/test_bohb.py checks it).
+    Fallback: no rungs (a resumed sweep's rungs start empty, as a new sweep's do)."""
+    if not checked():
+        return
     for bracket in scheduler._brackets:
         yield from bracket._rungs
 
@@ -101,7 +211,11 @@ def gcs_alive_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], ti
     """The GCS's alive nodes (GcsNodeInfo messages) over its gRPC API (Ray 2.60:
     ray.core.generated NodeInfoGcsService.GetAllNodeInfo); raises grpc.RpcError."""
     import grpc
-    from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
+
+    try:
+        from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError as err:
+        raise _mismatch("gcs_alive_nodes (ray.core.generated.gcs_service_pb2)", err) from None
 
     with grpc.insecure_channel(hostport) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
@@ -118,7 +232,11 @@ def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeo
     import json
 
     import grpc
-    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+
+    try:
+        from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+    except ImportError as err:
+        raise _mismatch("client_nodes (ray.core.generated.ray_client_pb2)", err) from None
 
     kinds = ray_client_pb2.ClusterInfoType
     with grpc.insecure_channel(hostport) as channel:
@@ -143,7 +261,10 @@ def api_server_after_init() -> Iterator[None]:
     Started on a thread of its own once `ray.init` returns, it comes up beside the first
     trials instead. (Never started, the dashboard agent would log a traceback every second,
     looking for its address.) The thread stays: Ray binds the process to the thread that
-    started it (PR_SET_PDEATHSIG)."""
+    started it (PR_SET_PDEATHSIG). Fallback: Ray starts it as it does, first."""
+    if not checked():
+        yield
+        return
     from ray._private import node
 
     original = node.Node.start_api_server
@@ -180,7 +301,9 @@ def skip_callback_usage_tag() -> None:
     """Tune's fit() no longer counts our callbacks for Ray's usage statistics (Ray 2.60:
     ray.air._internal.usage.tag_callbacks, called from ray/tune/tune.py). To count them it
     imports every integration it knows, MLflow included where MLflow is installed: 1.4-2.8 s
-    of the driver's start-up for a tag."""
+    of the driver's start-up for a tag. Fallback: the tag is counted."""
+    if not checked():
+        return
     from ray.air._internal import usage
 
     usage.tag_callbacks = lambda callbacks: False
@@ -189,7 +312,10 @@ def skip_callback_usage_tag() -> None:
 def node_process_ids() -> list[int]:
     """Pids of the processes this driver's `ray.init` started (GCS, raylet, monitor, log
     monitor, API server; Ray 2.60: ray._private.worker._global_node.all_processes), or []
-    when this process started no Ray of its own."""
+    when this process started no Ray of its own. Fallback: [] (tuner.cluster.connect.leave
+    then leaves Ray to shut down gracefully at exit)."""
+    if not checked():
+        return []
     from ray._private import worker
 
     node = worker._global_node
@@ -209,6 +335,13 @@ _INIT_MODULES = (
     "ray.autoscaler._private.util",
     "ray.autoscaler.v2.utils",
 )
+
+
+def imports_beside_init() -> bool:
+    """Whether Ray Tune may be imported on another thread while `ray.init` runs (after
+    `import_for_init`): on the checked Ray, whose imports were listed; on another, a new
+    circular import between the two could fail now and then, so Tune is imported in order."""
+    return checked()
 
 
 def import_for_init() -> None:

@@ -10,9 +10,7 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -69,9 +67,8 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     address we always start our own (`address="local"`): never a leftover cluster whose
     address a killed `ray start` left behind in Ray's temp directory, or RAY_ADDRESS.
     """
-    import ray
-
-    if ray.is_initialized():
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         return "existing"
     common: dict[str, Any] = dict(
         logging_level=logging.INFO if runtime.verbose else logging.ERROR,
@@ -79,6 +76,8 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     )
     joining = join.target(runtime.address)
     if joining is not None:
+        import ray
+
         join.check(joining, runtime.allow_insecure_cluster)
         if runtime.num_cpus:
             join.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
@@ -87,6 +86,12 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
             return str(joining)
         ray.init(**common)  # the job's cluster, from RAY_ADDRESS
         return "job"
+    local = join.prepare_local()  # token 0600, every socket on loopback (set before Ray's import)
+    # Its one node declared dead ends the sweep: the GCS waits ~1 min for a raylet starved of
+    # CPU (a loaded laptop, several Rays on 2 cores) instead of ~15 s.
+    local |= _ray_internals.local_init_options(health_check_failures=LOCAL_HEALTH_CHECK_FAILURES)
+    import ray
+
     # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
     # without it a finished DDP trial's resources were never handed back and the next
     # trial's workers waited forever (Ray 2.60). Sweeps without Ray Train skip it, and start
@@ -97,11 +102,15 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
             num_cpus=runtime.num_cpus,
             include_dashboard=dashboard,
             dashboard_host=LOOPBACK,
-            **join.prepare_local(),  # token 0600, every socket on loopback
-            # Its one node declared dead ends the sweep: the GCS waits ~1 min for a raylet
-            # starved of CPU (a loaded laptop, several Rays on 2 cores) instead of ~15 s.
-            _system_config={"health_check_failure_threshold": LOCAL_HEALTH_CHECK_FAILURES},
+            **local,
             **common,
+        )
+    where = _ray_internals.node_ip()
+    if not join.is_loopback(where):
+        ray.shutdown()
+        raise RuntimeError(
+            f"the local Ray came up at {where}, not on loopback: Ray {_ray_internals.ray_version()} "
+            f"was imported before tuner could set {join.LOOPBACK_ENV}=0; import Ray after tuner starts it"
         )
     return "local"
 
@@ -154,43 +163,16 @@ def quiet_ray(verbose: bool) -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     for name in ("ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
-    stops = logging.getLogger("ray.tune.tune")
-    stops.setLevel(logging.WARNING)
-    if not any(isinstance(f, _StopMessages) for f in stops.filters):
-        stops.addFilter(_StopMessages())
+    # Tune's driver warnings and errors point at its own ways back (`Tuner.restore`), where
+    # tuner's is `tuner resume`, or repeat what tuner reports itself.
+    tune_driver = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _NotForUsers) for f in tune_driver.filters):
+        tune_driver.addFilter(_NotForUsers())
 
 
-# Set when Tune takes a stop signal (a first Ctrl-C, or SIGTERM turned into one): the trials
-# it then stops at their next report were cut short by the user, not finished.
-INTERRUPTED = threading.Event()
-
-
-class _StopMessages(logging.Filter):
-    """Of Tune's driver warnings, keep the one a first Ctrl-C gives, in our words, and drop
-    the rest: they point at `Tuner.restore`, where tuner's way back is `tuner resume`. The
-    one kept is also how tuner learns of the stop (Tune's handler replaces any of ours)."""
-
+class _NotForUsers(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.getMessage().startswith("Stop signal received"):
-            return False
-        INTERRUPTED.set()
-        record.msg = (
-            "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
-        )
-        record.args = ()
-        return True
-
-
-class sigterm_as_sigint:
-    """SIGTERM (e.g. `ray job stop`) stops the sweep like Ctrl-C: Tune catches SIGINT only,
-    finishing gracefully on the first and at once on the second."""
-
-    def __enter__(self) -> None:
-        self.previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
+        return False
 
 
 def warn_unshared(storage: str) -> None:

@@ -38,6 +38,8 @@ INSECURE_HELP = (
 )
 PROBE_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"  # where every socket of a local Ray or cluster of ours listens
+# Read by Ray when it is imported: 0 keeps a loopback node address (ray._private.ray_constants).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def in_ray_job() -> bool:
@@ -192,7 +194,7 @@ def _speak_token_auth() -> None:
 
 def _keep_loopback() -> None:
     """Let this process reach a cluster whose nodes live at 127.0.0.1 (see _ray_internals)."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ[LOOPBACK_ENV] = "0"
     _ray_internals.keep_loopback()
 
 
@@ -232,12 +234,13 @@ def prepare_local() -> dict[str, Any]:
     Returns the extra `ray.init` arguments. With the node address 127.0.0.1 every server the
     embedded Ray starts (GCS, raylet, object manager, the agents and the Prometheus
     `/metrics` endpoints of the dashboard, agent and autoscaler) binds loopback, not every
-    interface (ray/dashboard/head.py, reporter_agent.py: "is_localhost(ip)").
+    interface (ray/dashboard/head.py, reporter_agent.py: "is_localhost(ip)"); the address
+    itself is one of _ray_internals.local_init_options.
     """
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
         ensure_token()
     _keep_loopback()
-    return {"_node_ip_address": "127.0.0.1"}
+    return {}
 
 
 def dashboard_auth(url: str, timeout: float = PROBE_TIMEOUT_S) -> str:

@@ -190,7 +190,7 @@ def _describe(state: dict[str, Any], state_dir: Path) -> None:
     print(f"  Ray client:      {state['client']}")
     print(f"  token:           {state['token']} (never printed)")
     print(f"  state and logs:  {state_dir}, {state['temp_dir']}")
-    print("  submit a sweep:  python -m tuner submit search_spaces/debug.yaml")
+    print("  submit a sweep:  python -m tuner submit YOUR_SWEEP.yaml")
     print('  ray CLI here:    eval "$(python -m tuner cluster env)"; ray job list; ray status')
 
 

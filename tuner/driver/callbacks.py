@@ -13,7 +13,7 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from tuner.cluster.connect import INTERRUPTED
+from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock, number
 from tuner.space import Choice, Fixed, Grid, ParamT, values_of
@@ -29,6 +29,7 @@ from tuner.sweepdir import (
     trial_disk_full,
     write_record,
 )
+from tuner.sweepdir.remote import Mirror
 from tuner.trial.frame import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
@@ -54,6 +55,30 @@ def trial_dir(trial: Any) -> Optional[str]:
         return None
 
 
+class _Places:
+    """Where the driver writes a trial's files: its directory; for a sweep in object storage
+    (`mirror`), the mirror's copy of it, each file written then uploaded (the driver's own
+    files only: the trial uploads the rest)."""
+
+    def __init__(self, mirror: Optional[Mirror] = None):
+        self.mirror = mirror
+
+    def trial(self, trial: Any) -> Optional[str]:
+        path = trial_dir(trial)
+        return self.mirror.local_path(path) if path and self.mirror else path
+
+    def saved(self, *paths: str) -> None:
+        if self.mirror is not None:
+            self.mirror.push(*paths)
+
+
+def trial_name(trial: Any) -> str:
+    """The trial as the user sees it: its directory's name, what summary.json calls its
+    trial_id (a trial continued by `resume` keeps its directory under a new Tune id)."""
+    path = trial_dir(trial)
+    return os.path.basename(path.rstrip("/")) if path else str(trial.trial_id)
+
+
 class TrialRecordCallback(Callback):
     """Keeps each trial's record file (tuner_trial.json) in its directory.
 
@@ -66,11 +91,12 @@ class TrialRecordCallback(Callback):
     report is not taken as one: those stay RUNNING here, unfinished, to be resumed.
     """
 
-    def __init__(self, resources: Optional[dict[str, Any]] = None):
+    def __init__(self, resources: Optional[dict[str, Any]] = None, mirror: Optional[Mirror] = None):
         self.resources = resources or {}  # per trial, as resolved for this cluster
+        self.places = _Places(mirror)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if not path:
             return
         record = read_record(path) or {
@@ -80,7 +106,7 @@ class TrialRecordCallback(Callback):
             "started": time.time(),
         }
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
-        write_record(path, record)
+        self.places.saved(write_record(path, record))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if INTERRUPTED.is_set() and not (trial.last_result or {}).get("done"):
@@ -90,18 +116,18 @@ class TrialRecordCallback(Callback):
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if path and trial_disk_full(path):
             # Not the trial's fault: it stays unfinished, and the sweep stops to be resumed.
             raise DiskFull(os.path.dirname(path.rstrip("/")), "No space left on device")
         self._end(trial, "ERROR")
 
     def _end(self, trial: Any, status: str) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         record = read_record(path) if path else None
         if path and record is not None:
             record.update(status=status, ended=time.time())
-            write_record(path, record)
+            self.places.saved(write_record(path, record))
 
 
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
@@ -124,8 +150,11 @@ class HParamsCallback(Callback):
     trial itself.
     """
 
-    def __init__(self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str]):
+    def __init__(
+        self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str], mirror: Optional[Mirror] = None
+    ):
         self.sweep_dir, self.domains, self.metrics = sweep_dir, domains, list(metrics)
+        self.places = _Places(mirror)
         self._started: set[str] = set()
         self._described = False
 
@@ -140,11 +169,12 @@ class HParamsCallback(Callback):
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
         tags = metric_tags(self.metrics, result)
-        _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
+        written = _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
         open(marker, "w").close()
+        self.places.saved(written, marker)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         if trial.trial_id in self._started or not path:
             return
         self._started.add(trial.trial_id)
@@ -153,8 +183,9 @@ class HParamsCallback(Callback):
             return
         os.makedirs(path, exist_ok=True)
         hparams = {k: trial.config.get(k) for k in self.domains if k in trial.config}
-        _write(path, tb.session_start_summary(hparams), ".session")
+        written = _write(path, tb.session_start_summary(hparams), ".session")
         open(marker, "w").close()
+        self.places.saved(written, marker)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         failed = bool((trial.last_result or {}).get("failure"))
@@ -164,17 +195,22 @@ class HParamsCallback(Callback):
         self._end(trial, "failure")
 
     def _end(self, trial: Any, status: str) -> None:
-        path = trial_dir(trial)
+        path = self.places.trial(trial)
         # (A trial removed before it started, by a spent time budget or fail_fast, has no
         # session: its directory, made by Tune as it queued it, is removed as empty.)
         if path and os.path.isdir(path) and trial.trial_id in self._started:
-            _write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX)
+            self.places.saved(_write(path, tb.session_end_summary(status), STATUS_FILE_SUFFIX))
 
 
-def _write(logdir: str, summary: Any, suffix: str) -> None:
+def _write(logdir: str, summary: Any, suffix: str) -> str:
+    """Write one summary as an event file of its own in `logdir`; its path."""
+    before = set(os.listdir(logdir)) if os.path.isdir(logdir) else set()
     writer = tb.EventWriter(logdir, suffix=suffix)
     writer.summary(summary)
     writer.close()
+    new = sorted(set(os.listdir(logdir)) - before)
+    assert len(new) == 1, new  # one event file per writer
+    return os.path.join(logdir, new[0])
 
 
 class Progress(Callback):
@@ -208,7 +244,7 @@ class Progress(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if result.get(NOTICE):
-            self.say(f"[tuner] trial {trial.trial_id}: {result[NOTICE]}")
+            self.say(f"[tuner] trial {trial_name(trial)}: {result[NOTICE]}")
         value = result.get(self.metric)
         if "failure" in result:
             self.failed.add(trial.trial_id)
@@ -216,7 +252,7 @@ class Progress(Callback):
             return
         better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
         if better:
-            self.best = (float(value), trial.trial_id)
+            self.best = (float(value), trial_name(trial))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()
@@ -241,18 +277,18 @@ class Progress(Callback):
         last = trial.last_result or {}
         if how == "ERROR":  # one line instead of Ray's traceback (--verbose shows that)
             status = "" if self.live else f" · {self.line(trials, prefix=False)}"
-            self.say(f"[tuner] trial {trial.trial_id} failed: {failed_line(trial_dir(trial))}{status}")
+            self.say(f"[tuner] trial {trial_name(trial)} failed: {failed_line(trial_dir(trial))}{status}")
             return
         if self.live:
             # Failures are news worth a line of their own; other endings show in the status.
             if last.get("failure"):
                 detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
-                self.stream.write(f"\r\033[K[tuner] trial {trial.trial_id} {last['failure']}: {detail}\n")
+                self.stream.write(f"\r\033[K[tuner] trial {trial_name(trial)} {last['failure']}: {detail}\n")
             return
         value = last.get(self.metric)
         note = last.get("failure") or how
         self.stream.write(
-            f"[tuner] trial {trial.trial_id} {note}: {self.metric} {number(value)} at epoch "
+            f"[tuner] trial {trial_name(trial)} {note}: {self.metric} {number(value)} at epoch "
             f"{last.get('epoch', 0)} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()

@@ -7,6 +7,8 @@ nothing is cut mid-epoch), and when none runs any more the experiment ends.
 stopped at once, and recorded as stopped for it (their records say `"stopped":
 "target_reached"`): the sweep is over, not interrupted, and `resume` has nothing to continue.
 
+A Ctrl-C or SIGTERM ends it too (driver/stopping.py); `UserStopped` is how Tune hears of it.
+
 `SweepLimits` is both Tune's Stopper (asked about every result, and about the whole
 experiment every step) and a Callback (it sees trials start and end), and remembers why the
 sweep ended; `Budgeted` wraps the sweep's scheduler, whose `choose_trial_to_run` Tune asks
@@ -26,6 +28,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tuner.driver.callbacks import trial_dir
+from tuner.driver.stopping import INTERRUPTED
 from tuner.results import BUDGET, TARGET
 from tuner.sweepdir import finite, read_record, write_record
 
@@ -150,3 +153,14 @@ class Budgeted(TrialScheduler):
 
     def restore(self, checkpoint_path: str) -> None:
         self.inner.restore(checkpoint_path)
+
+
+class UserStopped(Stopper):
+    """Tune's Stopper for a sweep the user stopped (stopping.INTERRUPTED): the experiment ends
+    at Tune's next step, its running trials stopped at their next report."""
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return INTERRUPTED.is_set()

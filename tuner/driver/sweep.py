@@ -16,14 +16,15 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
-from tuner.cluster.connect import INTERRUPTED, Runtime, connect, quiet_ray, sigterm_as_sigint, warn_unshared
+from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import resources
-from tuner.errors import DiskFull, ExitCode, disk_full
+from tuner.driver import resources, stopping
+from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
+from tuner.space import allows
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
@@ -63,14 +64,17 @@ class Start:
     done: int = 0  # trials finished before
     announce: Optional[str] = None  # a line printed once Ray is up
     config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
+    mirror: Optional[remote.Mirror] = None  # an s3:// sweep: the driver's local copy of it
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
     storage, sweep_dir = locate(cfg.output, cfg.name)
-    with sweepdir.claim(sweep_dir, new=True, command="sweep") as held:
-        return run(cfg, runtime or Runtime(), Start(storage, sweep_dir, config_text=text), held)
+    mirror = remote.new_sweep(storage, cfg.name) if sweep_dir is None else None
+    with sweepdir.claim(mirror.local if mirror else sweep_dir, new=True, command="sweep") as held:
+        start = Start(storage, sweep_dir, config_text=text, mirror=mirror)
+        return run(cfg, runtime or Runtime(), start, held)
 
 
 def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -79,14 +83,20 @@ def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> Swee
     equal to the file and flags given, wherever the output was named from), continued as
     `resume` continues it. A directory holding a different sweep is refused (ConfigError, that
     names the first field that differs); a finished one raises AlreadyFinished."""
-    sweep_dir = locate(cfg.output, cfg.name)[1]
-    if sweep_dir is None:
-        raise ConfigError("--resume-if-exists", "needs a local output directory for now, not a storage URI")
-    if not sweepdir.holds_sweep(sweep_dir):
-        return run_sweep(cfg, runtime)
-    sweepdir.refuse_if_held(sweep_dir, "name")
+    storage, sweep_dir = locate(cfg.output, cfg.name)
+    if sweep_dir is None:  # object storage (s3://: validation refuses other URIs)
+        remote.check_output(storage)
+        mirror = remote.Mirror(f"{storage.rstrip('/')}/{cfg.name}")
+        if not mirror.exists():
+            return run_sweep(cfg, runtime)
+        sweep_dir, local = mirror.uri, mirror.pull()
+    else:
+        if not sweepdir.holds_sweep(sweep_dir):
+            return run_sweep(cfg, runtime)
+        sweepdir.refuse_if_held(sweep_dir, "name")
+        local = sweep_dir
     ours = yamlfile.load(to_yaml(settled(cfg)[0]))  # both read back from YAML, the same way
-    theirs = yamlfile.load(to_yaml(sweepdir.read_config(sweep_dir)))
+    theirs = yamlfile.load(to_yaml(sweepdir.read_config(local)))
     changed = sweepdir.difference(theirs, ours)
     if changed:
         raise ConfigError(
@@ -107,6 +117,8 @@ def resume_sweep(
     planned trial has finished. `tracking`: the sweep's own, as its file gives it (with the
     credentials sweep.yaml does not keep).
     """
+    if remote.is_s3(sweep_dir):
+        return _resume_stored(sweep_dir, runtime, tracking)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -118,11 +130,35 @@ def resume_sweep(
         return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
 
 
+def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection]) -> SweepOutcome:
+    """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
+    keeps a second run on this machine out); its unfinished trials continue from their newest
+    checkpoints in the bucket, on whichever node they land (trial/frame/stored.py)."""
+    remote.check_output(uri)
+    mirror = remote.Mirror(uri)
+    local = mirror.pull()
+    cfg = sweepdir.read_config(local)
+    if tracking is not None:
+        cfg.tracking = tracking
+    _plan_left(cfg, local)  # AlreadyFinished when it is done
+    with sweepdir.claim(local, new=False, command="resume") as held:
+        finished, unfinished = _plan_left(cfg, local)
+        start = _resumed(cfg, local, finished, unfinished)
+        start.storage, start.sweep_dir, start.mirror = uri.rsplit("/", 1)[0], None, mirror
+        return run(cfg, runtime or Runtime(), start, held)
+
+
 def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Add `more` trials to a sweep (finished, interrupted or ended by its budget or target):
     sweep.yaml's num_samples grows by `more`, then it runs on as `resume` does, its searcher
     rebuilt from every earlier result, unfinished trials continued from their checkpoints.
-    Grid search has nothing to add: a ConfigError."""
+    Grid search has nothing to add: a ConfigError. An s3:// sweep is extended through its
+    mirror, its new sweep.yaml uploaded."""
+    mirror = None
+    if remote.is_s3(sweep_dir):
+        remote.check_output(sweep_dir)
+        mirror = remote.Mirror(sweep_dir)
+        sweep_dir = mirror.pull()
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
@@ -142,6 +178,9 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         finished = [t for t in trials if t.finished]
         unfinished = [t for t in trials if not t.finished]
         start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
+        if mirror is not None:
+            mirror.push(*sweepdir.config_files(sweep_dir))
+            start.storage, start.sweep_dir, start.mirror = mirror.uri.rsplit("/", 1)[0], None, mirror
         return run(cfg, runtime or Runtime(), start, held)
 
 
@@ -184,7 +223,9 @@ def _resumed(
 ) -> Start:
     """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
     prior = Prior(
-        finished=[PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in finished],
+        finished=[
+            PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
+        ],
         resumed=[full_config(t.path) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
@@ -199,10 +240,36 @@ def _resumed(
     )
 
 
+def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord]:
+    """The finished trials whose values search.params still allows. A range narrowed by hand
+    in sweep.yaml leaves earlier trials outside it, which a model-based searcher cannot be
+    told (BOHB's ConfigSpace raised IllegalValueError): they stay in the results, said once."""
+    inside, outside = [], []
+    for t in finished:
+        config = full_config(t.path)
+        bad = [
+            (k, config[k]) for k, p in cfg.search.params.items() if k in config and not allows(p, config[k])
+        ]
+        (outside if bad else inside).append((t, bad))
+    if outside:
+        name, value = outside[0][1][0]
+        warn(
+            f"{len(outside)} earlier trial(s) have values search.params no longer allows (e.g. "
+            f"search.params.{name}: {value!r}): the search is not told them; they stay in the results"
+        )
+    return [t for t, _ in inside]
+
+
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
-    if start.sweep_dir is None:  # object storage: reachable, the bucket there, our credentials taken
-        remote.check_output(start.storage)
+    if start.mirror is not None and cfg.resources.workers_per_trial > 1 and cfg.task.command is None:
+        # Ray Train's workers write where no upload reaches them yet (issue 29): refused
+        # before Ray starts rather than a sweep whose rank 0 fails on another node.
+        raise ConfigError(
+            "resources.workers_per_trial",
+            "DDP trials (more than one worker) with an s3:// output are not supported yet: "
+            "use one worker per trial, or a local or shared output",
+        )
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
@@ -233,9 +300,11 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
+        if start.mirror is not None:
+            start.mirror.push(*sweepdir.config_files(start.mirror.local))
     with _disk_full_stops(start.sweep_dir):
         ended = _launch(cfg, res, start, plan, runtime.verbose)
-        return finish(cfg, start.sweep_dir or start.storage, ended)
+        return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 
 # What the launch imports (seconds of Python on 2 cores), and each search's own library.
@@ -249,12 +318,16 @@ _LAUNCH_MODULES = (
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
-def _preload(algorithm: str) -> threading.Thread:
+def _preload(algorithm: str) -> Any:
     """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
     for Ray's processes to come up; join it before using them. What `ray.init` imports is
     imported first, here: two threads importing the same package's circular imports at once
     could see each other's half-made modules. An import that fails in the thread fails
-    again where it is used, with its own error."""
+    again where it is used, with its own error. On a Ray whose imports were not checked
+    (_ray_internals.imports_beside_init) nothing is preloaded: the launch imports what it
+    needs itself, in order, after `ray.init`."""
+    if not _ray_internals.imports_beside_init():
+        return _NothingPreloaded()
     _ray_internals.import_for_init()
 
     def imports() -> None:
@@ -267,6 +340,10 @@ def _preload(algorithm: str) -> threading.Thread:
     thread = threading.Thread(target=imports, name="tuner-preload", daemon=True)
     thread.start()
     return thread
+
+
+class _NothingPreloaded:
+    def join(self) -> None: ...
 
 
 class _disk_full_stops:
@@ -325,7 +402,7 @@ def _launch(
         hparam_domains,
     )
     from tuner.driver.failfast import FailFast
-    from tuner.driver.limits import Budgeted, SweepLimits
+    from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
     from tuner.trial.launch.trainables import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
@@ -337,11 +414,12 @@ def _launch(
         "cpus_per_worker": res.cpus_per_worker,
         "gpus_per_worker": res.gpus_per_worker,
     }
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial)]
-    if sweep_dir:
-        callbacks.append(
-            HParamsCallback(sweep_dir, hparam_domains(cfg.search.params), [n for n, _ in cfg.objectives])
-        )
+    mirror = start.mirror
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial, mirror)]
+    if sweep_dir or mirror:
+        root = sweep_dir or mirror.local  # type: ignore[union-attr]
+        objectives = [n for n, _ in cfg.objectives]
+        callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror))
     if not verbose:
         callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow
@@ -355,7 +433,9 @@ def _launch(
     fail_fast = FailFast.wanted(cfg.failure.fail_fast)
     if fail_fast is not None:
         callbacks.append(fail_fast)
-    stoppers = [s for s in (limits, fail_fast) if s is not None]
+    # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
+    stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
+    storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
     reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
     trainable = tune.with_resources(
@@ -379,8 +459,12 @@ def _launch(
         run_config=tune.RunConfig(
             # The directory's own name: a resumed copy of a sweep writes into itself, never
             # into the sweep its sweep.yaml was first written for.
-            name=os.path.basename(sweep_dir) if sweep_dir else cfg.name,
-            storage_path=storage,
+            name=os.path.basename(sweep_dir or (mirror.uri if mirror else cfg.name)),
+            storage_path=storage_path,
+            storage_filesystem=storage_fs,
+            # In object storage, what a trial writes in its (node-local) directory is uploaded
+            # with each checkpoint and at its end.
+            sync_config=tune.SyncConfig(sync_artifacts=sweep_dir is None),
             callbacks=callbacks,
             # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
@@ -389,7 +473,7 @@ def _launch(
             failure_config=tune.FailureConfig(
                 max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
             ),
-            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else next(iter(stoppers), None),
+            stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else stoppers[0],
             verbose=2 if verbose else 0,
         ),
     )
@@ -399,8 +483,7 @@ def _launch(
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
-    INTERRUPTED.clear()
-    with sigterm_as_sigint():
+    with stopping.user_stops():
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:
         return FAILED
@@ -411,10 +494,15 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
     return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
 
 
-def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> SweepOutcome:
+def finish(
+    cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None, mirror: Optional[remote.Mirror] = None
+) -> SweepOutcome:
     """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`:
     why the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`,
-    `results.FAILED`), if it did."""
+    `results.FAILED`), if it did. An s3:// sweep (`mirror`) is read from the bucket, and what is
+    written here goes back to it."""
+    if mirror is not None:
+        sweep_dir = mirror.pull()
     trials: list[TrialRecord] = []
     if "://" not in sweep_dir:
         sweepdir.remove_empty_dirs(sweep_dir)
@@ -436,7 +524,13 @@ def finish(cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None) -> Swe
         if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
             from tuner.view.export import write_best
 
+            if mirror is not None:  # the best trial's weights, uploaded by the trial
+                mirror.pull_best(str(summary["best"]["trial_id"]))
             write_best(sweep_dir)  # <sweep>/best/: the best trial's best weights
+        if mirror is not None:
+            written = (sweepdir.SUMMARY_FILE, sweepdir.BEST_DIR)
+            mirror.push(*(os.path.join(sweep_dir, name) for name in written))
+            sweep_dir = mirror.uri
     code = ExitCode.OK
     if summary["status"] == "interrupted":
         code = ExitCode.INTERRUPTED

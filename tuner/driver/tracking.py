@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
 from tuner.config.schedule import redacted
-from tuner.driver.callbacks import trial_dir
+from tuner.driver.callbacks import trial_name
 from tuner.driver.mlflow_store import brief, one_line
 from tuner.errors import warn
 from tuner.sweepdir.files import finite, write_atomic
@@ -117,11 +117,11 @@ class MLflowTracking(Callback):
 
     @_best_effort
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._child(trial, _name(trial))
+        self._child(trial, trial_name(trial))
 
     @_best_effort
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        run_id = self._child(trial, _name(trial))
+        run_id = self._child(trial, trial_name(trial))
         step = int(result.get("epoch") or result.get("training_iteration") or 0)
         stamp = int(1000 * float(result.get("wall_time") or time.time()))
         numbers = {k: v for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
@@ -152,9 +152,3 @@ class MLflowTracking(Callback):
         for t in unfinished:
             self.client.set_terminated(self.runs[t.trial_id], status="KILLED")
         self.client.set_terminated(self.parent, status="KILLED" if unfinished else "FINISHED")
-
-
-def _name(trial: Any) -> str:
-    """The trial's name in MLflow: its directory's (what summary.json calls its trial_id)."""
-    path = trial_dir(trial)
-    return os.path.basename(path.rstrip("/")) if path else str(trial.trial_id)

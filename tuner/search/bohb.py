@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 from ray.tune.search import Searcher
@@ -135,17 +137,24 @@ class AsyncBOHB(_SavesState, Searcher):
         return dict(config)
 
     def _propose(self) -> dict[str, Any]:
+        with self._own_generator(), quiet_statsmodels():
+            config, _ = self.bohber.get_config(None)
+        return self.encoding.decode(config)
+
+    @contextmanager
+    def _own_generator(self) -> Iterator[None]:
+        """numpy's global generator holds this searcher's state for the duration: hpbandster
+        draws from it when proposing and when fitting (it fills a conditional parameter's
+        absent values with random ones), and the global one is seeded by nobody."""
         import numpy as np
 
         outside = np.random.get_state()
         np.random.set_state(self.rng_state)
         try:
-            with quiet_statsmodels():
-                config, _ = self.bohber.get_config(None)
+            yield
         finally:
             self.rng_state = np.random.get_state()
             np.random.set_state(outside)
-        return self.encoding.decode(config)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self.configs:
@@ -191,6 +200,6 @@ class AsyncBOHB(_SavesState, Searcher):
     def _tell(self, trial_id: str, budget: int, loss: float) -> None:
         if budget not in self.told[trial_id]:
             self.told[trial_id].add(budget)
-            with quiet_statsmodels():
+            with self._own_generator(), quiet_statsmodels():
                 self.bohber.new_result(_Job(loss, budget, self.encoding.encode(self.configs[trial_id])))
             count_every_choice(self.bohber)

@@ -113,8 +113,8 @@ class Feasible:
 
 MAX_RANDOM_DRAWS = 10_000
 
-# Optuna's settings (keyword arguments of its TPESampler), chosen with scripts/bench_search.py
-# (BENCHMARKS.md); bohb's are tuner.search.bohb.BOHB_SETTINGS.
+# Optuna's settings (keyword arguments of its TPESampler; sampler=gp: its GPSampler instead), chosen
+# with scripts/bench_search.py (BENCHMARKS.md); bohb's are tuner.search.bohb.BOHB_SETTINGS.
 TPE_SETTINGS: dict[str, Any] = {}
 # How Optuna is told of a trial ASHA stopped before max_epochs: PRUNED (TPE ranks such trials
 # below every complete one, among themselves by the epoch they reached, then their last value)
@@ -152,7 +152,11 @@ class OptunaTPE(_SavesState, Searcher):
         metric, mode = objectives[0]
         super().__init__(metric=metric, mode=mode)
         self.objectives = list(objectives)
-        sampler = optuna.samplers.TPESampler(seed=seed, **TPE_SETTINGS)
+        settings = dict(TPE_SETTINGS)
+        if settings.pop("sampler", "tpe") == "gp":  # a peer for scripts/bench_search.py (optuna:sampler=gp)
+            sampler = optuna.samplers.GPSampler(seed=seed, **settings)
+        else:
+            sampler = optuna.samplers.TPESampler(seed=seed, **settings)
         self.study = optuna.create_study(
             directions=["maximize" if m == "max" else "minimize" for _, m in self.objectives],
             sampler=sampler,

@@ -176,6 +176,11 @@ def refuse_existing(path: str) -> None:
         )
 
 
+def config_files(path: str) -> list[str]:
+    """The files `Claim.write_config` writes in the sweep directory `path`."""
+    return [os.path.join(path, CODE_FILE), os.path.join(path, CONFIG_FILE)]
+
+
 def holds_sweep(path: str) -> bool:
     """Whether `path` holds a sweep (its sweep.yaml), started or finished."""
     return os.path.isfile(os.path.join(path, CONFIG_FILE))

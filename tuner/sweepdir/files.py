@@ -19,9 +19,10 @@ import json
 import math
 import os
 import re
+import tempfile
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.errors import FULL_WORDS, ConfigError, warn
+from tuner.errors import FULL_WORDS, ConfigError, hushed, warn
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
@@ -115,6 +116,19 @@ def remove_temporaries(sweep_dir: str) -> None:
                 os.remove(path)
 
 
+def check_writable(directory: str, flag: str) -> None:
+    """Make `directory` if need be; a ConfigError naming `flag` when it cannot be written (a
+    sweep directory on a read-only mount, someone else's): said before any work, not as a
+    traceback from the first file written."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tuner-", suffix=".tmp"):
+            pass
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise ConfigError(flag, f"cannot write into {directory} ({why}): give {flag} DIR, writable") from None
+
+
 def remove_empty_dirs(sweep_dir: str) -> None:
     """Empty directories in the sweep directory: Tune names (and makes) one for each trial it
     queues for an actor, also when the trial is then removed unstarted (a spent time budget,
@@ -172,8 +186,16 @@ def read_config(sweep_dir: str, standins: bool = False) -> SweepConfig:
     """The sweep's resolved configuration; a ConfigError if it is not a sweep directory.
 
     `standins`: for readers that never train (the report), accept a task whose user module
-    cannot be imported from here; the config keeps the real names.
+    cannot be imported from here; the config keeps the real names. Readers do not repeat the
+    warnings its validation gives (the sweep gave them when it ran).
     """
+    if not standins:
+        return _read_config(sweep_dir, False)
+    with hushed():
+        return _read_config(sweep_dir, True)
+
+
+def _read_config(sweep_dir: str, standins: bool) -> SweepConfig:
     from tuner.config import load_sweep, parse_sweep, read_yaml
     from tuner.config.functions import code_dirs
 
@@ -269,9 +291,12 @@ def _read_object(path: str) -> tuple[Optional[dict[str, Any]], str]:
     return value, ""
 
 
-def write_record(trial_dir: str, record: dict[str, Any]) -> None:
+def write_record(trial_dir: str, record: dict[str, Any]) -> str:
+    """Write the trial's record; its path."""
     os.makedirs(trial_dir, exist_ok=True)
-    write_atomic(os.path.join(trial_dir, RECORD_FILE), json.dumps(record))
+    path = os.path.join(trial_dir, RECORD_FILE)
+    write_atomic(path, json.dumps(record))
+    return path
 
 
 def recovered_record(trial_dir: str) -> Optional[dict[str, Any]]:

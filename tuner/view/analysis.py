@@ -16,9 +16,18 @@ import yaml
 
 from tuner.conditions import conditions
 from tuner.config import ConfigError, SweepConfig
+from tuner.config.placeholders import as_text, env_name, fill
 from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
 from tuner.space import Fixed, ParamT, to_optuna
-from tuner.sweepdir import CONFIG_FILE, check_sweep_dir, has_summary, read_config, resources_of
+from tuner.sweepdir import (
+    CONFIG_FILE,
+    check_sweep_dir,
+    full_config,
+    has_summary,
+    read_config,
+    remote,
+    resources_of,
+)
 
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
 
@@ -47,8 +56,9 @@ class SweepData:
 
 
 def load(sweep_dir: str) -> SweepData:
-    """Read a sweep directory (finished, running or interrupted)."""
-    sweep_dir = check_sweep_dir(sweep_dir)
+    """Read a sweep directory (finished, running or interrupted); an s3:// sweep through its
+    local mirror (where a report of it is then written)."""
+    sweep_dir = check_sweep_dir(remote.readable(sweep_dir))
     cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
     trials = records(
@@ -172,10 +182,13 @@ def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[
 
 
 def reproduce_command(data: SweepData) -> Optional[str]:
-    """The command that trains the best trial's configuration again, alone."""
+    """The command that trains the best trial's configuration again, alone: for a sweep of
+    a script (task.command), the script's own command line."""
     top = best(data.records, data.mode)
     if top is None:
         return None
+    if data.cfg.task.command is not None:
+        return _script_command(data, top)
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
     args += ["--set", "schedule.early_stopping=false"]
@@ -191,6 +204,28 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     if data.cfg.search.constraints:  # the configuration keeps them; one may name an absent parameter
         args += ["--set", "search.constraints=[]"]
     return shlex.join(args)
+
+
+def _script_command(data: SweepData, top: TrialRecord) -> str:
+    """The script's command line as the trial ran it, its placeholders filled (its own
+    directory: a new one beside the sweep's), env_params as environment variables first."""
+    task = data.cfg.task
+    assert task.command is not None
+    params = {k: v for k, v in full_config(top.path).items() if k in data.cfg.search.params}
+    again = os.path.join(os.path.dirname(data.sweep_dir), f"{data.cfg.name}-{top.trial_id}")
+    values = {"max_epochs": data.cfg.schedule.max_epochs, "trial_dir": again, "trial_id": top.trial_id}
+    argv = fill(task.command, {**values, **params})
+    if task.launcher == "torchrun":  # as the trial ran it (tuner.trial.script.run.launch)
+        workers = data.cfg.resources.workers_per_trial
+        argv = [
+            "torchrun",
+            "--standalone",
+            f"--nproc-per-node={workers}",
+            *argv[int(os.path.basename(argv[0]).startswith("python")) :],
+        ]
+    from_env = list(params) if task.env_params is True else [k for k in task.env_params or [] if k in params]
+    env = [f"{env_name(k)}={as_text(params[k])}" for k in from_env]
+    return shlex.join(["env", *env, *argv] if env else argv)
 
 
 def yaml_value(v: Any) -> str:

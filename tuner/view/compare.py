@@ -12,6 +12,7 @@ from typing import Any
 
 from tuner.config import ConfigError
 from tuner.results import TrialRecord, finite, number, ranked, short
+from tuner.sweepdir import check_writable
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Heading, Image, Table, Text
@@ -33,7 +34,7 @@ def write_comparison(sweep_dirs: list[str], out_dir: str) -> Written:
                 f"({first.mode}): compare sweeps of one metric",
             )
     out = os.path.abspath(out_dir)
-    os.makedirs(out, exist_ok=True)
+    check_writable(out, "--output")
     blocks = build(sweeps, out)
     title = "Sweeps compared: " + ", ".join(labels(sweeps))
     markdown = document.to_markdown(title, blocks)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -37,10 +38,12 @@ from tuner.sweepdir import (
     BEST_RECORD,
     EXPORT_FILES,
     check_sweep_dir,
+    check_writable,
     full_config,
     json_default,
     read_best_record,
     read_config,
+    remote,
 )
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
@@ -76,8 +79,9 @@ class Chosen:
 
 
 def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
-    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not."""
-    path = check_sweep_dir(sweep_dir)
+    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not. An
+    s3:// sweep is read through its mirror, with the chosen trial's weights."""
+    path = check_sweep_dir(remote.readable(sweep_dir))
     cfg = read_config(path, standins=True)
     trials = records(path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
     if trial_id is None:
@@ -91,6 +95,8 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
             known = ", ".join(t.trial_id for t in trials[:8]) or "none"
             raise ConfigError("--trial", f"{sweep_dir} has no trial {trial_id!r} (trials: {known})")
         trial = found[0]
+    if remote.is_s3(sweep_dir):
+        remote.Mirror(sweep_dir).pull_best(os.path.basename(trial.path))
     best = read_best_record(trial.path)
     if best is None:
         raise ConfigError("", f"trial {trial.trial_id} kept no weights: {_why_none(cfg)}")
@@ -121,12 +127,18 @@ def export(
     if fmt == "onnx":
         _need_onnx()
     chosen = choose(sweep_dir, trial_id)
+    mirror = remote.Mirror(sweep_dir) if remote.is_s3(sweep_dir) else None
     where = output or os.path.join(
-        check_sweep_dir(sweep_dir), BEST_DIR if trial_id is None else os.path.join("exports", trial_id)
+        check_sweep_dir(mirror.local if mirror else sweep_dir),
+        BEST_DIR if trial_id is None else os.path.join("exports", trial_id),
     )
     _refuse_foreign(where, output is not None)
+    check_writable(os.path.dirname(os.path.abspath(where)), "--output")
     built = None if fmt == "state_dict" else rebuild(chosen)
-    return _write_dir(where, chosen, fmt, built)
+    written = _write_dir(where, chosen, fmt, built)
+    if mirror is not None and output is None:  # the sweep's own: back into the bucket
+        mirror.push(written)
+    return written
 
 
 def write_best(sweep_dir: str) -> Optional[str]:
@@ -174,7 +186,23 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
 
     hp = full_config(chosen.trial.path)
     weights, dirs = chosen.best["weights"], chosen.cfg.code_dirs
-    return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)
+    try:
+        return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)
+    except Exception as err:  # noqa: BLE001 - a damaged file, weights of another shape, the user's code
+        raise ConfigError(
+            "--format",
+            f"trial {chosen.trial.trial_id}'s model cannot be rebuilt with its best weights "
+            f"{weights} ({_why_not(err)}); --format state_dict copies the file as it is",
+        ) from None
+
+
+def _why_not(err: Exception) -> str:
+    """Why weights did not load, in a few words: torch's messages run over many lines."""
+    if isinstance(err, pickle.UnpicklingError) or "Weights only load failed" in str(err):
+        return "the file is damaged, or not a state dict"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines or [""])[0]
+    return f"{type(err).__name__}: {said[:240]}"
 
 
 def _need_onnx() -> None:

@@ -26,7 +26,7 @@ from tuner.results import (
     ranked,
     short,
 )
-from tuner.sweepdir import BEST_DIR, EXPORT_FILES, read_best_record
+from tuner.sweepdir import BEST_DIR, EXPORT_FILES, check_writable, read_best_record
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Code, Heading, Image, Table, Text
@@ -49,7 +49,7 @@ def write_report(sweep_dir: str, out_dir: Optional[str] = None) -> Written:
     """Read `sweep_dir` and write report.html, report.md and the PNGs into `out_dir` (default: it)."""
     data = analysis.load(sweep_dir)
     out = os.path.abspath(out_dir or data.sweep_dir)
-    os.makedirs(out, exist_ok=True)
+    check_writable(out, "--output")
     blocks = build(data, out)
     title = f"Sweep report: {data.cfg.name}"
     markdown = document.to_markdown(title, blocks)

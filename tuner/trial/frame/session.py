@@ -128,16 +128,23 @@ class TuneSession(Session):
         metric: Optional[str] = None,
         mode: str = "max",
         also: Sequence[str] = (),
+        storage: str = "",
     ):
         from ray import tune
+
+        from tuner.trial.frame.stored import continue_from_storage
 
         self.metric, self.also = metric, tuple(also)
         ctx = tune.get_context()
         self.trial_id = ctx.get_trial_id()
         self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
         self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
-        if sweep_dir is not None:  # (with URI storage the trial's directory is Ray's staging one)
-            self.keep_best(metric, mode)
+        # Object storage: its earlier files back in its working directory, its newest checkpoint.
+        self.stored = continue_from_storage(storage, self.trial_dir) if sweep_dir is None else None
+        # In the trial's directory: the sweep's, or with URI storage its working directory,
+        # which Ray uploads with each checkpoint: the best weights reach the bucket from the
+        # node that made them.
+        self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
         return ray_actor_device(use_gpu)
@@ -149,7 +156,7 @@ class TuneSession(Session):
             return state
         from ray import tune
 
-        return _load_ray_checkpoint(tune.get_checkpoint(), map_location)
+        return _load_ray_checkpoint(tune.get_checkpoint() or self.stored, map_location)
 
     def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         from ray import tune

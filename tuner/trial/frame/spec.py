@@ -62,9 +62,11 @@ class TrialSpec:
 
 def trial_dir_for(staging_dir: str, sweep_dir: Optional[str]) -> str:
     """Where a trial writes its files: straight into the sweep directory when storage is a
-    local or shared path; else Ray's local staging directory, which Ray syncs to storage."""
+    local or shared path; else the trial's working directory on its node, which Ray uploads
+    to storage (`SyncConfig(sync_artifacts=True)`). (Tune's trial directory, `staging_dir`, is
+    the driver's staging copy: on another node it does not exist.)"""
     if sweep_dir is None:
-        return staging_dir
+        return os.getcwd()  # Ray 2.60 starts each trial in its working directory
     path = os.path.join(sweep_dir, os.path.basename(staging_dir.rstrip("/")))
     os.makedirs(path, exist_ok=True)
     return path

@@ -32,7 +32,9 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
     from tuner.trial.frame.session import TuneSession
 
-    session = TuneSession(spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also)
+    session = TuneSession(
+        spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
+    )
     loop_for(spec)(config, spec, session)
 
 

@@ -1,0 +1,156 @@
+"""Faults on the namespaced cluster (tests/nscluster.py) with the sweep in object storage: the
+driver killed and the same job command run again; a worker node powered off mid-sweep. Either
+way the sweep finishes with every trial, every epoch once, continued from checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import nscluster
+from tests.conftest import DEBUG
+from tuner.config import load_sweep
+from tuner.search.algorithms import random_configs
+from tuner.search.plan import key
+from tuner.space import Fixed
+
+pytestmark = pytest.mark.slow
+TRIALS, EPOCHS = 4, 6
+SWEEP = "/tmp/work/faults.yaml"  # on the head
+
+
+def _sweep_file(c: nscluster.NsCluster) -> dict[str, Any]:
+    """debug.yaml with epochs of a second or so, every trial to the end, retries allowed."""
+    raw = yaml.safe_load(DEBUG.read_text())
+    raw["task"]["data_args"]["samples"] = 4096
+    raw["training"]["batch_size"] = 16
+    raw["schedule"].update(max_epochs=EPOCHS, early_stopping=False)
+    raw["search"]["num_samples"] = TRIALS
+    raw["failure"] = {"max_failures": 2}
+    c.put(c.head, SWEEP, yaml.safe_dump(raw))
+    return raw
+
+
+def _command(c: nscluster.NsCluster, bucket: str, name: str) -> list[str]:
+    """The job's command (as deploy/ runs it), on the head."""
+    return ["python", "-m", "tuner", "sweep", SWEEP, "--address", c.gcs, "--output", f"s3://{bucket}/runs",
+            "--name", name, "--resume-if-exists"]  # fmt: skip
+
+
+def _object(c: nscluster.NsCluster, bucket: str, key_: str) -> bytes:
+    return c.s3.client().get_object(Bucket=bucket, Key=key_)["Body"].read()
+
+
+def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"the sweep ended before {what}: {out[-3000:]}")
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+
+
+def _assert_complete(c: nscluster.NsCluster, bucket: str, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """Every planned trial, trained to the end, each epoch in its journal exactly once; the
+    configurations those an uninterrupted random sweep of this seed runs."""
+    summary = json.loads(_object(c, bucket, f"runs/{name}/summary.json"))
+    assert summary["status"] == "completed" and len(summary["trials"]) == TRIALS, summary["counts"]
+    for t in summary["trials"]:
+        journal = _object(c, bucket, f"runs/{name}/{t['trial_id']}/metrics.jsonl").decode().splitlines()
+        assert [json.loads(row)["epoch"] for row in journal] == list(range(1, EPOCHS + 1)), t["trial_id"]
+    cfg = load_sweep(DEBUG, {"search.num_samples": TRIALS})
+    searched = [k for k, p in cfg.search.params.items() if not isinstance(p, Fixed)]
+    planned = random_configs(cfg.hyperparameters(), TRIALS, raw["search"]["seed"])
+    got = sorted(key({k: t["config"][k] for k in searched}) for t in summary["trials"])
+    assert got == sorted(key({k: p[k] for k in searched}) for p in planned)
+    return summary
+
+
+def _trial_states(c: nscluster.NsCluster, bucket: str, name: str) -> dict[str, dict[str, Any]]:
+    """trial -> {status, checkpoints}: what the bucket holds of each trial now."""
+    states: dict[str, dict[str, Any]] = {}
+    for k in c.s3.keys(bucket, f"runs/{name}/"):
+        parts = k.split("/")
+        if len(parts) < 4:
+            continue
+        s = states.setdefault(parts[2], {"status": None, "checkpoints": 0})
+        if parts[3] == "tuner_trial.json":
+            s["status"] = json.loads(_object(c, bucket, k)).get("status")
+        elif parts[3].startswith("checkpoint_"):
+            s["checkpoints"] += 1
+    return states
+
+
+def test_driver_killed_then_the_same_command_finishes_the_sweep(ns_cluster: nscluster.NsCluster) -> None:
+    c = ns_cluster
+    bucket = c.s3.make_bucket("driver-kill")
+    raw = _sweep_file(c)
+    proc = c.popen(
+        c.head, _command(c, bucket, "dk"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+
+        def caught() -> bool:  # a trial finished, another mid-way with a checkpoint
+            states = _trial_states(c, bucket, "dk").values()
+            done = [s for s in states if s["status"] == "TERMINATED"]
+            midway = [s for s in states if s["status"] == "RUNNING" and s["checkpoints"]]
+            return bool(done and midway)
+
+        _wait("a finished trial and one mid-way", caught, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, kill -9 (and nsenter before it)
+        proc.wait(timeout=60)
+    again = c.run(c.head, _command(c, bucket, "dk"), timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resuming dk:" in again.stdout
+    summary = _assert_complete(c, bucket, "dk", raw)
+    logs = [_object(c, bucket, f"runs/dk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
+    assert any("resumed at epoch" in log for log in logs), "no trial continued from a checkpoint"
+    # Extended from the bucket by one trial: the others are kept as they are.
+    journals = {
+        t["trial_id"]: _object(c, bucket, f"runs/dk/{t['trial_id']}/metrics.jsonl") for t in summary["trials"]
+    }
+    more = c.run(c.head, ["python", "-m", "tuner", "extend", f"s3://{bucket}/runs/dk", "--num-samples", "1",
+                          "--address", c.gcs], timeout=600)  # fmt: skip
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    extended = json.loads(_object(c, bucket, "runs/dk/summary.json"))
+    assert extended["status"] == "completed" and len(extended["trials"]) == TRIALS + 1
+    assert all(_object(c, bucket, f"runs/dk/{t}/metrics.jsonl") == j for t, j in journals.items())
+    assert "num_samples: 5" in _object(c, bucket, "runs/dk/sweep.yaml").decode()
+
+
+def test_worker_node_killed_its_trials_continue_on_another(ns_cluster: nscluster.NsCluster) -> None:
+    c = ns_cluster
+    w1 = c.nodes[1]
+    bucket = c.s3.make_bucket("node-kill")
+    raw = _sweep_file(c)
+    proc = c.popen(
+        c.head, _command(c, bucket, "nk"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+
+        def on_w1_with_a_checkpoint() -> bool:  # as the node itself sees it
+            journals = [p for p in c.files(w1, "/tmp/ray") if p.endswith("/metrics.jsonl") and "/nk/" in p]
+            return any(len(w1.path(p).read_text().splitlines()) >= 2 for p in journals)
+
+        _wait("a trial on the worker node past its second epoch", on_w1_with_a_checkpoint, proc)
+        c.kill(w1)  # power off: raylet, trial actor, everything of the node at once
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if not w1.alive():
+            c.revive(w1)  # the next tests get their two nodes back
+    assert proc.returncode == 0, out[-3000:]
+    summary = _assert_complete(c, bucket, "nk", raw)
+    logs = [_object(c, bucket, f"runs/nk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
+    assert any("resumed at epoch" in log for log in logs), "no trial continued from a checkpoint"

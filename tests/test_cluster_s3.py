@@ -1,0 +1,96 @@
+"""A sweep on machines that share no disk (tests/nscluster.py), its results in object storage
+(the S3 server the nodes reach): nothing the user needs stays on a node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import nscluster
+from tests.conftest import DEBUG, ROOT, run_cli
+from tests.test_best import _scores
+
+pytestmark = pytest.mark.slow
+TRIALS = 12
+
+
+def _bucket_object(c: nscluster.NsCluster, bucket: str, key: str) -> bytes:
+    return c.s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
+    ns_cluster: nscluster.NsCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ns_cluster
+    bucket = c.s3.make_bucket("cluster-runs")
+    uri = f"s3://{bucket}/runs/twelve"
+    # The user's project, submitted from the host (their laptop) as a Ray job: the sweep file
+    # and their own data module (tests/best_task.py: an accuracy tuner does not compute).
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "tests" / "best_task.py", project / "best_task.py")
+    raw = yaml.safe_load(DEBUG.read_text())
+    raw["task"].update(data="best_task:flipped", data_args={})
+    # Trials of a few seconds: long enough that the worker node's first trial actor (its
+    # runtime env installed from the job's package) starts before the head has run them all.
+    raw["training"]["batch_size"] = 8
+    raw["schedule"].update(max_epochs=8, early_stopping=False)
+    (project / "sweep.yaml").write_text(yaml.safe_dump(raw))
+    sweep = ["--output", f"s3://{bucket}/runs", "--name", "twelve", "--num-samples", str(TRIALS)]
+    sweep += ["--resume-if-exists"]
+    out = run_cli(
+        "submit", "sweep.yaml", "--address", c.dashboard, "--submission-id", "twelve", "--", *sweep,
+        cwd=project, env=c.host_env(), timeout=600,
+    )  # fmt: skip
+    errors = [
+        _bucket_object(c, bucket, k).decode()[-3000:] for k in c.s3.keys(bucket) if k.endswith("error.txt")
+    ]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + "\n".join(errors)
+    assert "are on other machines" not in out.stderr  # object storage: nothing to warn about
+    keys = set(c.s3.keys(bucket, "runs/twelve/"))
+    summary = json.loads(_bucket_object(c, bucket, "runs/twelve/summary.json"))
+    assert summary["status"] == "completed" and len(summary["trials"]) == TRIALS
+    assert all(t["best_value"] is not None for t in summary["trials"])
+    ran_on = set()
+    for t in summary["trials"]:
+        rows = _bucket_object(c, bucket, f"runs/twelve/{t['trial_id']}/result.json").decode().splitlines()
+        ran_on |= {json.loads(row)["node_ip"] for row in rows}
+        journal = _bucket_object(c, bucket, f"runs/twelve/{t['trial_id']}/metrics.jsonl").decode()
+        epochs = [json.loads(m)["epoch"] for m in journal.splitlines()]
+        assert epochs == list(range(1, t["epochs"] + 1))  # every epoch, none twice
+    assert ran_on == {n.ip for n in c.nodes}, ran_on
+    # Nothing the user needs stays on a node: every file a node keeps of the sweep (the
+    # driver's mirror on the head, Ray's staging directories of the trials) is in the bucket.
+    for node in c.nodes:
+        for path in c.files(node, "/tmp"):
+            if "/twelve/" not in path or path.endswith((".part", ".lock")) or "/.tuner.lock" in path:
+                continue
+            rel = path.split("/twelve/", 1)[1]
+            if rel.startswith(("working_dirs/", "driver_artifacts/")):  # Ray's staging: <trial>/<file>
+                rel = rel.split("/", 1)[1]
+            assert f"runs/twelve/{rel}" in keys, (node.name, path)
+    # best/: the best trial's best epoch, uploaded by the node that trained it.
+    assert {f"runs/twelve/best/{f}" for f in ("model.pt", "config.json", "metrics.json")} <= keys
+    # The host, another machine with an empty cache, reads it from the bucket: the report, an
+    # export, and load_best, whose model scores what its trial recorded.
+    env = {**c.host_env(), "TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    report = run_cli("report", uri, "--format", "md", env=env)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert summary["best"]["trial_id"] in report.stdout
+    exported = run_cli("export", uri, "--output", str(tmp_path / "exported"), env=env)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert (
+        json.loads((tmp_path / "exported" / "metrics.json").read_text())["epoch"] == summary["best"]["epoch"]
+    )
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    import tuner
+
+    _scores(tuner.load_best(uri), summary["best"]["metrics"]["val_acc"])
+    everything = b"".join(_bucket_object(c, bucket, k) for k in keys)
+    assert c.s3.secret.encode() not in everything and c.token.encode() not in everything
+    assert c.s3.secret not in out.stdout + out.stderr and c.token not in out.stdout + out.stderr

@@ -1,0 +1,182 @@
+"""Ray's private API behind a version gate (tuner/cluster/_ray_internals.py).
+
+The canary: every private name tuner uses exists in the installed Ray, as it was when checked
+(no Ray is started). The gate: on another Ray, or with TUNER_RAY_FALLBACKS=1, the public
+fallbacks are taken. A sweep, its Ctrl-C and its resume with the fallbacks forced are in
+tests/test_resume.py; a local Ray on loopback with them in tests/test_local_ray.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tuner.cluster import _ray_internals
+
+# (module, attribute path) of every private name _ray_internals uses.
+PRIVATE = [
+    ("ray._private.services", "find_bootstrap_address"),
+    ("ray._private.services", "resolve_ip_for_localhost"),
+    ("ray._raylet", "AuthenticationTokenLoader.instance"),
+    ("ray._raylet", "AuthenticationTokenLoader.has_token"),
+    ("ray._raylet", "AuthenticationTokenLoader.get_raw_token"),
+    ("ray._raylet", "Config.health_check_failure_threshold"),
+    ("ray._private.authentication.authentication_token_setup", "_enable_token_auth"),
+    ("ray._private.ray_constants", "ENABLE_RAY_CLUSTER"),
+    ("ray._private.state", "state.get_cluster_config"),
+    ("ray._private.node", "Node.start_api_server"),
+    ("ray._private.worker", "_global_node"),
+    ("ray.air._internal.usage", "tag_callbacks"),
+    ("ray.scripts.scripts", "main"),
+    ("ray.core.generated.gcs_pb2", "GcsNodeInfo.ALIVE"),
+    ("ray.core.generated.gcs_service_pb2", "GetAllNodeInfoRequest"),
+    ("ray.core.generated.gcs_service_pb2_grpc", "NodeInfoGcsServiceStub"),
+    ("ray.core.generated.ray_client_pb2", "ClusterInfoRequest"),
+    ("ray.core.generated.ray_client_pb2", "ClusterInfoType.PING"),
+    ("ray.core.generated.ray_client_pb2", "ClusterInfoType.NODES"),
+    ("ray.core.generated.ray_client_pb2_grpc", "RayletDriverStub"),
+]
+
+
+def _get(module: str, path: str) -> object:
+    obj: object = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("module, path", PRIVATE, ids=[f"{m}.{p}" for m, p in PRIVATE])
+def test_every_private_name_exists_in_the_installed_ray(module: str, path: str) -> None:
+    _get(module, path)
+
+
+def test_the_private_behaviour_relied_on_is_as_checked() -> None:
+    """The installed Ray is the checked one, and what tuner counts on beyond names holds."""
+    import ray
+    from ray._private import node, ray_constants
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+
+    assert _ray_internals.ray_version() == ray.__version__
+    assert ray.__version__.startswith(_ray_internals.RAY_CHECKED + "."), "re-check _ray_internals"
+    init = inspect.getsource(ray.init)
+    assert 'kwargs.pop("_node_ip_address"' in init and 'kwargs.pop("_system_config"' in init
+    source = inspect.getsource(node.Node)
+    assert "self._webui_url" in source  # what the deferred start of the API server sets
+    assert "self.head = " in source and "self.all_processes: dict" in source  # read by node_process_ids
+    assert ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR == "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+    asha = AsyncHyperBandScheduler(metric="m", mode="max", max_t=9, grace_period=1, reduction_factor=3)
+    milestones = [m for m, rung in _ray_internals.asha_rungs(asha) if isinstance(rung, dict)]
+    assert milestones == [9, 3, 1], milestones
+    for name in _ray_internals._INIT_MODULES:
+        importlib.import_module(name)
+
+
+def test_the_public_fallbacks_are_read_where_we_set_them() -> None:
+    """Tune reads TUNE_DISABLE_SIGINT_HANDLER (tuner handles Ctrl-C itself); Ray's config
+    reads RAY_health_check_failure_threshold (the fallback of `_system_config`)."""
+    import ray.tune.tune
+
+    assert "TUNE_DISABLE_SIGINT_HANDLER" in inspect.getsource(ray.tune.tune)
+    probe = "import ray._raylet as r; print(r.Config.health_check_failure_threshold())"
+    env = {**os.environ, "RAY_health_check_failure_threshold": "17"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "17", out.stderr
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Where a module imports Ray's private modules, passes ray.init's private arguments, or
+    reads the words of a Tune log line."""
+    private = ("ray._private", "ray._raylet", "ray.core.generated", "ray.air._internal")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            names = []
+        uses = [n for n in names if n.startswith(private)]
+        if isinstance(node, ast.keyword) and node.arg in ("_system_config", "_node_ip_address"):
+            uses.append(node.arg)
+        if isinstance(node, ast.Constant) and "Stop signal received" in str(node.value):
+            uses.append(node.value)
+        found += [f"{path.name}:{node.lineno}: {use}" for use in uses]
+    return found
+
+
+def test_no_module_outside_ray_internals_uses_rays_private_api() -> None:
+    outside = [p for p in sorted((ROOT / "tuner").rglob("*.py")) if p.name != "_ray_internals.py"]
+    assert [use for p in outside for use in _private_uses(p)] == []
+    assert _private_uses(ROOT / "tuner" / "cluster" / "_ray_internals.py")  # (the scan sees them)
+
+
+def test_the_gate_takes_the_fallbacks_on_another_ray_or_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_ray_internals.FALLBACKS_ENV, raising=False)
+    monkeypatch.delenv("RAY_health_check_failure_threshold", raising=False)
+    assert _ray_internals.checked()
+    assert set(_ray_internals.local_init_options(20)) == {"_node_ip_address", "_system_config"}
+    for forced in ("1", "yes"):
+        monkeypatch.setenv(_ray_internals.FALLBACKS_ENV, forced)
+        assert not _ray_internals.checked()
+    monkeypatch.setenv(_ray_internals.FALLBACKS_ENV, "0")
+    assert _ray_internals.checked()
+    monkeypatch.setattr(_ray_internals, "ray_version", lambda: "2.61.0")
+    assert not _ray_internals.checked()
+    # Each function then takes its public way.
+    assert _ray_internals.local_init_options(20) == {}
+    assert os.environ["RAY_health_check_failure_threshold"] == "20"
+    assert _ray_internals.node_process_ids() == [] and _ray_internals.find_bootstrap_address() is None
+    assert _ray_internals.autoscaler_node_groups() is None and not _ray_internals.imports_beside_init()
+    assert list(_ray_internals.asha_rungs(object())) == []
+    with _ray_internals.api_server_after_init():
+        pass
+    monkeypatch.setenv("RAY_AUTH_TOKEN", " t0ken \n")
+    assert _ray_internals.ray_token() == "t0ken"
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    _ray_internals.enable_token_auth()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+
+
+def test_the_fallback_token_is_read_where_ray_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token (Ray's
+    token authentication guide, in that order)."""
+    monkeypatch.setenv(_ray_internals.FALLBACKS_ENV, "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    assert _ray_internals.ray_token() is None
+    home = tmp_path / ".ray" / "auth_token"
+    home.parent.mkdir()
+    home.write_text("from-home\n")
+    assert _ray_internals.ray_token() == "from-home"
+    named = tmp_path / "named"
+    named.write_text("from-path")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(named))
+    assert _ray_internals.ray_token() == "from-path"
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
+    assert _ray_internals.ray_token() == "from-env"
+
+
+def test_a_private_use_without_a_fallback_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster probe (generated gRPC stubs) on a Ray without them: a ConfigError, which the
+    CLI prints as one line (exit 2), naming the function and the checked Ray version."""
+    import ray.core.generated as generated
+
+    monkeypatch.delattr(generated, "gcs_service_pb2", raising=False)
+    monkeypatch.setitem(sys.modules, "ray.core.generated.gcs_service_pb2", None)  # import fails
+    with pytest.raises(_ray_internals.RayMismatch) as caught:
+        _ray_internals.gcs_alive_nodes("127.0.0.1:1", None, 1.0)
+    line = str(caught.value)
+    assert line.startswith("ray: gcs_alive_nodes") and "checked against Ray 2.60" in line
+    assert "\n" not in line

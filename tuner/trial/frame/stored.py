@@ -1,0 +1,58 @@
+"""A trial of a sweep in object storage, on whichever node it runs: what it wrote before (on
+another node, or in an earlier run of the sweep) comes back into its working directory, and
+its newest checkpoint is found in the bucket.
+
+Ray hands a trial its own checkpoint only when Ray itself retries it; a trial that `tuner
+resume` continues is a new Tune trial in the same directory, and a trial's working directory
+on a new node starts empty. Without this its metrics journal would start again, and Ray's
+upload of the new one would replace the whole history in the bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+from tuner.sweepdir import BEST_RECORD, METRICS_FILE, TRIAL_LOG, read_best_record
+from tuner.sweepdir.remote import is_s3, ray_storage
+
+_CHECKPOINT_DIR = re.compile(r"^(checkpoint_\d{6})/")  # Ray's, in the trial's directory
+_BROUGHT_BACK = (METRICS_FILE, BEST_RECORD, TRIAL_LOG)  # the trial's own history
+
+
+def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
+    """For s3:// storage: bring the trial's earlier files into `trial_dir` (its working
+    directory; those already there are kept) and return its newest checkpoint in the bucket
+    (a ray.tune.Checkpoint), or None. Other storage: None, nothing done."""
+    if not is_s3(storage):
+        return None
+    import json
+
+    import s3fs
+    from ray import tune
+
+    ctx = tune.get_context()
+    path, filesystem = ray_storage(storage)
+    remote = f"{path}/{ctx.get_experiment_name()}/{os.path.basename(ctx.get_trial_dir().rstrip('/'))}"
+    fs = s3fs.S3FileSystem()
+    found = fs.find(remote, detail=True)
+    newest: tuple[float, str] = (float("-inf"), "")
+    for key, info in found.items():
+        rel = key[len(remote) :].lstrip("/")
+        m = _CHECKPOINT_DIR.match(rel)
+        if m:  # the newest upload: a resumed trial numbers its checkpoints from 0 again
+            stamp = info.get("LastModified")
+            when = stamp.timestamp() if stamp is not None else 0.0
+            newest = max(newest, (when, m.group(1)))
+        elif rel in _BROUGHT_BACK and not os.path.exists(os.path.join(trial_dir, rel)):
+            fs.get_file(key, os.path.join(trial_dir, rel))
+    best = os.path.join(trial_dir, BEST_RECORD)
+    if os.path.exists(best) and read_best_record(trial_dir) is None:  # its weights, named there
+        with open(best) as f:
+            name = os.path.basename(str(json.load(f).get("weights", "")))
+        if name and f"{remote}/{name}" in found:
+            fs.get_file(f"{remote}/{name}", os.path.join(trial_dir, name))
+    if not newest[1]:
+        return None
+    return tune.Checkpoint(path=f"{remote}/{newest[1]}", filesystem=filesystem)
