@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.config import load_sweep  # noqa: E402
 from tuner.search.algorithms import random_configs  # noqa: E402
-from tuner.space import Choice, Fixed, LogRandInt, LogUniform, ParamT  # noqa: E402
+from tuner.space.params import Choice, Fixed, LogRandInt, LogUniform, ParamT  # noqa: E402
 
 TABLE_SEED = 12345  # the table's configurations: not any benchmark seed's
 

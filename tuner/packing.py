@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Optional
 
-from tuner.constraints import allows
-from tuner.space import ParamT, grid_values, values_of
+from tuner.space.constraints import allows
+from tuner.space.params import ParamT, grid_values, values_of
 
 GiB = 1024**3
 # What a CUDA context (driver state, kernels, cuBLAS/cuDNN handles) holds per process, outside

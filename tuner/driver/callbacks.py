@@ -16,7 +16,7 @@ from ray.tune import Callback
 from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock, number
-from tuner.space import Choice, Fixed, Grid, ParamT, values_of
+from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,

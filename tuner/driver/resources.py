@@ -18,7 +18,7 @@ from tuner import packing
 from tuner.cluster import _ray_internals
 from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, ResourcesSection, SweepConfig
-from tuner.space import values_of
+from tuner.space.params import values_of
 from tuner.trial.frame.spec import TrialSpec
 
 # A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.

@@ -24,7 +24,7 @@ from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.space import allows
+from tuner.space.params import allows
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
 

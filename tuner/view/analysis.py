@@ -14,11 +14,11 @@ from typing import Any, Optional
 
 import yaml
 
-from tuner.conditions import conditions
 from tuner.config import ConfigError, SweepConfig
 from tuner.config.placeholders import as_text, env_name, fill
 from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
-from tuner.space import Fixed, ParamT, to_optuna
+from tuner.space.conditions import conditions
+from tuner.space.params import Fixed, ParamT, to_optuna
 from tuner.sweepdir import (
     CONFIG_FILE,
     check_sweep_dir,
