@@ -101,6 +101,7 @@ def test_packed_rate_counts_only_the_window_every_run_shares() -> None:
     assert _bench().shared_rate([a, b[:1]]) == (0.0, 0.0)  # b never got past its warm-up epoch
 
 
+@pytest.mark.slow  # ViT-B/16's graph traced on the meta device: 3-30 s on 2 loaded cores
 def test_flops_are_counted_not_guessed() -> None:
     bench = _bench()
     size = bench.SIZES["mfu"][0]  # ViT-B/16 at 224: 197 tokens
