@@ -227,13 +227,15 @@ class Ran:
     stderr: str
 
 
-def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None) -> Ran:
+def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None, on_session: bool = False) -> Ran:
     """`python -m tuner ARGS` in this process: tuner.cli.main with its output captured and a
     SystemExit's code kept; the working directory, environment and sys.path are restored.
 
     For commands that end before any Ray starts (refusals, validate, report, export, --help):
-    a call that gets as far as starting a Ray fails the test instead. `run_cli` runs a command
-    in a process of its own, as a user does."""
+    a call that gets as far as starting a Ray fails the test instead. With `on_session` (for a
+    test that uses the ray_session fixture) a sweep, resume or extend runs on the session's
+    Ray: the CLI's words, output and exit code without a Ray of its own to start. `run_cli`
+    runs a command in a process of its own, as a user does."""
     import tuner.cluster.connect
     import tuner.driver.sweep
     from tuner.cli import main
@@ -241,11 +243,16 @@ def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None) -> R
     def no_ray(*_: Any, **__: Any) -> None:
         raise AssertionError(f"cli{args} would start a Ray: run it with run_cli, in its own process")
 
+    if on_session:
+        import ray
+
+        assert ray.is_initialized(), "cli(on_session=True) runs on the ray_session fixture's Ray"
     out, err = io.StringIO(), io.StringIO()
     environ, path = dict(os.environ), list(sys.path)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(tuner.driver.sweep, "connect", no_ray)
-        mp.setattr(tuner.cluster.connect, "connect", no_ray)
+        if not on_session:
+            mp.setattr(tuner.driver.sweep, "connect", no_ray)
+            mp.setattr(tuner.cluster.connect, "connect", no_ray)
         if cwd is not None:
             mp.chdir(cwd)
         try:

@@ -190,7 +190,10 @@ def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> N
     ]
     raw["mode"] = "max"
     f.write_text(yaml.safe_dump(raw))
-    assert cli("validate", str(f)).returncode == 0  # with mode, any name will do
+    out = cli("validate", str(f))  # with mode, the name must be one the trials report
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: metric: tuner's loop never reports 'val_dice'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, SPACES, cli, debug_config, run_cli
+from tests.conftest import ROOT, SPACES, cli, debug_config
 from tests.tbread import hparams, scalars
 
 pytestmark = [pytest.mark.slow]
@@ -138,6 +138,7 @@ def metrics(output, target):
 """
 
 
+@pytest.mark.usefixtures("ray_session")
 def test_a_missing_metric_and_a_raising_hook_end_their_trials_in_one_line(tmp_path: Path) -> None:
     _module(tmp_path, FAIL_TASK, FAIL_SOURCE)
     sweep = tmp_path / "fail.yaml"
@@ -156,7 +157,7 @@ def test_a_missing_metric_and_a_raising_hook_end_their_trials_in_one_line(tmp_pa
             }
         )
     )
-    out = run_cli("sweep", str(sweep), cwd=tmp_path)  # the module is found from here
+    out = cli("sweep", str(sweep), cwd=tmp_path, on_session=True)  # the module is found from here
     assert out.returncode == 1, out.stdout + out.stderr
     summary = json.loads((tmp_path / "runs" / "fail-hooks" / "summary.json").read_text())
     by_outputs = {t["config"]["outputs"]: t for t in summary["trials"]}
@@ -181,11 +182,12 @@ def test_a_missing_metric_and_a_raising_hook_end_their_trials_in_one_line(tmp_pa
         assert "Traceback" in text
 
 
+@pytest.mark.usefixtures("ray_session")
 def test_the_regression_example_runs_and_beats_the_mean(tmp_path: Path) -> None:
     from sklearn.datasets import load_diabetes
     from sklearn.model_selection import train_test_split
 
-    out = run_cli(
+    out = cli(
         "sweep",
         str(SPACES / "regression.yaml"),
         "--output",
@@ -195,6 +197,7 @@ def test_the_regression_example_runs_and_beats_the_mean(tmp_path: Path) -> None:
         "--max-epochs",
         "8",
         cwd=ROOT,
+        on_session=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     sweep_dir = tmp_path / "regression"
@@ -238,21 +241,25 @@ training: {{batch_size: 16, amp: off}}
 """
 
 
+@pytest.mark.usefixtures("ray_session")
 def test_a_module_beside_the_sweep_file_is_found_from_anywhere(tmp_path: Path) -> None:
     """`python -m tuner sweep proj/sweep.yaml` from another directory, then `extend` from a
-    third: both validate and train with the module beside the sweep file."""
+    third: both validate and train with the module beside the sweep file. (In this process,
+    on the session's Ray: the directories are tuner's to find, whichever process runs it.)"""
     proj, elsewhere, third = tmp_path / "proj", tmp_path / "elsewhere", tmp_path / "third"
     for d in (proj, elsewhere, third):
         d.mkdir()
     _module(proj, BESIDE_TASK, DDP_SOURCE)
     (proj / "sweep.yaml").write_text(BESIDE_SWEEP)
     assert cli("validate", "../proj/sweep.yaml", cwd=elsewhere).returncode == 0
-    out = run_cli("sweep", "../proj/sweep.yaml", "--output", str(tmp_path / "out"), cwd=elsewhere)
+    out = cli(
+        "sweep", "../proj/sweep.yaml", "--output", str(tmp_path / "out"), cwd=elsewhere, on_session=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     sweep_dir = tmp_path / "out" / "beside"
     # The sweep directory's sweep.yaml is not beside the module: its recorded directories are.
     assert json.loads((sweep_dir / "code.json").read_text())["import_from"][1] == str(proj)
-    more = run_cli("extend", str(sweep_dir), "--num-samples", "1", cwd=third)
+    more = cli("extend", str(sweep_dir), "--num-samples", "1", cwd=third, on_session=True)
     assert more.returncode == 0, more.stdout + more.stderr
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert [t["status"] for t in summary["trials"]] == ["TERMINATED"] * 3

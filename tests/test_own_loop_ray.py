@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, cli, run_cli
+from tests.conftest import ROOT, cli
 from tests.own_loops import _data, hyperband_resumes
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
@@ -84,10 +84,10 @@ LM_TINY = [
 
 @pytest.mark.slow
 def test_language_model_example_trains_with_2_ddp_workers(tmp_path: Path) -> None:
-    out = run_cli(
+    out = cli(
         "sweep", "search_spaces/char_lm.yaml", "--output", str(tmp_path),
         "--set", "resources.workers_per_trial=2", *LM_TINY,
-        timeout=600,
+        cwd=ROOT, on_session=True,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((tmp_path / "char-lm" / "summary.json").read_text())

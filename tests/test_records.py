@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, run_cli
+from tests.conftest import DEBUG, ROOT, cli
 from tuner.results import records
 from tuner.sweepdir import METRICS_FILE, RECORD_FILE, read_metrics, read_summary
 from tuner.trial.checkpoint import DirCheckpoints
@@ -50,6 +50,7 @@ def _interrupted_sweep(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")  # the resume runs in this process, on the session's Ray
 def test_resume_continues_trials_with_a_damaged_record_or_newest_checkpoint(tmp_path: Path) -> None:
     sweep = _interrupted_sweep(tmp_path)
     a, b = sorted(p.parent for p in sweep.glob(f"*/{RECORD_FILE}"))
@@ -60,7 +61,7 @@ def test_resume_continues_trials_with_a_damaged_record_or_newest_checkpoint(tmp_
     ckpt = Path(DirCheckpoints(str(b)).path(newest_b))
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])  # cut short
 
-    run = run_cli("resume", str(sweep))
+    run = cli("resume", str(sweep), on_session=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     warned = [ln for ln in run.stderr.splitlines() if RECORD_FILE in ln]

@@ -104,6 +104,7 @@ def _check_resumed(sweep: Path, finished: dict, midway: dict) -> dict:
     return summary
 
 
+@pytest.mark.usefixtures("ray_session")  # the resume runs in this process, on the session's Ray
 def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     """BOHB: its rungs and model rebuilt from a driver killed mid-way. (Every algorithm's plan
     rebuilt from earlier trials: test_algorithms.py::test_resumed_plan_runs_exactly_what_is_left;
@@ -111,7 +112,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     sweep = tmp_path / "debug"
     _interrupt_when_caught_midway(_start(tmp_path, "bohb"), sweep, signal.SIGKILL)
     finished, midway = _snapshot(sweep)
-    out = run_cli("resume", str(sweep), timeout=600)
+    out = cli("resume", str(sweep), on_session=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert re.search(
         rf"resuming debug: {len(finished)} trials finished, {len(midway)} to continue", out.stdout

@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the sweep a YAML file describes. Its task is tuner's loop over a model and "
         "data, your loop (task.train), or your own training script run as a process per trial "
         "(task.command: 'python train.py --lr {lr}', reporting with tuner.report(epoch=..., "
-        "val_loss=...); README: Tune your training script).",
+        "val_loss=...); docs/how-to/own-script.md).",
     )
     add_overrides(p)
     add_runtime_flags(p)
@@ -282,7 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema of sweep files (for editors)")
     p.add_argument("-o", "--output", help="write it to this file")
     p.add_argument(
-        "--format", choices=["json", "markdown"], default="json", help="markdown: the README reference"
+        "--format",
+        choices=["json", "markdown"],
+        default="json",
+        help="markdown: the table of docs/reference/sweep-file.md",
     )
     p.set_defaults(func=cmd_schema)
 

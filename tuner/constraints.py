@@ -6,7 +6,7 @@ or `width * depth <= 4096`: arithmetic (`+ - * / // % **`, unary `-`/`+`), compa
 and checked against a whitelist of node types, then walked by the small interpreter below:
 nothing is ever compiled or `eval`ed, so a constraint cannot call, import or look anything up.
 
-Rules, also in the README:
+Rules, also in docs/how-to/search-space.md#constraints:
 - A configuration breaks a constraint when the expression is false, or when evaluating it
   fails: division or modulo by zero, a power whose exponent is more than MAX_EXPONENT (or
   whose result would pass MAX_BITS bits), a complex result. Such a configuration never runs.

@@ -2,7 +2,7 @@
 
 Imports neither Ray nor torch, so `tuner validate` answers at once and a bad file is refused
 before anything heavy starts. sections: the fields; load: YAML and overrides in, YAML out;
-schema: the README reference and the JSON Schema; flags: the CLI flags that override fields.
+schema: the docs' field reference and the JSON Schema; flags: the CLI flags that override fields.
 Modules of this package import each other directly, never this face, so it re-exports them
 without a circle.
 """

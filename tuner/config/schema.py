@@ -1,4 +1,4 @@
-"""The sweep file described for people and editors: the README reference, the JSON Schema."""
+"""The sweep file described for people and editors: the reference in docs/, the JSON Schema."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The sweep file: a typed, validated `SweepConfig` (defaults < YAML < CLI flags).
 
-Every field documents itself (the descriptions feed `tuner schema` and the README), and every
+Every field documents itself (the descriptions feed `tuner schema` and docs/), and every
 error names the field path it is about, e.g. `search.params.lr.low: must be > 0 for loguniform`.
 This module imports neither Ray nor torch, so `tuner validate` answers at once and a bad file
 is refused before anything heavy starts.
@@ -39,7 +39,7 @@ class SearchSection(Section):
     """How configurations are chosen."""
 
     algorithm: str = Field(
-        "random", description="grid | random | bohb | optuna (see README: Search algorithms)."
+        "random", description="grid | random | bohb | optuna (docs/explanation/algorithms.md)."
     )
     num_samples: int = Field(
         10, ge=1, le=MAX_TRIALS, description="Trials to run (grid search runs its full grid instead)."
@@ -51,21 +51,21 @@ class SearchSection(Section):
         description="Hyperparameters: {type: uniform|loguniform|randint|lograndint, low, high}, "
         "{type: choice|grid, values: [...]}, or a bare value (fixed). Integer bounds are "
         "inclusive. when: {name: value or [values], ...} searches a parameter only where those "
-        "parameters have those values (README: Conditional parameters).",
+        "parameters have those values (docs/how-to/search-space.md#conditional-parameters).",
     )
     constraints: list[str] = Field(
         default_factory=list,
         description="Expressions every trial's configuration keeps, over parameter names and "
         "numbers: + - * / // % **, comparisons, and/or/not, e.g. 'width % heads == 0' "
-        "(README: Constraints).",
+        "(docs/how-to/search-space.md#constraints).",
     )
 
     start_with: list[dict[str, Scalar]] = Field(
         default_factory=list,
         description="Configurations every algorithm runs first, e.g. [{lr: 0.01, optimizer: adam}]: "
         "each may name some parameters of search.params, the rest drawn from the space; they count "
-        "towards num_samples and model-based searchers learn from them like any trial (README: "
-        "Known starting points).",
+        "towards num_samples and model-based searchers learn from them like any trial "
+        "(docs/how-to/warm-start.md#known-starting-points-start_with).",
     )
 
     warm_start: Union[Literal["auto"], list[str]] = Field(
@@ -73,7 +73,7 @@ class SearchSection(Section):
         description="Earlier sweep directories whose trials this sweep's searcher starts from (told as "
         "history; random search runs their best 5 first), or auto: every sweep in output/ of the same "
         "task. One of another task (fingerprint: task fields, objectives, user modules) is refused "
-        "unless warm_start_force (README: Warm start).",
+        "unless warm_start_force (docs/how-to/warm-start.md#earlier-sweeps-warm_start).",
     )
     warm_start_force: bool = Field(
         False, description="Use warm_start sweeps even where their task fingerprint differs."
@@ -251,7 +251,7 @@ class SweepConfig(Section):
         description="What to optimise: any value the trials report each epoch (val_acc, "
         "val_loss, train_loss, num_params, or val_<name> of task.metrics); or a list of them, "
         "several objectives: the sweep finds their Pareto front (summary.json's pareto); the "
-        "first is what best and the ranking use (README: Several objectives).",
+        "first is what best and the ranking use (docs/how-to/search-space.md#several-objectives).",
     )
     mode: ModeField = Field(
         None,

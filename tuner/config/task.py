@@ -56,7 +56,7 @@ class TaskSection(Section):
         None,
         description="Your own training loop instead of tuner's: 'package.module:function' with "
         "signature fn(config, ctx), run in every trial (on every worker); it builds its own "
-        "model and data and reports each epoch with ctx.report (README: Your own loop). Not "
+        "model and data and reports each epoch with ctx.report (docs/how-to/own-loop.md). Not "
         "with model, data, data_args, loss or metrics.",
     )
 
@@ -66,8 +66,8 @@ class TaskSection(Section):
         "as a shell would, but run without one) or a list of arguments, with {name} filled from "
         "the trial's search.params (and {max_epochs}, {trial_dir}, {trial_id}), e.g. 'python "
         "train.py --lr {lr} --epochs {max_epochs}'. The script reports each epoch with "
-        "tuner.report(epoch=..., name=value) or a stdout line (README: Tune your training "
-        "script). Not with model, data, data_args, loss, metrics or train.",
+        "tuner.report(epoch=..., name=value) or a stdout line (docs/how-to/own-script.md). "
+        "Not with model, data, data_args, loss, metrics or train.",
     )
     launcher: Optional[Literal["torchrun"]] = Field(
         None,

@@ -1,4 +1,4 @@
-"""A trial trained by the user's own script: `task.command` (README: Tune your training script).
+"""A trial trained by the user's own script: `task.command` (docs/how-to/own-script.md).
 
 The trial actor runs the command as a process (`trial.process`: started where the sweep was
 started, with the trial's GPUs in CUDA_VISIBLE_DEVICES, in its own process group, output to

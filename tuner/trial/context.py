@@ -36,7 +36,7 @@ class TrialEnded(BaseException):
 
 
 class TrainContext:
-    """The `ctx` of `fn(config, ctx)`; see README, "Your own loop (task.train)"."""
+    """The `ctx` of `fn(config, ctx)`; see docs/how-to/own-loop.md."""
 
     def __init__(self, frame: Frame, progress: Progress, checkpoint: Optional[dict[str, Any]]):
         self._frame, self._progress = frame, progress
