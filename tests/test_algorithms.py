@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import DEBUG, contains
 from tuner.config import load_sweep
 from tuner.search import algorithms
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, LogUniform
+from tuner.space.params import ALGORITHM_KINDS, Fixed, Grid, LogUniform
 
 ALGOS = list(algorithms.ALGORITHMS)
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import DEBUG, SPACES, cli
-from tuner import conditions, constraints
 from tuner.config import ConfigError, load_sweep, parse_sweep, read_yaml, settled
 from tuner.search import algorithms
 from tuner.search.plan import Prior, PriorTrial
+from tuner.space import conditions, constraints
 
 # optimizer -> momentum (only for sgd) -> nesterov-like flag (only for high momentum: a chain);
 # depth -> dropout (only for 2 or 3 layers); width and heads tied by the constraints.
@@ -116,7 +116,7 @@ def test_unconditional_spaces_draw_what_they_drew_before() -> None:
 
 
 def test_configspace_gets_the_conditions() -> None:
-    from tuner.space import to_configspace
+    from tuner.space.params import to_configspace
 
     cfg = _cfg("bohb")
     searched = {k: v for k, v in cfg.search.params.items()}

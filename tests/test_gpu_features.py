@@ -16,15 +16,15 @@ import torch
 
 from tests.test_loop import DIGITS, SYNTH, hp, train
 from tuner.config import TrainingSection
-from tuner.trial.amp import make_amp
-from tuner.trial.batchsize import largest_fitting
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.data import Batches, TensorData
-from tuner.trial.gpu import Gpu, NoGpu, Nvml, make_gpu, mean_utilisation
-from tuner.trial.models import build_model
-from tuner.trial.prefetch import CudaPrefetcher, Feed, make_feed
-from tuner.trial.session import cuda_index
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.gpu import Gpu, NoGpu, Nvml, make_gpu, mean_utilisation
+from tuner.trial.frame.session import cuda_index
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.amp import make_amp
+from tuner.trial.loop.batchsize import largest_fitting
+from tuner.trial.loop.data import Batches, TensorData
+from tuner.trial.loop.models import build_model
+from tuner.trial.loop.prefetch import CudaPrefetcher, Feed, make_feed
 
 CPU = torch.device("cpu")
 

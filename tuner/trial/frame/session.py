@@ -1,0 +1,316 @@
+"""Where a trial reports to: a Tune trial actor, a DDP rank (its own actor or a Ray Train
+worker), or nothing (local).
+
+The loop talks only to this interface (rank facts, `load_checkpoint`, `report`), so the same
+loop runs in every mode; each session decides where checkpoints go, and the Ray modules are
+imported only by the session that needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import torch
+
+from tuner.errors import MissingMetricError
+from tuner.trial.frame.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
+from tuner.trial.frame.spec import trial_dir_for
+
+
+class Session:
+    """Rank facts plus the two calls the loop needs: the checkpoint to resume, and report."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    trial_dir: Optional[str] = None
+    trial_id: str = "local"
+    notice: Optional[str] = None  # what load_checkpoint had to pass over, in one line
+    metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
+    best: Optional[BestCheckpoint] = None  # the best epoch's weights (trials in a sweep directory)
+    also: tuple[str, ...] = ()  # the other objectives' metrics, with several: likewise
+    _reported: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, use_gpu: bool) -> torch.device:
+        return cuda(torch.cuda.current_device()) if use_gpu and torch.cuda.is_available() else CPU
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        """The newest checkpoint's state to resume from, or None to start fresh."""
+        return None
+
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        """Report an epoch's metrics; `state` (rank 0 only) is checkpointed first.
+
+        Every report of a trial passes here, whoever runs the loop. The first must hold the
+        sweep's metric (every objective's), or the trial ends with MissingMetricError before
+        anything is sent. An epoch better than any before (by the first objective) keeps its
+        weights (`best`) before the scheduler hears of it, so a trial stopped at this report
+        has them.
+        """
+        wanted = (self.metric, *self.also) if self.metric is not None else ()
+        missing = [name for name in wanted if name not in metrics]
+        if not self._reported and missing:
+            raise MissingMetricError(missing[0], list(metrics))
+        self._reported = True
+        if self.best is not None and state is not None and self.is_main:
+            self.best.offer(metrics, state)
+        self._report(metrics, state)
+
+    def keep_best(self, metric: Optional[str], mode: str) -> None:
+        """Keep the trial's best epoch's weights in its directory (by `metric` and `mode`)."""
+        if metric is not None and self.trial_dir is not None:
+            self.best = BestCheckpoint(self.trial_dir, metric, mode)
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+
+class LocalSession(Session):
+    """No Ray: metrics kept in a list, checkpoints in `root` (the trial's own files).
+
+    For tests, benchmarks and plain `torchrun` (reads RANK/WORLD_SIZE when set).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        resume: bool = False,
+        keep: int = 2,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+    ):
+        self.trial_dir, self.metric, self.also = root, metric, tuple(also)
+        self.rank = int(os.environ.get("RANK", 0))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1))
+        self.metrics: list[dict[str, Any]] = []
+        self.checkpoints = DirCheckpoints(root, keep)
+        self._resume = resume
+        os.makedirs(root, exist_ok=True)
+        self.keep_best(metric, mode)
+
+    def device(self, use_gpu: bool) -> torch.device:
+        return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else CPU
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        if not self._resume:
+            return None
+        state = self.checkpoints.load(map_location)
+        self.notice = self.checkpoints.notice
+        return state
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        if state is not None and self.is_main:
+            self.checkpoints.save(state, int(metrics["epoch"]))
+        self.metrics.append(dict(metrics))
+
+
+class TuneSession(Session):
+    """Inside a Tune trial actor (one worker).
+
+    With a local or shared sweep directory the trial keeps its own checkpoints there (see
+    `tuner.trial.frame.checkpoint`); with URI storage (s3://...) Tune persists them.
+    """
+
+    def __init__(
+        self,
+        sweep_dir: Optional[str],
+        keep: int,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+        storage: str = "",
+    ):
+        from ray import tune
+
+        from tuner.trial.frame.stored import continue_from_storage
+
+        self.metric, self.also = metric, tuple(also)
+        ctx = tune.get_context()
+        self.trial_id = ctx.get_trial_id()
+        self.trial_dir = trial_dir_for(ctx.get_trial_dir(), sweep_dir)
+        self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
+        # Object storage: its earlier files back in its working directory, its newest checkpoint.
+        self.stored = continue_from_storage(storage, self.trial_dir) if sweep_dir is None else None
+        # In the trial's directory: the sweep's, or with URI storage its working directory,
+        # which Ray uploads with each checkpoint: the best weights reach the bucket from the
+        # node that made them.
+        self.keep_best(metric, mode)
+
+    def device(self, use_gpu: bool) -> torch.device:
+        return ray_actor_device(use_gpu)
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        if self.own is not None:
+            state = self.own.load(map_location)
+            self.notice = self.own.notice
+            return state
+        from ray import tune
+
+        return _load_ray_checkpoint(tune.get_checkpoint() or self.stored, map_location)
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        from ray import tune
+
+        if state is None:
+            tune.report(metrics)
+        elif self.own is not None:
+            self.own.save(state, int(metrics["epoch"]))
+            tune.report(metrics)
+        else:
+            with _temp_checkpoint(state) as d:
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+class TrainSession(Session):
+    """Inside a Ray Train worker (DDP): every rank reports, rank 0 with the checkpoint.
+
+    Train V2 keeps the checkpoints in `<trial>/train/`; a rerun of the same Train run (a
+    retried or resumed trial) starts from the newest. Rank 0 keeps the best epoch's weights
+    in the trial's directory when it is in a local or shared sweep directory (`local`).
+    """
+
+    def __init__(
+        self,
+        trial_dir: Optional[str],
+        trial_id: str,
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+        local: bool = False,
+    ):
+        import ray.train
+
+        self.metric, self.also = metric, tuple(also)
+        ctx = ray.train.get_context()
+        self.rank = ctx.get_world_rank()
+        self.local_rank = ctx.get_local_rank()
+        self.world_size = ctx.get_world_size()
+        self.trial_dir, self.trial_id = trial_dir, trial_id
+        if local and self.is_main:
+            self.keep_best(metric, mode)
+
+    def device(self, use_gpu: bool) -> torch.device:
+        if not (use_gpu and torch.cuda.is_available()):
+            return CPU
+        import ray.train.torch
+
+        return cuda(ray.train.torch.get_device().index)
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        import ray.train
+
+        return _load_ray_checkpoint(ray.train.get_checkpoint(), map_location)
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        import ray.train
+
+        if state is None:
+            ray.train.report(metrics)
+            return
+        with _temp_checkpoint(state) as d:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+class GroupSession(Session):
+    """One rank of a DDP trial whose workers are actors on the trial's node (trial/launch/ranks.py).
+
+    Rank 0 keeps the trial's checkpoints in its directory (local or shared, like a 1-worker
+    trial's) and hands each epoch's metrics, already reduced over the ranks by the loop, to
+    `send`; the trial actor forwards them to Tune. Every rank resumes from the newest checkpoint.
+    """
+
+    def __init__(
+        self,
+        trial_dir: str,
+        trial_id: str,
+        rank: int,
+        world_size: int,
+        keep: int,
+        send: Callable[[dict[str, Any]], None],
+        metric: Optional[str] = None,
+        mode: str = "max",
+        also: Sequence[str] = (),
+    ):
+        self.trial_dir, self.trial_id, self.metric, self.also = trial_dir, trial_id, metric, tuple(also)
+        self.rank = self.local_rank = rank  # (all ranks on one node)
+        self.world_size = world_size
+        self.own = DirCheckpoints(trial_dir, keep)
+        self._send = send
+        if self.is_main:
+            self.keep_best(metric, mode)
+
+    def device(self, use_gpu: bool) -> torch.device:
+        return ray_actor_device(use_gpu)
+
+    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
+        state = self.own.load(map_location)
+        self.notice = self.own.notice if self.is_main else None
+        return state
+
+    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        if not self.is_main:
+            return  # the loop reduced the metrics over ranks: rank 0's stand for all
+        if state is not None:
+            self.own.save(state, int(metrics["epoch"]))
+        self._send(dict(metrics))
+
+
+CPU = torch.device("cpu")
+
+
+def ray_actor_device(use_gpu: bool) -> torch.device:
+    """The device of a Ray actor that holds GPUs (its first), else the CPU."""
+    if not (use_gpu and torch.cuda.is_available()):
+        return CPU
+    import ray
+
+    return cuda(cuda_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")))
+
+
+def cuda(index: int) -> torch.device:
+    """CUDA device `index`, made this process's current device: kernels, NCCL and
+    `torch.cuda.*` calls without a device then all go to the trial's GPU."""
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def cuda_index(ray_gpu_ids: Sequence[Any], visible: Optional[str]) -> int:
+    """The CUDA index of a Ray actor's (first) GPU.
+
+    Ray sets CUDA_VISIBLE_DEVICES to the actor's GPUs, so its GPU id is found in that list (at
+    0); with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES it leaves the variable alone and every
+    GPU is visible, so the id is the index.
+    """
+    if not ray_gpu_ids:
+        return torch.cuda.current_device()
+    gpu = str(ray_gpu_ids[0])
+    if visible is None:
+        return int(gpu)
+    listed = [v.strip() for v in visible.split(",")]
+    return listed.index(gpu) if gpu in listed else 0
+
+
+@contextmanager
+def _temp_checkpoint(state: dict[str, Any]) -> Iterator[str]:
+    """A temporary directory holding `state`; Ray copies it into storage during report."""
+    with tempfile.TemporaryDirectory(prefix="tuner-ckpt-") as d:
+        save_to_dir(state, d)
+        yield d
+
+
+def _load_ray_checkpoint(ckpt: Any, map_location: Any) -> Optional[dict[str, Any]]:
+    """The state in a checkpoint Ray handed back (Tune's or Train's), or None without one."""
+    if ckpt is None:
+        return None
+    with ckpt.as_directory() as d:
+        return load_from_dir(d, map_location)
