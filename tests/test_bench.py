@@ -36,14 +36,14 @@ def _smoke(script: str, *args: str, env: Optional[dict[str, str]] = None) -> Non
 
 
 # Stand-ins for the hand-written peers (../shared/peers: Optuna in-process, Ray Tune), which
-# live outside this repository and are what the real benchmark times. They print the JSON
-# line the real ones print, at once: the smoke runs bench.py's own peer code (its peer runs,
-# ratios and peer rows) without paying a minute for third-party sweeps whose numbers it ignores.
-STAND_IN_PEER = """import json, sys
-args = [a for a in sys.argv[1:] if a not in ("random", "bohb")]
-trials, epochs = int(args[0]), int(args[1])
-print(json.dumps({"peer": "stand-in", "trials": trials, "epochs_spent": trials * epochs,
-                  "best_val_acc": 0.5}))
+# live outside this repository and are what the real benchmark times. Each prints the JSON line
+# the real ones print after a second's "sweep" of one epoch (a rate of the order of the smoke's
+# own, so that every ratio prints as a number above 0.00): the smoke runs bench.py's own peer
+# code (its peer runs, ratios and peer rows) without a minute of third-party sweeps whose
+# numbers it ignores.
+STAND_IN_PEER = """import json, time
+time.sleep(1.0)
+print(json.dumps({"peer": "stand-in", "epochs_spent": 1, "best_val_acc": 0.5}))
 """
 
 
