@@ -125,9 +125,15 @@ class Result:
         arms = []
         for a in raw.get("arms", []):
             m = a.get("measured")
-            arms.append(Arm(dict(a["settings"]), a["change"], Measurement(**m) if m else None, a["verdict"]))
+            arms.append(Arm(dict(a["settings"]), a["change"], _measurement(m) if m else None, a["verdict"]))
         fields = {k: v for k, v in raw.items() if k != "arms" and k in cls.__dataclass_fields__}
         return cls(**{**fields, "arms": arms})
+
+
+def _measurement(raw: Mapping[str, Any]) -> Measurement:
+    # Strict JSON keeps a NaN loss as the string "NaN": float() reads it back.
+    numbers = {k: float(raw[k]) for k in ("samples_per_s", "loss", "seconds") if k in raw}
+    return Measurement(**numbers, error=raw.get("error"))
 
 
 class AutotuneError(RuntimeError):
@@ -377,13 +383,13 @@ class Cache:
 
     def entries(self, key: str) -> dict[str, dict[str, Any]]:
         """Every (device, torch) -> result recorded for the model fingerprint `key`."""
-        found = self._read().get(key)
+        found = self.all().get(key)
         return dict(found) if isinstance(found, dict) else {}
 
     def put(self, key: str, result: Result) -> None:
         if result.cached:
             return
-        data = self._read()
+        data = self.all()
         data.setdefault(key, {})[where_measured(result.device, result.torch)] = result.to_json()
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         tmp = f"{self.path}.{os.getpid()}.tmp"
@@ -391,7 +397,8 @@ class Cache:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, self.path)  # a reader never sees half a file
 
-    def _read(self) -> dict[str, Any]:
+    def all(self) -> dict[str, Any]:
+        """Every entry: model fingerprint -> (device, torch) -> result."""
         try:
             with open(self.path) as f:
                 data = json.load(f)
@@ -434,15 +441,22 @@ def summary_line(result: Result, label: str) -> str:
     return f"{label}: {choice}, {result.speedup:.2f}x the reference's samples/s; {cost}"
 
 
-def table_markdown(result: Result) -> str:
-    """The arms of one size as a Markdown table (the report, autotune.json's readers)."""
-    lines = ["| arm | samples/s | loss | seconds | verdict |", "| --- | ---: | ---: | ---: | --- |"]
+ARM_COLUMNS = ["arm", "samples/s", "loss", "seconds", "verdict"]
+
+
+def arm_rows(result: Result) -> list[list[str]]:
+    """One row per arm (ARM_COLUMNS): what it changed, measured, and the verdict."""
+    rows = []
     for arm in result.arms:
         m = arm.measured
-        if m is None:
-            lines.append(f"| {arm.change} | | | | {arm.verdict} |")
-            continue
-        lines.append(
-            f"| {arm.change} | {m.samples_per_s:.1f} | {m.loss:.4g} | {m.seconds:.1f} | {arm.verdict} |"
+        figures = (
+            ["", "", ""] if m is None else [f"{m.samples_per_s:.1f}", f"{m.loss:.4g}", f"{m.seconds:.1f}"]
         )
-    return "\n".join(lines)
+        rows.append([arm.change, *figures, arm.verdict])
+    return rows
+
+
+def table_markdown(result: Result) -> str:
+    """The arms of one size as a Markdown table."""
+    lines = [f"| {' | '.join(ARM_COLUMNS)} |", "| --- | ---: | ---: | ---: | --- |"]
+    return "\n".join([*lines, *(f"| {' | '.join(row)} |" for row in arm_rows(result))])
