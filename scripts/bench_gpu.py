@@ -57,10 +57,10 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import packing  # noqa: E402
 from tuner.config import TrainingSection  # noqa: E402
-from tuner.trial.data import DataBundle, TensorData  # noqa: E402
-from tuner.trial.loop import run_trial  # noqa: E402
-from tuner.trial.session import LocalSession  # noqa: E402
-from tuner.trial.spec import TrialSpec  # noqa: E402
+from tuner.trial.frame.session import LocalSession  # noqa: E402
+from tuner.trial.frame.spec import TrialSpec  # noqa: E402
+from tuner.trial.loop.data import DataBundle, TensorData  # noqa: E402
+from tuner.trial.loop.run import run_trial  # noqa: E402
 
 # Peak dense bf16 tensor-core TFLOPS (datasheets give "with sparsity" figures: half of those).
 # H100 SXM / H200 SXM: 989.4 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022; H200
@@ -227,7 +227,7 @@ def flops_per_sample(size: dict[str, Any]) -> float:
     """Training FLOPs (forward + backward) of one sample, counted on the meta device."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tuner.trial.models import ViT
+    from tuner.trial.loop.models import ViT
 
     hp = {k: size[k] for k in ("patch_size", "width", "depth", "heads")}
     with torch.device("meta"):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.config import load_sweep  # noqa: E402
 from tuner.search.algorithms import random_configs  # noqa: E402
-from tuner.space import Choice, Fixed, LogRandInt, LogUniform, ParamT  # noqa: E402
+from tuner.space.params import Choice, Fixed, LogRandInt, LogUniform, ParamT  # noqa: E402
 
 TABLE_SEED = 12345  # the table's configurations: not any benchmark seed's
 
@@ -38,8 +38,8 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
     import torch
 
     from tuner.driver.resources import TrialResources, trial_spec
-    from tuner.trial.loops import loop_for
-    from tuner.trial.session import LocalSession
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.launch.loops import loop_for
 
     class NoCheckpoints(LocalSession):
         def _report(self, metrics: dict[str, Any], state: Any) -> None:

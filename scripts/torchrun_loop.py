@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 
 def data(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
-    from tuner.trial.data import load_data
+    from tuner.trial.loop.data import load_data
 
     bundle = load_data("synthetic", _data_args(args), {})
     return bundle.train.x, bundle.train.y  # the very tensors tuner's loop trains on
@@ -34,7 +34,7 @@ def _data_args(args: argparse.Namespace) -> dict:
 
 
 def hand(args: argparse.Namespace) -> list[float]:
-    from tuner.trial.models import mlp
+    from tuner.trial.loop.models import mlp
 
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y = data(args)
@@ -63,9 +63,9 @@ def hand(args: argparse.Namespace) -> list[float]:
 
 def ours(args: argparse.Namespace) -> list[float]:
     from tuner.config import TrainingSection
-    from tuner.trial.loop import run_trial
-    from tuner.trial.session import LocalSession
-    from tuner.trial.spec import TrialSpec
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.frame.spec import TrialSpec
+    from tuner.trial.loop.run import run_trial
 
     hp = {
         **TrainingSection().model_dump(),

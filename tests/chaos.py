@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tuner.trial.models import mlp
+from tuner.trial.loop.models import mlp
 
 
 class _Chaos(nn.Module):

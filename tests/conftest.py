@@ -274,7 +274,7 @@ def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None, on_s
 
 def contains(p: Any, value: Any) -> bool:
     """Whether `value` is one the parameter can produce (the contract tests' check)."""
-    from tuner.space import LogRandInt, LogUniform, RandInt, Uniform, values_of
+    from tuner.space.params import LogRandInt, LogUniform, RandInt, Uniform, values_of
 
     listed = values_of(p)
     if listed is not None and not isinstance(p, (RandInt, LogRandInt)):

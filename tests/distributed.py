@@ -13,9 +13,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tuner.cluster.nodes import free_ports
-from tuner.trial.loop import run_trial
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.run import run_trial
 
 
 def spawn(fn: Callable[..., None], *args: Any, world: int = 2, backend: str = "gloo") -> None:

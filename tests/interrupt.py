@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from tuner.trial.models import mlp
+from tuner.trial.loop.models import mlp
 
 
 def after_builds(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

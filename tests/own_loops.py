@@ -99,8 +99,8 @@ def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
     from ray.tune.schedulers import HyperBandScheduler
 
     from tuner.sweepdir import read_metrics
-    from tuner.trial.runner import in_actor_trial
-    from tuner.trial.spec import TrialSpec
+    from tuner.trial.frame.spec import TrialSpec
+    from tuner.trial.launch.trainables import in_actor_trial
 
     root = Path(__file__).resolve().parents[1]
     spec = TrialSpec(

@@ -13,7 +13,7 @@ import pytest
 from tuner import autotune
 from tuner.autotune import Dimension, Measurement
 from tuner.config import TrainingSection
-from tuner.space import Choice, Fixed, LogUniform, RandInt, Uniform
+from tuner.space.params import Choice, Fixed, LogUniform, RandInt, Uniform
 
 DIMS = [
     Dimension("compile", (False, True)),

@@ -14,7 +14,7 @@ import pytest
 
 from tuner import autotune, autotune_measure
 from tuner.config import TrainingSection
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.spec import TrialSpec
 
 TASK = {"task": {"model": "cnn", "data": "digits"}, "modules": {}}
 

@@ -24,10 +24,10 @@ from tests.best_task import accuracy
 from tests.conftest import cli, debug_config
 from tuner.config import TrainingSection
 from tuner.sweepdir import read_best_record, read_metrics
-from tuner.trial.checkpoint import plain_state_dict
-from tuner.trial.loop import run_trial
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import plain_state_dict
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.run import run_trial
 
 DATA = "tests.best_task:flipped"
 

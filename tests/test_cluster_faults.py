@@ -20,7 +20,7 @@ from tests.conftest import DEBUG
 from tuner.config import load_sweep
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
-from tuner.space import Fixed
+from tuner.space.params import Fixed
 
 pytestmark = pytest.mark.slow
 TRIALS, EPOCHS = 4, 6

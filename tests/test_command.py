@@ -333,7 +333,7 @@ def test_report_is_light_prints_alone_and_writes_its_file_in_a_sweep(tmp_path: P
 def test_the_supervisor_ends_the_whole_tree_when_its_parent_dies(tmp_path: Path) -> None:
     """A parent (the trial actor) killed with -9: the script and what it started in a session
     of its own (as torchrun starts its workers) end, within the supervisor's grace."""
-    from tuner.trial.process import SUPERVISOR
+    from tuner.trial.script.process import SUPERVISOR
 
     pids = tmp_path / "pids"
     script = (

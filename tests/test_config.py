@@ -16,7 +16,7 @@ import yaml
 
 from tests.conftest import ROOT, SPACES, CliSweep, cli
 from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml, yamlfile
-from tuner.space import Fixed
+from tuner.space.params import Fixed
 
 GOOD: dict[str, Any] = yaml.safe_load((SPACES / "debug.yaml").read_text())
 

@@ -12,10 +12,10 @@ import torch
 
 from tests.conftest import ROOT
 from tuner.config import TrainingSection
-from tuner.trial.loop import run_trial
-from tuner.trial.own_loop import run_own_loop
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.run import run_trial
+from tuner.trial.userloop.run import run_own_loop
 
 pytestmark = [
     pytest.mark.gpu,

@@ -16,15 +16,15 @@ import torch
 from tests.chaos import before_adam_step
 from tests.test_loop import DIGITS, SYNTH, hp, train
 from tuner.packing import GiB
-from tuner.trial.amp import make_amp
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.gpu import Gpu, GpuMemoryUnavailable, make_gpu
-from tuner.trial.loop import build_parts, optimizer_step
-from tuner.trial.memory import release
-from tuner.trial.optim import build_optimizer
-from tuner.trial.prefetch import CudaPrefetcher, Feed, make_feed
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.gpu import Gpu, GpuMemoryUnavailable, make_gpu
+from tuner.trial.frame.memory import release
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.amp import make_amp
+from tuner.trial.loop.optim import build_optimizer
+from tuner.trial.loop.prefetch import CudaPrefetcher, Feed, make_feed
+from tuner.trial.loop.run import build_parts, optimizer_step
 
 pytestmark = [
     pytest.mark.gpu,
@@ -243,7 +243,7 @@ def test_gpu_stats_reach_the_metrics(tmp_path: Path) -> None:
 
 
 def test_probe_measures_a_peak_and_flags_what_does_not_fit() -> None:
-    from tuner.trial.probe import measure
+    from tuner.trial.loop.probe import measure
 
     small = measure(hp(), on_gpu(DIGITS))
     assert 0 < small.peak_allocated <= small.peak_reserved < small.total and not small.oom
@@ -298,8 +298,8 @@ def test_a_real_oom_in_the_optimizer_step_ends_the_trial_as_oom(
 
 def _with_strategy(rank: int, root: str, params: dict, spec: dict) -> None:
     # One rank over NCCL: DDP/FSDP as they are, though make_strategy skips them for one worker.
-    import tuner.trial.loop as loop
-    from tuner.trial.parallel import STRATEGIES
+    import tuner.trial.loop.run as loop
+    from tuner.trial.loop.parallel import STRATEGIES
 
     loop.make_strategy = lambda name, world: STRATEGIES[name]()
     session = LocalSession(root)

@@ -16,15 +16,15 @@ import torch
 
 from tests.test_loop import DIGITS, SYNTH, hp, train
 from tuner.config import TrainingSection
-from tuner.trial.amp import make_amp
-from tuner.trial.batchsize import largest_fitting
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.data import Batches, TensorData
-from tuner.trial.gpu import Gpu, NoGpu, Nvml, make_gpu, mean_utilisation
-from tuner.trial.models import build_model
-from tuner.trial.prefetch import CudaPrefetcher, Feed, make_feed
-from tuner.trial.session import cuda_index
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.gpu import Gpu, NoGpu, Nvml, make_gpu, mean_utilisation
+from tuner.trial.frame.session import cuda_index
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.amp import make_amp
+from tuner.trial.loop.batchsize import largest_fitting
+from tuner.trial.loop.data import Batches, TensorData
+from tuner.trial.loop.models import build_model
+from tuner.trial.loop.prefetch import CudaPrefetcher, Feed, make_feed
 
 CPU = torch.device("cpu")
 
@@ -158,6 +158,7 @@ def test_channels_last_on_non_images_is_ignored_with_a_warning(tmp_path: Path) -
     assert "channels_last ignored" in (tmp_path / "trial.log").read_text()
 
 
+@pytest.mark.slow  # torch.compile on CPU: 2-5 s, at the quick tier's limit
 def test_compile_trains_and_keeps_checkpoint_keys(tmp_path: Path) -> None:
     spec = TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 2})
     s = train(tmp_path, spec, hp(compile=True))

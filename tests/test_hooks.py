@@ -17,11 +17,11 @@ from torch.utils.data import Dataset, TensorDataset
 
 from tests.conftest import ROOT, SPACES, cli
 from tuner.config import TrainingSection
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.data import _num_classes
-from tuner.trial.loop import run_trial
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.data import _num_classes
+from tuner.trial.loop.run import run_trial
 
 REG = "search_spaces.regression:"
 REGRESSION = TrialSpec(

@@ -13,10 +13,10 @@ import torch
 from tuner.config import TrainingSection
 from tuner.config.objectives import LOOP_METRICS
 from tuner.sweepdir import read_metrics
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.loop import run_trial
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.run import run_trial
 
 
 def hp(**kw: Any) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def test_digits_without_sklearn_are_sklearns_digits_and_split() -> None:
 
     import numpy as np
 
-    from tuner.trial import digits
+    from tuner.trial.loop import digits
 
     ours = digits.load(digits.RECORDED_VAL_FRACTION)
     theirs = digits._through_sklearn(digits.RECORDED_VAL_FRACTION)
@@ -187,6 +187,8 @@ def test_digits_without_sklearn_are_sklearns_digits_and_split() -> None:
     assert digits._record() == digits.SPLIT  # the constant is scikit-learn's split today
     other = digits.load(0.3)  # any other fraction: through scikit-learn
     assert len(other[1]) == 540
-    probe = "from tuner.trial import digits; import sys; digits.load(0.25); print('sklearn' in sys.modules)"
+    probe = (
+        "from tuner.trial.loop import digits; import sys; digits.load(0.25); print('sklearn' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 import torch
 
-import tuner.trial.harness as harness
-import tuner.trial.loop as loop
+import tuner.trial.frame.harness as harness
+import tuner.trial.loop.run as loop
 from tests.chaos import before_adam_step
 from tests.test_loop import SYNTH, hp, train
-from tuner.trial.loop import build_parts, run_trial
-from tuner.trial.optim import OPTIMIZERS, build_optimizer
-from tuner.trial.session import LocalSession
-from tuner.trial.settings import Settings
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.settings import Settings
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.optim import OPTIMIZERS, build_optimizer
+from tuner.trial.loop.run import build_parts, run_trial
 
 CPU = torch.device("cpu")
 

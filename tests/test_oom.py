@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from tests.test_loop import hp, train
-from tuner.trial.checkpoint import DirCheckpoints
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import DirCheckpoints
+from tuner.trial.frame.spec import TrialSpec
 
 SPEC = TrialSpec(
     model="tests.chaos:oom_above",

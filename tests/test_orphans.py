@@ -43,7 +43,7 @@ def _silent_sweep(tmp_path: Path, name: str) -> dict[str, Any]:
 
 def test_the_supervisor_killed_with_9_ends_the_script_tree(tmp_path: Path) -> None:
     """What Ray does to a worker's children: SIGKILL to the supervisor (the actor lives on)."""
-    from tuner.trial.process import SUPERVISOR
+    from tuner.trial.script.process import SUPERVISOR
 
     pids, record = tmp_path / "pids", tmp_path / "run.json"
     script = (
@@ -80,7 +80,7 @@ def test_a_script_does_not_outlive_its_actor_killed_by_ray(tmp_path: Path) -> No
         def start(self, argv: list[str], env: dict[str, str]) -> int:
             import logging
 
-            from tuner.trial.process import ScriptProcess
+            from tuner.trial.script.process import ScriptProcess
 
             self.proc = ScriptProcess(argv, str(ROOT), env, str(tmp_path / "r.jsonl"), logging.getLogger("t"))
             return self.proc.proc.pid

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 import tests.own_loops as own_loops
-import tuner.trial.harness as harness
+import tuner.trial.frame.harness as harness
 from tests.conftest import DEBUG, ROOT, cli
 from tests.own_loops import lines
 from tests.test_memory import end_trial
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
 from tuner.sweepdir import read_metrics
-from tuner.trial.own_loop import run_own_loop
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.userloop.run import run_own_loop
 
 BAD_MODULE = "user_loops_refused"  # a name no other test imports
 SOURCE = """

@@ -227,7 +227,7 @@ def test_pack_without_a_gpu_is_refused_fast(tmp_path: Path) -> None:
 
 def test_shipped_gpu_sweep_probes_a_buildable_configuration() -> None:
     from tests.conftest import SPACES
-    from tuner.trial.models import build_model
+    from tuner.trial.loop.models import build_model
 
     cfg = load_sweep(SPACES / "vit_amp.yaml")
     assert cfg.resources.gpus_per_worker == "pack" and cfg.search.params["amp"].values == ["bf16", "fp16"]

@@ -10,9 +10,9 @@ import torch
 
 from tests.distributed import run_workers, spawn
 from tests.test_loop import hp
-from tuner.trial.checkpoint import CHECKPOINT_FILE, DirCheckpoints
-from tuner.trial.models import build_model
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import CHECKPOINT_FILE, DirCheckpoints
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.models import build_model
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def test_grad_scaler_skips_the_step_on_every_rank_when_one_shard_overflows(tmp_p
 
 
 def _sharded(rank: int, out: str, param_dtype: str) -> None:
-    from tuner.trial.parallel import FSDP
+    from tuner.trial.loop.parallel import FSDP
 
     dtype = getattr(torch, param_dtype) if param_dtype else None
     torch.manual_seed(0)

@@ -215,7 +215,7 @@ def test_the_cli_refuses_them_in_one_line_before_ray(tmp_path) -> None:
 def test_a_trial_must_report_every_objective(tmp_path) -> None:
     """With task.train a trial reports its own objectives: the first report must hold them all."""
     from tuner.errors import MissingMetricError
-    from tuner.trial.session import LocalSession
+    from tuner.trial.frame.session import LocalSession
 
     session = LocalSession(str(tmp_path), metric="val_acc", also=("num_params",))
     with pytest.raises(MissingMetricError, match="metric 'num_params' is not among the values"):

@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import DEBUG, ROOT, cli
 from tuner.results import records
 from tuner.sweepdir import METRICS_FILE, RECORD_FILE, read_metrics, read_summary
-from tuner.trial.checkpoint import DirCheckpoints
+from tuner.trial.frame.checkpoint import DirCheckpoints
 
 EPOCHS = 12
 

@@ -20,9 +20,9 @@ from tests.conftest import DEBUG, ROOT, cli, processes_left, run_cli
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
-from tuner.space import Fixed
+from tuner.space.params import Fixed
 from tuner.sweepdir import read_config, read_metrics
-from tuner.trial.checkpoint import DirCheckpoints
+from tuner.trial.frame.checkpoint import DirCheckpoints
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS = 8, 8

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import contains
-from tuner.space import (
+from tuner.space.params import (
     Choice,
     Fixed,
     Grid,

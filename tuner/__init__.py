@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep
-from tuner.trial.script import checkpoint_dir, report, restore_dir
+from tuner.trial.script.api import checkpoint_dir, report, restore_dir
 
 if TYPE_CHECKING:
     from torch import nn

@@ -46,8 +46,8 @@ from itertools import product
 from typing import Any, Optional
 
 from tuner import catalogue, packing
-from tuner.constraints import allows
-from tuner.space import Fixed, ParamT, values_of
+from tuner.space.constraints import allows
+from tuner.space.params import Fixed, ParamT, values_of
 
 # `training.autotune: true`: seconds of measuring per sweep, all sizes together.
 DEFAULT_BUDGET_S = 300

@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from tuner import autotune
-from tuner.trial.amp import native_bf16
-from tuner.trial.gpu import make_gpu
-from tuner.trial.loop import build_parts, optimizer_step
-from tuner.trial.memory import TrialOOM, first_line, is_oom, release
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.gpu import make_gpu
+from tuner.trial.frame.memory import TrialOOM, first_line, is_oom, release
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.amp import native_bf16
+from tuner.trial.loop.run import build_parts, optimizer_step
 
 # The arm measures the configuration as set: no OOM back-off, no batch-size search.
 AS_SET = {"min_micro_batch": 1 << 62, "find_batch_size": False}
@@ -93,7 +93,7 @@ def dimensions_here(
     config: dict[str, Any], spec: TrialSpec, searched: Sequence[str], device: torch.device
 ) -> list[autotune.Dimension]:
     """The settings worth measuring for `config` on `device` (its data looked at once)."""
-    from tuner.trial.data import _as_tensors, load_data
+    from tuner.trial.loop.data import _as_tensors, load_data
 
     data = load_data(spec.data, spec.data_args, config, spec.search_path)
     return autotune.dimensions(

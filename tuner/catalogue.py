@@ -1,6 +1,6 @@
 """The built-in models, datasets and optimizers: names, parameters, defaults and bounds.
 
-Torch-free and Ray-free: validation (tuner.config) and the trial (tuner.trial.models, data,
+Torch-free and Ray-free: validation (tuner.config) and the trial (tuner.trial.loop.models, data,
 optim) both read it, so adding a built-in is one entry here plus its builder in the trial.
 A user model or dataset is named 'package.module:function' instead;
 `tuner.config.functions.check_function` finds it without running it.
@@ -25,7 +25,7 @@ class ModelParam:
 
 _DROPOUT = ModelParam(float, 0.0, 0, 0.99)
 
-# name -> the parameters it reads (tuner.trial.models builds it).
+# name -> the parameters it reads (tuner.trial.loop.models builds it).
 MODELS: dict[str, dict[str, ModelParam]] = {
     "mlp": {
         "width": ModelParam(int, 128, 1, math.inf),
@@ -46,9 +46,9 @@ MODELS: dict[str, dict[str, ModelParam]] = {
         "dropout": _DROPOUT,
     },
 }
-# Built-in datasets (tuner.trial.data loads them).
+# Built-in datasets (tuner.trial.loop.data loads them).
 DATA = ("digits", "synthetic", "synthetic_images")
-# Optimizers by name (tuner.trial.optim builds them).
+# Optimizers by name (tuner.trial.loop.optim builds them).
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 
 

@@ -5,10 +5,10 @@ one that allocates more than a quarter takes the memory its neighbours need, so 
 Hence two halves:
 
 - `gpus_per_worker: pack` measures the peak memory of the space's largest configuration on one
-  GPU (`tuner.trial.probe`), and `pack` turns that figure into trials per GPU and Ray's fraction;
+  GPU (`tuner.trial.loop.probe`), and `pack` turns that figure into trials per GPU and Ray's fraction;
   a configuration that cannot fit a whole GPU is refused before any trial starts.
 - Every trial on a shared GPU caps its own allocator at its share (`share`, applied in
-  `tuner.trial.gpu`), so a trial that outgrows its share runs out of memory by itself (and
+  `tuner.trial.frame.gpu`), so a trial that outgrows its share runs out of memory by itself (and
   backs off or ends as `failure: oom`) instead of taking its neighbours down.
 
 Sizes are bytes. Pure functions, importing neither torch nor Ray: tested from given figures.
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Optional
 
-from tuner.constraints import allows
-from tuner.space import ParamT, grid_values, values_of
+from tuner.space.constraints import allows
+from tuner.space.params import ParamT, grid_values, values_of
 
 GiB = 1024**3
 # What a CUDA context (driver state, kernels, cuBLAS/cuDNN handles) holds per process, outside

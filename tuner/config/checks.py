@@ -8,11 +8,21 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tuner import catalogue, conditions
-from tuner import constraints as rules
+from tuner import catalogue
 from tuner.config.base import MAX_TRIALS
 from tuner.errors import ConfigError, validation_message
-from tuner.space import Fixed, LogUniform, ParamT, Scalar, Uniform, extremes, grid_values, values_of
+from tuner.space import conditions
+from tuner.space import constraints as rules
+from tuner.space.params import (
+    Fixed,
+    LogUniform,
+    ParamT,
+    Scalar,
+    Uniform,
+    extremes,
+    grid_values,
+    values_of,
+)
 
 
 def check_param(name: str, param: ParamT, model: str, training: BaseModel) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tuner.conditions import conditions
 from tuner.config.placeholders import BUILTINS, env_name, placeholders
 from tuner.config.resources import ResourcesSection
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError, warn
-from tuner.space import ParamT
+from tuner.space.conditions import conditions
+from tuner.space.params import ParamT
 
 
 def check_command(

@@ -9,7 +9,7 @@ import yaml
 
 import tuner.config.yamlfile as yamlfile
 from tuner.errors import ConfigError
-from tuner.space import ALGORITHM_KINDS
+from tuner.space.params import ALGORITHM_KINDS
 
 # CLI flag -> the field it overrides.
 OVERRIDES = {

@@ -5,7 +5,7 @@ from the module's source: the module is located (its parent packages are importe
 must) but not run, so a sweep file is checked without importing torch or the user's code.
 What the source cannot tell (a name imported from elsewhere, a decorated function, an object
 made by a call) is taken on trust here and checked again when a trial imports it
-(tuner.trial.data.import_function).
+(tuner.trial.loop.data.import_function).
 """
 
 from __future__ import annotations

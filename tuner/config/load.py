@@ -15,7 +15,7 @@ from tuner.config.functions import code_dirs, importing_from
 from tuner.config.schedule import without_credentials
 from tuner.config.sections import SweepConfig
 from tuner.errors import ConfigError, validation_message, warn
-from tuner.space import KINDS, Fixed
+from tuner.space.params import KINDS, Fixed
 
 
 def load_sweep(

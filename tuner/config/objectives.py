@@ -86,7 +86,7 @@ def pairs(metric: Union[str, list[str]], mode: Optional[Union[str, list[str]]]) 
     return [(n, str(m)) for n, m in zip(names, modes, strict=True)]
 
 
-# What tuner's own loop reports every epoch (trial/loop.py's `_epoch`; tests/test_loop.py
+# What tuner's own loop reports every epoch (trial/loop/run.py's `_epoch`; tests/test_loop.py
 # checks the two agree), besides val_<name> of the metrics hook (default: val_acc).
 LOOP_METRICS = (
     "val_loss", "train_loss", "num_params", "samples_per_s", "train_samples", "epoch_time_s",

@@ -1,7 +1,7 @@
 """`task.command`'s {name} placeholders and the argument list a trial runs.
 
 Shared by validation (config.task, config.command: before Ray starts) and the trial that fills
-the placeholders (tuner.trial.command), so both read a command the same way.
+the placeholders (tuner.trial.script.run), so both read a command the same way.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from tuner import catalogue
-from tuner.conditions import grid_configs
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_param, check_search, check_start_with
 from tuner.config.command import check_command
@@ -32,7 +31,8 @@ from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
-from tuner.space import ALGORITHM_KINDS, Fixed, Param, ParamT, Scalar, unsupported, values_of
+from tuner.space.conditions import grid_configs
+from tuner.space.params import ALGORITHM_KINDS, Fixed, Param, ParamT, Scalar, unsupported, values_of
 
 
 class SearchSection(Section):

@@ -16,7 +16,7 @@ from ray.tune import Callback
 from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
 from tuner.results import clock, number
-from tuner.space import Choice, Fixed, Grid, ParamT, values_of
+from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
@@ -30,7 +30,7 @@ from tuner.sweepdir import (
     write_record,
 )
 from tuner.sweepdir.remote import Mirror
-from tuner.trial import tb
+from tuner.trial.frame import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
 # Besides the sweep's metric and every val_* value: what the HParams table shows of a trial.

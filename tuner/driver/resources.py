@@ -18,8 +18,8 @@ from tuner import packing
 from tuner.cluster import _ray_internals
 from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, ResourcesSection, SweepConfig
-from tuner.space import values_of
-from tuner.trial.spec import TrialSpec
+from tuner.space.params import values_of
+from tuner.trial.frame.spec import TrialSpec
 
 # A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.
 # Ray refuses an empty bundle, so the driver asks for one byte of memory: effectively free.
@@ -290,7 +290,7 @@ def fits_one_node(res: TrialResources, nodes: list[dict[str, float]]) -> bool:
 
 def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
     """What Tune reserves for each trial: the trial actor's bundle; for a DDP trial whose
-    actor starts its own workers (`spec.one_node`, trial/group.py), a placement group of one
+    actor starts its own workers (`spec.one_node`, trial/launch/ranks.py), a placement group of one
     bundle per worker on one node, the actor itself in an empty head bundle."""
     if not spec.one_node:
         return res.bundle
@@ -363,6 +363,6 @@ def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryPro
 
 
 def _measure(hp: dict[str, Any], spec: TrialSpec) -> packing.MemoryProfile:
-    from tuner.trial.probe import measure  # torch: imported in the task, not in the driver
+    from tuner.trial.loop.probe import measure  # torch: imported in the task, not in the driver
 
     return measure(hp, spec)

@@ -24,7 +24,7 @@ from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
-from tuner.space import allows
+from tuner.space.params import allows
 from tuner.sweepdir import full_config, remote, remove_temporaries
 
 
@@ -133,7 +133,7 @@ def resume_sweep(
 def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection]) -> SweepOutcome:
     """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
     keeps a second run on this machine out); its unfinished trials continue from their newest
-    checkpoints in the bucket, on whichever node they land (trial/stored.py)."""
+    checkpoints in the bucket, on whichever node they land (trial/frame/stored.py)."""
     remote.check_output(uri)
     mirror = remote.Mirror(uri)
     local = mirror.pull()
@@ -280,7 +280,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
-    # the DDP trials of a sweep in URI storage (trial/group.py runs the others' workers).
+    # the DDP trials of a sweep in URI storage (trial/launch/ranks.py runs the others' workers).
     train = cfg.resources.workers_per_trial > 1 and cfg.task.command is None and start.sweep_dir is None
     connect(runtime, dashboard=train)
     preload.join()  # (before anything here imports from Ray Tune itself)
@@ -313,7 +313,7 @@ _LAUNCH_MODULES = (
     "ray.tune.logger",
     "tuner.driver.callbacks",
     "tuner.driver.limits",
-    "tuner.trial.runner",
+    "tuner.trial.launch.trainables",
 )
 _SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
@@ -403,7 +403,7 @@ def _launch(
     )
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
-    from tuner.trial.runner import trainable_for
+    from tuner.trial.launch.trainables import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
 
@@ -466,7 +466,7 @@ def _launch(
             # with each checkpoint and at its end.
             sync_config=tune.SyncConfig(sync_artifacts=sweep_dir is None),
             callbacks=callbacks,
-            # Trials keep their own checkpoints (tuner.trial.checkpoint); these settings
+            # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
             # Ray Train retries its own workers; Tune retries every other trial.

@@ -19,10 +19,7 @@ import random as pyrandom
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner import conditions
 from tuner.cluster import _ray_internals
-from tuner.conditions import grid_configs
-from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.results import best_row_of
 from tuner.search.plan import (
@@ -35,7 +32,10 @@ from tuner.search.plan import (
     key,
     rungs,
 )
-from tuner.space import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_tune, values_of
+from tuner.space import conditions
+from tuner.space.conditions import grid_configs
+from tuner.space.constraints import allows
+from tuner.space.params import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_tune, values_of
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection

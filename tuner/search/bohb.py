@@ -23,7 +23,7 @@ from tuner.results import finite
 from tuner.search.hpbandster_fixes import count_every_choice, fast_truncnorm, quiet_statsmodels
 from tuner.search.plan import TIME_ATTR
 from tuner.search.searchers import Feasible, _SavesState
-from tuner.space import Fixed, LogRandInt, LogUniform, ParamT, RandInt, Uniform, to_configspace
+from tuner.space.params import Fixed, LogRandInt, LogUniform, ParamT, RandInt, Uniform, to_configspace
 
 # Keyword arguments of hpbandster's BOHB config generator, chosen with scripts/bench_search.py
 # (BENCHMARKS.md).

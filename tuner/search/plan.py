@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.space import ParamT
+from tuner.space.params import ParamT
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection

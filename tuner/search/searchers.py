@@ -10,12 +10,12 @@ from typing import Any, Optional
 import cloudpickle
 from ray.tune.search import Searcher
 
-from tuner import conditions
-from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.results import best_row_of, finite
 from tuner.search.plan import TIME_ATTR
-from tuner.space import Fixed, LogRandInt, ParamT, to_optuna
+from tuner.space import conditions
+from tuner.space.constraints import allows
+from tuner.space.params import Fixed, LogRandInt, ParamT, to_optuna
 
 
 class _SavesState:

@@ -23,11 +23,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner import conditions
-from tuner.constraints import allows
 from tuner.errors import ConfigError
 from tuner.search.plan import Prior, PriorTrial, key
-from tuner.space import Fixed, ParamT, values_of
+from tuner.space import conditions
+from tuner.space.constraints import allows
+from tuner.space.params import Fixed, ParamT, values_of
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig

@@ -14,11 +14,11 @@ from typing import Any, Optional
 
 import yaml
 
-from tuner.conditions import conditions
 from tuner.config import ConfigError, SweepConfig
 from tuner.config.placeholders import as_text, env_name, fill
 from tuner.results import FINISHED, TrialRecord, best, finite, ranked, records
-from tuner.space import Fixed, ParamT, to_optuna
+from tuner.space.conditions import conditions
+from tuner.space.params import Fixed, ParamT, to_optuna
 from tuner.sweepdir import (
     CONFIG_FILE,
     check_sweep_dir,
@@ -215,7 +215,7 @@ def _script_command(data: SweepData, top: TrialRecord) -> str:
     again = os.path.join(os.path.dirname(data.sweep_dir), f"{data.cfg.name}-{top.trial_id}")
     values = {"max_epochs": data.cfg.schedule.max_epochs, "trial_dir": again, "trial_id": top.trial_id}
     argv = fill(task.command, {**values, **params})
-    if task.launcher == "torchrun":  # as the trial ran it (tuner.trial.command.launch)
+    if task.launcher == "torchrun":  # as the trial ran it (tuner.trial.script.run.launch)
         workers = data.cfg.resources.workers_per_trial
         argv = [
             "torchrun",

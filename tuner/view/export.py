@@ -1,7 +1,7 @@
 """A sweep's model out of its directory: `<sweep>/best/`, `tuner export`, `tuner.load_best`.
 
 Each trial keeps its best epoch's weights, a plain state dict, in `<trial>/best_eNNNNNN.pt`
-named by `<trial>/best.json` (tuner.trial.checkpoint: BestCheckpoint), beside its newest
+named by `<trial>/best.json` (tuner.trial.frame.checkpoint: BestCheckpoint), beside its newest
 checkpoints. From those this writes an export directory:
 
     model.pt       the weights as a plain state dict (no DDP `module.` or compile `_orig_mod.`
@@ -167,7 +167,7 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
     chosen = choose(sweep_dir, trial)
     if model is None:
         return rebuild(chosen)[0]
-    from tuner.trial.weights import load_into
+    from tuner.trial.loop.weights import load_into
 
     return load_into(model, chosen.best["weights"])
 
@@ -182,7 +182,7 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
             "this sweep trained your own loop's model: tuner cannot build it. Load model.pt into "
             "your model (tuner.load_best(sweep_dir, model=YourModel(...))); --format state_dict",
         )
-    from tuner.trial.weights import rebuild as build
+    from tuner.trial.loop.weights import rebuild as build
 
     hp = full_config(chosen.trial.path)
     weights, dirs = chosen.best["weights"], chosen.cfg.code_dirs
@@ -239,7 +239,7 @@ def _write_dir(where: str, chosen: Chosen, fmt: str, built: Optional[tuple[Any, 
     try:
         shutil.copyfile(chosen.best["weights"], os.path.join(tmp, EXPORT_FILES["state_dict"]))
         if built is not None:
-            from tuner.trial.weights import save_format
+            from tuner.trial.loop.weights import save_format
 
             save_format(tmp, fmt, built)
         for name, doc in (("config.json", chosen.config()), ("metrics.json", chosen.metrics())):

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tuner.results import Outcome
-from tuner.space import Choice, Grid, LogRandInt, LogUniform, ParamT
+from tuner.space.params import Choice, Grid, LogRandInt, LogUniform, ParamT
 
 DPI = 100
 OUTCOME_COLORS = {

@@ -22,7 +22,7 @@ gets SIGTERM should the keeper ever be killed with -9 too (its own PR_SET_PDEATH
 On a stop the keeper sends SIGTERM to every descendant, SIGKILL after GRACE_S seconds to those
 left; when ARGV exits on its own, whatever it left running goes the same way. `--record FILE`:
 the keeper writes the pids (and start times) of itself and the script there as JSON, so a later
-attempt of the trial can stop a run that somehow outlived all this (tuner.trial.command). The
+attempt of the trial can stop a run that somehow outlived all this (tuner.trial.script.run). The
 exit code is ARGV's (128 + the signal's number when a signal ended it).
 """
 

@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any, Optional
 
-from tuner.trial.journal import MetricsLog, read_metrics
+from tuner.trial.frame.journal import MetricsLog, read_metrics
 
 TIMEOUT = "timeout"
 

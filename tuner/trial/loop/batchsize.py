@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import nn
 
-from tuner.trial.memory import TrialOOM, is_oom, release
+from tuner.trial.frame.memory import TrialOOM, is_oom, release
 
 if TYPE_CHECKING:
-    from tuner.trial.state import Parts
+    from tuner.trial.loop.parts import Parts
 
 
 def fit_micro_batch(p: Parts) -> int:

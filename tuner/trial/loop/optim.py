@@ -9,7 +9,7 @@ from typing import Any, Union
 import torch
 
 from tuner import catalogue
-from tuner.trial.settings import Settings
+from tuner.trial.frame.settings import Settings
 
 # name -> (class, its options from the trial's settings, whether it has a fused CUDA
 # kernel). weight_decay unset means the optimizer's own default (AdamW's 0.01, the others' 0).

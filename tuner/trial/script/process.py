@@ -25,7 +25,7 @@ from typing import IO, Any, Optional
 
 import psutil
 
-from tuner.trial.script import PREFIX
+from tuner.trial.script.api import PREFIX
 
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL, when a trial is stopped

@@ -21,14 +21,14 @@ from typing import Any, Optional, TypeVar
 import torch
 
 from tuner.sweepdir import TRIAL_LOG, finite
-from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
-from tuner.trial.memory import release
-from tuner.trial.session import Session
-from tuner.trial.settings import Settings
-from tuner.trial.spec import TrialSpec
-from tuner.trial.tb import EventWriter, NullWriter
-from tuner.trial.watchdog import NoWatchdog, make_watchdog
+from tuner.trial.frame.gpu import NoGpu, make_gpu
+from tuner.trial.frame.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.frame.memory import release
+from tuner.trial.frame.session import Session
+from tuner.trial.frame.settings import Settings
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.frame.tb import EventWriter, NullWriter
+from tuner.trial.frame.watchdog import NoWatchdog, make_watchdog
 
 WORST = {"max": -math.inf, "min": math.inf}
 R = TypeVar("R")

@@ -20,8 +20,8 @@ import random
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Optional
 
-from tuner import constraints as rules
-from tuner.space import (
+from tuner.space import constraints as rules
+from tuner.space.params import (
     Choice,
     Fixed,
     Grid,

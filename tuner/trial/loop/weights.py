@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from tuner.sweepdir import EXPORT_FILES
-from tuner.trial.data import load_data
-from tuner.trial.models import build_model
+from tuner.trial.loop.data import load_data
+from tuner.trial.loop.models import build_model
 
 
 def rebuild(

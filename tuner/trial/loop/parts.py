@@ -4,7 +4,7 @@ A checkpoint holds everything a resumed trial needs to go on exactly. Weights an
 state come from the parallel strategy as full, unsharded state dicts (FSDP gathers them with
 a collective, so every rank takes part; only rank 0 hands them on), plus the GradScaler, the
 learning-rate schedule, the loop's counters and the random state. Where it is kept is the
-session's business (tuner.trial.checkpoint). Helpers (batchsize, probe) take `Parts` from
+session's business (tuner.trial.frame.checkpoint). Helpers (batchsize, probe) take `Parts` from
 here, never from the loop.
 """
 
@@ -18,14 +18,14 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from tuner.trial.amp import Amp
-    from tuner.trial.data import Batches, DataBundle
-    from tuner.trial.gpu import NoGpu
-    from tuner.trial.hooks import Objective
-    from tuner.trial.parallel import Single
-    from tuner.trial.prefetch import Feed
-    from tuner.trial.session import Session
-    from tuner.trial.spec import TrialSpec
+    from tuner.trial.frame.gpu import NoGpu
+    from tuner.trial.frame.session import Session
+    from tuner.trial.frame.spec import TrialSpec
+    from tuner.trial.loop.amp import Amp
+    from tuner.trial.loop.data import Batches, DataBundle
+    from tuner.trial.loop.hooks import Objective
+    from tuner.trial.loop.parallel import Single
+    from tuner.trial.loop.prefetch import Feed
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from tuner.trial.data import import_function
+from tuner.trial.loop.data import import_function
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MetricsFn = Callable[[torch.Tensor, torch.Tensor], dict[str, Any]]

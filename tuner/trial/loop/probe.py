@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from tuner.packing import MemoryProfile
-from tuner.trial.loop import build_parts, optimizer_step
-from tuner.trial.memory import TrialOOM, is_oom, release
-from tuner.trial.session import LocalSession
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.memory import TrialOOM, is_oom, release
+from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.run import build_parts, optimizer_step
 
 # Enough steps for the optimizer's state and the allocator's steady state to appear.
 PROBE_STEPS = 3

@@ -22,11 +22,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner.trial.amp import make_amp
-from tuner.trial.data import Batches
-from tuner.trial.harness import Frame, Progress, screened
-from tuner.trial.parallel import make_strategy
-from tuner.trial.prefetch import Batch, Feed, input_format, make_feed
+from tuner.trial.frame.harness import Frame, Progress, screened
+from tuner.trial.loop.amp import make_amp
+from tuner.trial.loop.data import Batches
+from tuner.trial.loop.parallel import make_strategy
+from tuner.trial.loop.prefetch import Batch, Feed, input_format, make_feed
 
 
 class TrialEnded(BaseException):

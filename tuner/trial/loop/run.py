@@ -16,22 +16,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tuner.trial.amp import make_amp
-from tuner.trial.batchsize import fit_micro_batch
-from tuner.trial.data import Batches, load_data
-from tuner.trial.gpu import NoGpu, make_gpu
-from tuner.trial.harness import Frame, Progress, failed, guarded, screened, trial_logger
-from tuner.trial.hooks import make_objective
-from tuner.trial.memory import TrialOOM, first_line, halve, is_oom, release
-from tuner.trial.models import build_model
-from tuner.trial.optim import build_optimizer, build_schedule
-from tuner.trial.parallel import make_strategy
-from tuner.trial.prefetch import input_format, make_feed
-from tuner.trial.session import Session
-from tuner.trial.settings import Settings
-from tuner.trial.spec import TrialSpec
-from tuner.trial.state import Parts, TrainState, report_with_checkpoint, restore
-from tuner.trial.watchdog import NoWatchdog
+from tuner.trial.frame.gpu import NoGpu, make_gpu
+from tuner.trial.frame.harness import Frame, Progress, failed, guarded, screened, trial_logger
+from tuner.trial.frame.memory import TrialOOM, first_line, halve, is_oom, release
+from tuner.trial.frame.session import Session
+from tuner.trial.frame.settings import Settings
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.frame.watchdog import NoWatchdog
+from tuner.trial.loop.amp import make_amp
+from tuner.trial.loop.batchsize import fit_micro_batch
+from tuner.trial.loop.data import Batches, load_data
+from tuner.trial.loop.hooks import make_objective
+from tuner.trial.loop.models import build_model
+from tuner.trial.loop.optim import build_optimizer, build_schedule
+from tuner.trial.loop.parallel import make_strategy
+from tuner.trial.loop.parts import Parts, TrainState, report_with_checkpoint, restore
+from tuner.trial.loop.prefetch import input_format, make_feed
 
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:

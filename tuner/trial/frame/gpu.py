@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from tuner.packing import CONTEXT_ESTIMATE, GiB, Share, share, shortfall
-from tuner.trial.memory import expandable_segments, release
+from tuner.trial.frame.memory import expandable_segments, release
 
 log = logging.getLogger(__name__)
 

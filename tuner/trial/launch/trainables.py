@@ -1,12 +1,12 @@
 """The Tune trainable: the loop in the trial actor (1 worker) or in DDP workers.
 
-The loop is tuner's own (`trial.loop`) or the user's (`task.train`, `trial.own_loop`), or
-the user's script (`task.command`, `trial.command`), which always runs in the trial actor:
+The loop is tuner's own (`trial.loop.run`) or the user's (`task.train`, `trial.userloop.run`), or
+the user's script (`task.command`, `trial.script.run`), which always runs in the trial actor:
 with torchrun, that actor holds every worker's resources and runs all of its processes.
 
 One worker: the loop runs right here, in the (reused) Tune actor, and pays no Ray Train
 start-up. More workers on one node, in a local or shared sweep directory (`spec.one_node`):
-this actor starts the workers itself (`trial.group`). Otherwise (workers over several nodes,
+this actor starts the workers itself (`trial.launch.ranks`). Otherwise (workers over several nodes,
 or URI storage) it becomes a small driver that runs a `TorchTrainer` whose workers run the same
 loop; `TuneReportCallback` forwards rank 0's (already reduced) metrics to Tune. The Train run
 is named after nothing but the trial directory it lives in, so a retried or resumed trial
@@ -19,8 +19,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tuner.trial.loops import loop_for
-from tuner.trial.spec import TrialSpec, trial_dir_for
+from tuner.trial.frame.spec import TrialSpec, trial_dir_for
+from tuner.trial.launch.loops import loop_for
 
 # The loop (and torch) are imported inside the trainables: they run in the trial processes,
 # and the driver, which only names these functions, then starts without importing torch.
@@ -30,7 +30,7 @@ TRAIN_RUN_NAME = "train"
 
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
-    from tuner.trial.session import TuneSession
+    from tuner.trial.frame.session import TuneSession
 
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
@@ -40,7 +40,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for several workers on one node, started by this actor."""
-    from tuner.trial.group import run_group
+    from tuner.trial.launch.ranks import run_group
 
     run_group(config, spec)
 
@@ -82,7 +82,7 @@ def ddp_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 
 def _ddp_worker(cfg: dict[str, Any]) -> None:
-    from tuner.trial.session import TrainSession
+    from tuner.trial.frame.session import TrainSession
 
     spec = cfg["spec"]
     local = spec.sweep_dir is not None  # (rank 0 keeps the best epoch's weights there)

@@ -18,13 +18,13 @@ from typing import Any, Optional
 
 import torch
 
-from tuner.trial.console import as_started
-from tuner.trial.context import TrainContext, TrialEnded
-from tuner.trial.data import import_object
-from tuner.trial.harness import Frame, Progress, failed, guarded
-from tuner.trial.memory import first_line, is_oom, release
-from tuner.trial.session import Session
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.harness import Frame, Progress, failed, guarded
+from tuner.trial.frame.memory import first_line, is_oom, release
+from tuner.trial.frame.session import Session
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop.data import import_object
+from tuner.trial.userloop.console import as_started
+from tuner.trial.userloop.context import TrainContext, TrialEnded
 
 
 def run_own_loop(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:

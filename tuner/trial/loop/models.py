@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tuner.catalogue import MODELS as CATALOGUE
-from tuner.trial.data import import_function
+from tuner.trial.loop.data import import_function
 
 ModelFn = Callable[[dict[str, Any], tuple[int, ...], Optional[int]], nn.Module]
 

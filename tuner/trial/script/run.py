@@ -1,6 +1,6 @@
 """A trial trained by the user's own script: `task.command` (docs/how-to/own-script.md).
 
-The trial actor runs the command as a process (`trial.process`: started where the sweep was
+The trial actor runs the command as a process (`trial.script.process`: started where the sweep was
 started, with the trial's GPUs in CUDA_VISIBLE_DEVICES, in its own process group, output to
 trial.log) and turns each of its reports into an epoch of the trial, inside the same frame
 and through the same `Progress` and session as the other loops: journal, TensorBoard,
@@ -42,12 +42,12 @@ from tuner.sweepdir import (
     script_reports_name,
 )
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
-from tuner.trial import script
-from tuner.trial.checkpoint import numbered
-from tuner.trial.harness import Frame, Progress, guarded, screened
-from tuner.trial.process import ScriptProcess, stop_stale
-from tuner.trial.session import Session
-from tuner.trial.spec import TrialSpec
+from tuner.trial.frame.checkpoint import numbered
+from tuner.trial.frame.harness import Frame, Progress, guarded, screened
+from tuner.trial.frame.session import Session
+from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.script import api
+from tuner.trial.script.process import ScriptProcess, stop_stale
 
 _EPOCH_DIR = re.compile(SCRIPT_CHECKPOINT_PATTERN)
 _REPORTS = re.compile(SCRIPT_REPORTS_PATTERN)
@@ -83,7 +83,7 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     f.log.info("command: %s", " ".join(argv))
     # Where the sweep started; on another node of a cluster, where Ray put the job's files.
     cwd = spec.start_dir if spec.start_dir and os.path.isdir(spec.start_dir) else os.getcwd()
-    proc = ScriptProcess(argv, cwd, env, env[script.REPORT_FILE], f.log, record=record)
+    proc = ScriptProcess(argv, cwd, env, env[api.REPORT_FILE], f.log, record=record)
     follower = Follower(f, progress, checkpoints, epoch)
     try:
         while not proc.done and not follower.over():
@@ -139,17 +139,17 @@ def launch(
     env.update({env_name(k): as_text(v) for k, v in params.items()})
     env.update(
         {
-            script.REPORT_FILE: os.path.join(trial_dir, script_reports_name(attempt)),
-            script.CHECKPOINT_DIR: checkpoints.root,
-            script.CONFIG_JSON: config_json,
-            script.TRIAL_ID: session.trial_id,
-            script.TRIAL_DIR: trial_dir,
-            script.MAX_EPOCHS: str(spec.max_epochs),
+            api.REPORT_FILE: os.path.join(trial_dir, script_reports_name(attempt)),
+            api.CHECKPOINT_DIR: checkpoints.root,
+            api.CONFIG_JSON: config_json,
+            api.TRIAL_ID: session.trial_id,
+            api.TRIAL_DIR: trial_dir,
+            api.MAX_EPOCHS: str(spec.max_epochs),
         }
     )
-    env.pop(script.RESTORE_DIR, None)
+    env.pop(api.RESTORE_DIR, None)
     if restored is not None:
-        env[script.RESTORE_DIR] = checkpoints.path(restored)
+        env[api.RESTORE_DIR] = checkpoints.path(restored)
     return argv, env
 
 
@@ -276,7 +276,7 @@ class ScriptCheckpoints:
     def clean(self) -> None:
         """Remove what an earlier run was writing when it ended."""
         for name in os.listdir(self.root):
-            if name.startswith(script.PENDING):
+            if name.startswith(api.PENDING):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def commit(self, directory: str, epoch: int) -> None:

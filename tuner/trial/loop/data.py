@@ -8,7 +8,7 @@ Batches come from one index plan for every mode: a `DistributedSampler` orders (
 several workers, shards) the training indices of an epoch; each step takes
 `batch_size // world_size` of them. In-memory tensors are gathered directly by index (no
 per-sample Python); any other dataset goes through a `DataLoader` with the same indices.
-Batches are yielded where they are stored; `trial.prefetch` moves and prepares them.
+Batches are yielded where they are stored; `trial.loop.prefetch` moves and prepares them.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class DataBundle:
 
 def _digits(args: dict[str, Any]) -> DataBundle:
     """sklearn's 8x8 digits (1797 images, shipped with scikit-learn); fixed stratified split."""
-    from tuner.trial import digits
+    from tuner.trial.loop import digits
 
     # Pixel values are integers 0..16: stored uint8, scaled to [0, 1] on the device.
     xtr, xva, ytr, yva = digits.load(float(args.get("val_fraction", 0.25)))

@@ -17,8 +17,8 @@ from typing import Any, Optional
 import torch
 
 from tuner.errors import MissingMetricError
-from tuner.trial.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
-from tuner.trial.spec import trial_dir_for
+from tuner.trial.frame.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
+from tuner.trial.frame.spec import trial_dir_for
 
 
 class Session:
@@ -118,7 +118,7 @@ class TuneSession(Session):
     """Inside a Tune trial actor (one worker).
 
     With a local or shared sweep directory the trial keeps its own checkpoints there (see
-    `tuner.trial.checkpoint`); with URI storage (s3://...) Tune persists them.
+    `tuner.trial.frame.checkpoint`); with URI storage (s3://...) Tune persists them.
     """
 
     def __init__(
@@ -132,7 +132,7 @@ class TuneSession(Session):
     ):
         from ray import tune
 
-        from tuner.trial.stored import continue_from_storage
+        from tuner.trial.frame.stored import continue_from_storage
 
         self.metric, self.also = metric, tuple(also)
         ctx = tune.get_context()
@@ -222,7 +222,7 @@ class TrainSession(Session):
 
 
 class GroupSession(Session):
-    """One rank of a DDP trial whose workers are actors on the trial's node (trial/group.py).
+    """One rank of a DDP trial whose workers are actors on the trial's node (trial/launch/ranks.py).
 
     Rank 0 keeps the trial's checkpoints in its directory (local or shared, like a 1-worker
     trial's) and hands each epoch's metrics, already reduced over the ranks by the loop, to

@@ -25,7 +25,7 @@ class TrialSpec:
     launcher: Optional[str] = None
     command_params: tuple[str, ...] = ()
     exit_grace: float = 30.0  # seconds a script has to exit after its last epoch's report
-    # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/hooks.py).
+    # The user's loss and metrics hooks ("pkg.mod:fn"); None: tuner's defaults (trial/loop/hooks.py).
     loss: Optional[str] = None
     metrics: Optional[str] = None
     max_epochs: int = 10
@@ -38,7 +38,7 @@ class TrialSpec:
     gpus_per_worker: float = 0.0
     strategy: str = "ddp"
     # Several workers that fit on one node, with a local or shared sweep directory: the trial
-    # actor starts them itself (trial/group.py) instead of a Ray Train run.
+    # actor starts them itself (trial/launch/ranks.py) instead of a Ray Train run.
     one_node: bool = False
     # Share of GPU memory no trial counts on, and the CUDA context the probe measured (None:
     # an estimate); see tuner.packing.share.
@@ -46,7 +46,7 @@ class TrialSpec:
     gpu_context_bytes: Optional[int] = None
     max_failures: int = 0
     keep_checkpoints: int = 2
-    # Seconds a trial may go without finishing an epoch (None: no limit); see trial/watchdog.py.
+    # Seconds a trial may go without finishing an epoch (None: no limit); see trial/frame/watchdog.py.
     trial_timeout: Optional[float] = None
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
     search_path: Optional[str] = None  # where user modules are imported from (os.pathsep-joined)

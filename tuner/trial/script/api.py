@@ -5,7 +5,7 @@ Standard library only, so `import tuner` in a script costs no torch or Ray impor
 sweep (no TUNER_REPORT_FILE in the environment) `report` prints the metrics and does nothing
 else, `checkpoint_dir` and `restore_dir` return None: the script runs alone as before.
 
-In a sweep the trial (tuner.trial.command) sets:
+In a sweep the trial (tuner.trial.script.run) sets:
 
     TUNER_REPORT_FILE     where `report` appends one JSON object per epoch
     TUNER_CHECKPOINT_DIR  the trial's checkpoints, one directory per epoch: epoch_NNNNNN

@@ -26,7 +26,7 @@ import queue
 import socket
 from typing import Any, Optional
 
-from tuner.trial.spec import TrialSpec, trial_dir_for
+from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
 END = None  # rank 0's last item: its loop has returned or raised
@@ -65,8 +65,8 @@ class Rank:
         """Join the process group and train; returns when the loop does, raises what it raises."""
         import torch.distributed as dist
 
-        from tuner.trial.loops import loop_for
-        from tuner.trial.session import GroupSession
+        from tuner.trial.frame.session import GroupSession
+        from tuner.trial.launch.loops import loop_for
 
         world = spec.workers
         env = dict(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world)

@@ -20,7 +20,7 @@ SAMPLES = 1797
 RECORDED_VAL_FRACTION = 0.25
 N_VAL = 450  # of SAMPLES, at RECORDED_VAL_FRACTION
 # train_test_split(np.arange(1797), y, test_size=0.25, random_state=0, stratify=y): the train
-# indices then the validation ones, uint16 little-endian, base64 (`python -m tuner.trial.digits`).
+# indices then the validation ones, uint16 little-endian, base64 (`python -m tuner.trial.loop.digits`).
 SPLIT = (
     "vwFEA9UGkgCwBKMDEAZ9AAwBxwE3AY8CuQUPARMG1AbPBD8C7gJ2AEwCPwPGAiwE9QX3A2sFWgLXANcCwgETAkICtACmAl4B"
     "DAa0BfYFQAFnBAYFCwCUBQ4GQwQoBW4BogM4BEEEwwGEAfkCBAdbAdkCtQLCBt8BaAVMBtADuwHaBT8EIQYhBOsF+wEsBe8C"
@@ -118,7 +118,7 @@ def _through_sklearn(val_fraction: float) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _record() -> str:
-    """The SPLIT constant, from scikit-learn (run once: `python -m tuner.trial.digits`)."""
+    """The SPLIT constant, from scikit-learn (run once: `python -m tuner.trial.loop.digits`)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

@@ -1,6 +1,6 @@
-"""Where a trial's checkpoints are kept (what goes in them: tuner.trial.state).
+"""Where a trial's checkpoints are kept (what goes in them: tuner.trial.loop.parts).
 
-The session decides (tuner.trial.session). A trial in a local or shared sweep
+The session decides (tuner.trial.frame.session). A trial in a local or shared sweep
 directory keeps its own, in its own directory (`DirCheckpoints`): one file per epoch, the newest
 N kept, written by the trial process itself before it reports, so resuming never depends on
 the driver having snapshotted anything. After a crash, a pause by HyperBand, a retry or a
