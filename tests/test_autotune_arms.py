@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tuner import autotune, autotune_measure
+from tuner import autotune
 from tuner.config import TrainingSection
 from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop import autotune as autotune_measure
 
 TASK = {"task": {"model": "cnn", "data": "digits"}, "modules": {}}
 
@@ -68,13 +69,23 @@ def test_the_arms_that_exist_on_cpu_run_and_the_fastest_within_the_guard_is_chos
 
 
 @pytest.mark.slow
-def test_the_budget_stops_measuring_and_the_trials_keep_the_file_settings() -> None:
-    # Half a second: the reference arm's own timed steps run past it and stop there.
-    [raw] = autotune_measure.tune_sizes([_config()], _spec(), [], 0.5, TASK, {})
+def test_the_budget_stops_an_arm_and_a_spent_budget_keeps_the_file_settings() -> None:
+    spec, cpu = _spec(), autotune_measure.device_for(_spec())
+    # No time left: the arm stops after its first timed step (the clock is read after each),
+    # however fast this machine is at the moment.
+    stopped = autotune_measure.measure(_config(), spec, {}, cpu, seconds_left=0.0)
+    assert stopped.error == f"stopped at the budget after 1 of {autotune.MEASURED_STEPS} timed steps"
+    dims = autotune_measure.dimensions_here(_config(), spec, [], cpu)
+    with pytest.raises(autotune.AutotuneError, match="reference arm .* stopped at the budget"):
+        autotune.search(dims, autotune_measure._arms_of(_config(), spec, cpu), 0.0)
+    # A sweep whose budget is spent before a size: nothing measured, the file's settings.
+    [raw] = autotune_measure.tune_sizes([_config()], spec, [], 0.0, TASK, {})
     result = autotune.Result.from_json(raw)
-    assert result.choice == {} and "stopped at the budget" in result.note, result
+    assert result.choice == {} and result.arms == [] and result.note == "no budget left for this size"
     line = autotune.summary_line(result, "autotune")
-    assert line.startswith("autotune: nothing chosen, the trials run the file's settings (the reference arm")
+    assert (
+        line == "autotune: nothing chosen, the trials run the file's settings (no budget left for this size)"
+    )
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from tuner import autotune, sweepdir
 from tuner.config import SweepConfig, TrainingSection
 from tuner.driver import resources
 from tuner.search import warm
-from tuner.space import Fixed
+from tuner.space.params import Fixed
 from tuner.sweepdir import remote
 
 CACHE_FILE = "autotune.json"  # under the cache root ($TUNER_CACHE_DIR, else ~/.cache/tuner)
@@ -126,6 +126,6 @@ def _run_task(
 
 
 def _tune(*args: Any) -> list[dict[str, Any]]:
-    from tuner.autotune_measure import tune_sizes  # torch: imported in the task, not in the driver
+    from tuner.trial.loop.autotune import tune_sizes  # torch: imported in the task, not in the driver
 
     return tune_sizes(*args)
