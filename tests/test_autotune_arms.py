@@ -1,4 +1,4 @@
-"""training.autotune's arms measured for real on CPU (tuner/autotune_measure.py): the arms that
+"""training.autotune's arms measured for real on CPU (tuner/trial/loop/autotune.py): the arms that
 exist here (compile, channels_last, torch threads) train the digits CNN; the choice follows
 from what they measured, a cached choice is reused without measuring, and the budget stops
 the measuring. Speed on this shared machine is whatever it is: the tests read the figures

@@ -229,15 +229,17 @@ def dimensions(
     `searched`: names search.params searches (never overridden); `fixed`: the trial's other
     training values (loader_workers' reference is the file's). Only what can differ here:
     amp on CUDA (bf16 where the GPU has it), channels_last for image inputs, torch threads on
-    CPU (a GPU trial's host threads matter little), DataLoader workers for data not in memory.
+    CPU (a GPU trial's host threads matter little; the reference is training.threads, else the
+    trial's CPUs), DataLoader workers for data not in memory.
     """
     out = []
+    threads = int(fixed.get("threads") or cpus)  # the file's training.threads, else the trial's CPUs
     amp = ("off", "bf16", "fp16") if bf16 else ("off", "fp16")
     candidates = {
         "amp": amp if cuda else ("off",),
         "compile": (False, True),
         "channels_last": (False, True) if images else (False,),
-        "threads": (cpus, *sorted({max(1, cpus // 2), 1}, reverse=True)) if not cuda else (cpus,),
+        "threads": (threads, cpus, *sorted({max(1, cpus // 2), 1}, reverse=True)) if not cuda else (threads,),
         "loader_workers": _workers(int(fixed.get("loader_workers") or 0), cpus) if not in_memory else (0,),
     }
     skip = set(searched)
@@ -329,6 +331,22 @@ class Table:
     def settings_for(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The settings a trial of `config` runs with (its size's choice, else the default)."""
         return dict(self.choices.get(size_key(config, self.by), self.default))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Table:
+        return cls(list(raw.get("by") or []), dict(raw.get("choices") or {}), dict(raw.get("default") or {}))
+
+
+def applied(config: Mapping[str, Any], table: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """A trial's configuration as it runs: `config` with the choice for its size from `table`
+    (a Table as JSON, the trial spec's; None: autotune off). The table holds no setting
+    search.params searches (those are never measured), so a searched value stays the trial's."""
+    if not table:
+        return dict(config)
+    return {**config, **Table.from_json(table).settings_for(config)}
 
 
 def table_of(plan: SizePlan, results: Sequence[Result]) -> Table:

@@ -353,6 +353,11 @@ class SweepConfig(Section):
         check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
         if self.task.command is None and self.task.train is None:
             check_reported([n for n, _ in self.objectives], self.task.metrics is not None)
+        if "autotune" in self.search.params:
+            raise ConfigError(
+                "search.params.autotune",
+                "training.autotune is the sweep's, not a trial's: set it under training",
+            )
         if self.task.command is None:  # a script reads its parameters as it likes
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)
@@ -380,6 +385,8 @@ class SweepConfig(Section):
         if True in (values_of(self.hyperparameters()["find_batch_size"]) or []):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
+        if self.training.autotune:
+            raise ConfigError("training.autotune", "measures tuner's own loop; task.train runs yours")
 
     @property
     def objectives(self) -> list[tuple[str, str]]:

@@ -46,6 +46,23 @@ def plan(cfg: SweepConfig) -> autotune.SizePlan:
     return autotune.plan_sizes(cfg.hyperparameters(), cfg.search.constraints, by)
 
 
+def for_sweep(
+    cfg: SweepConfig,
+    res: resources.TrialResources,
+    sweep_dir: Optional[str],
+    mirror: Optional[remote.Mirror] = None,
+) -> Optional[dict[str, Any]]:
+    """The table every trial applies (tuner.autotune.Table as JSON), or None when
+    training.autotune is off. An s3:// sweep keeps autotune.json in its mirror and the bucket."""
+    if not cfg.training.autotune:
+        return None
+    local = mirror.local if mirror is not None else sweep_dir
+    table = settle(cfg, res, local, cfg.training.autotune)
+    if mirror is not None:
+        mirror.push(os.path.join(mirror.local, sweepdir.AUTOTUNE_FILE))
+    return table.to_json()
+
+
 def settle(
     cfg: SweepConfig,
     res: resources.TrialResources,

@@ -118,7 +118,7 @@ def measure(
     """One arm: `config` with `settings`, its samples/s over `steps` synced steps and its loss."""
     t0 = time.monotonic()
     deadline = t0 + seconds_left
-    threads = int(settings.get("threads") or max(1, int(spec.cpus_per_worker)))
+    threads = int(settings.get("threads") or config.get("threads") or max(1, int(spec.cpus_per_worker)))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     # Each compiled arm compiles for itself, not on graphs an earlier arm left cached.
