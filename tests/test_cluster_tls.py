@@ -101,14 +101,14 @@ def test_a_machine_without_the_clusters_certificate_cannot_join(tls_cluster: nsc
         time.sleep(2)
     ips = {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
     assert ips == {n.ip for n in c.nodes}, ips
+    # A driver here without TLS is told so in one line, before Ray starts.
+    with pytest.raises(ConfigError, match="speaks TLS and this process does not"):
+        join.probe(target, c.token)
+    # With the cluster's files it joins (the check tuner sweep --address makes).
+    assert sorted(join.probe(target, c.token, c.host_tls) or []) == sorted(n.ip for n in c.nodes)
     # The control: a machine with a certificate of the cluster's CA joins.
     friend = c.boot_stranger(
         "friend", (*c.authority.issue_pem("friend", [], ["friend"]), c.authority.cert_pem)
     )
     c.wait_ready(len(c.nodes) + 1, dashboard=False)
     assert friend.ip in {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
-    # A driver here without TLS is told so in one line, before Ray starts.
-    with pytest.raises(ConfigError, match="speaks TLS and this process does not"):
-        join.probe(target, c.token)
-    # With the cluster's files it joins (the check tuner sweep --address makes).
-    assert sorted(join.probe(target, c.token, c.host_tls) or []) == sorted(n.ip for n in c.nodes)
