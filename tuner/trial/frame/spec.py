@@ -55,6 +55,8 @@ class TrialSpec:
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
     sweep_dir: Optional[str] = None
+    # training.autotune's choice per model size (tuner.autotune.Table as JSON); None: off.
+    autotune: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
