@@ -101,12 +101,20 @@ def test_a_script_does_not_outlive_its_actor_killed_by_ray(tmp_path: Path) -> No
     assert not _alive([script]), "the script outlived its actor"
 
 
-@pytest.mark.parametrize("stop", ["kill-9", "sigterm"])
-def test_a_silent_script_does_not_outlive_its_driver(tmp_path: Path, stop: str) -> None:
-    raw = _silent_sweep(tmp_path, f"orphan-{stop}")
-    sweep = kill_9_when(raw, tmp_path, _mid_epoch, sig=signal.SIGKILL if stop == "kill-9" else signal.SIGTERM)
-    if stop == "sigterm":  # (what `ray job stop` and a scheduler's preemption send)
-        assert "status interrupted" in (tmp_path / "driver.log").read_text()
+def test_a_silent_script_does_not_outlive_its_driver_stopped_with_sigterm(tmp_path: Path) -> None:
+    """SIGTERM: what `ray job stop` and a scheduler's preemption send. (Killed with -9: the
+    first half of test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer.)"""
+    raw = _silent_sweep(tmp_path, "orphan-sigterm")
+    # Stopped in its 2nd epoch; a script left running would train 10 more of 5 s, past the
+    # 30 s the check waits (with 3, an orphan would have ended by itself in time).
+    raw["schedule"]["max_epochs"] = 12
+    sweep = kill_9_when(raw, tmp_path, _mid_epoch, sig=signal.SIGTERM)
+    assert "status interrupted" in (tmp_path / "driver.log").read_text()
+    _no_script_left(sweep)
+
+
+def _no_script_left(sweep: Path) -> None:
+    """Both trials' scripts (each ran once: two pids) have ended, and nothing of theirs is left."""
     pids = [p for d in sweep.glob("*/pids.txt") for p in map(int, d.read_text().split())]
     assert len(pids) == 2
     assert _none_left(sweep, 30), f"a script outlived the driver: {[p.pid for p in _scripts_of(sweep)]}"
@@ -132,6 +140,8 @@ def _stray(trial: Path, report: str) -> subprocess.Popen:
 
 @pytest.mark.usefixtures("ray_session")  # the resume runs on it
 def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Path) -> None:
+    """The driver killed with -9 while both scripts are silent mid-epoch: neither outlives it.
+    Then a resume beside an earlier run of each trial's script, one this machine knows of."""
     raw = _silent_sweep(tmp_path, "fenced")
     raw["search"]["params"]["sleep"] = 2.0
     raw["schedule"]["max_epochs"] = 5
@@ -141,7 +151,7 @@ def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Pat
         return len(epochs) == 2 and all(1 <= n < 4 for n in epochs) and len(_scripts_of(sweep)) >= 2
 
     sweep = kill_9_when(raw, tmp_path, both_mid_way)
-    assert _none_left(sweep, 30)
+    _no_script_left(sweep)
     known, unknown = sorted(t for t in sweep.glob("*/") if (t / "trained.txt").exists())
     assert all(len(read_metrics(str(t))) < 5 for t in (known, unknown))  # both to be resumed
     # One this machine ran (its supervisor's record names it), one it cannot see (another
