@@ -1,5 +1,6 @@
 """Compiled trials on CPU: what a reused actor's later trials and a compiling process get
-(issue 31: Dynamo's cache reset when a trial ends, Inductor's compile workers per trial CPU)."""
+(issue 31: Dynamo's cache reset when a trial ends, Inductor's compile workers per trial CPU,
+and a built-in model, an nn.Sequential, compiled at all)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_the_tenth_compiled_trial_of_a_reused_actor_still_runs_compiled(
     assert True in traced, f"the 10th trial ran eager: {traced}"
 
 
-def test_a_compiled_trial_starts_no_compile_workers_beyond_its_cpus(tmp_path: Path) -> None:
+def test_a_compiled_built_in_model_is_compiled_with_compile_workers_for_its_cpus_only(tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("Inductor compiles in-process on one CPU anyway")
     # A fresh process (Inductor's pool lives as long as its process), as a trial actor is.
@@ -75,13 +76,17 @@ def test_a_compiled_trial_starts_no_compile_workers_beyond_its_cpus(tmp_path: Pa
         spec = TrialSpec(model="mlp", data="synthetic", data_args={DATA!r}, max_epochs=1, cpus_per_worker=1)
         train(Path({str(tmp_path)!r}), spec, hp(width=8, depth=1, compile=True, batch_size=50))
         import torch._inductor.config as inductor
-        print(len(psutil.Process().children(recursive=True)), inductor.compile_threads)
+        from torch._dynamo.utils import counters
+        children = psutil.Process().children(recursive=True)
+        print(counters["frames"]["ok"], len(children), inductor.compile_threads)
     """
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    children, threads = out.stdout.split()[-2:]
+    frames, children, threads = out.stdout.split()[-3:]
+    # The built-in model (an nn.Sequential) was compiled: Dynamo compiled frames of it.
+    assert int(frames) > 0, out.stdout
     # Inductor's own setting, what it sizes its pool of compile processes by (the node's
     # CPUs unless told), and no process of the pool left running.
     assert (int(threads), int(children)) == (1, 0), out.stdout
