@@ -161,3 +161,27 @@ def _remove_leftover_placement_groups() -> None:
     for pg_id, info in placement_group_table().items():
         if info["state"] != "REMOVED":
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+
+
+def test_ddp_gradients_are_views_into_its_buckets(tmp_path: Path) -> None:
+    """gradient_as_bucket_view: one copy of the gradients (DDP's buckets), also after
+    zero_grad(set_to_none=True) and a second step, as the loop runs them."""
+    import torch.distributed as dist
+
+    from tuner.trial.loop.parallel import make_strategy
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = build_model("mlp", {"width": 16, "depth": 2}, (8,), 3, None)
+        net = make_strategy("ddp", 2).wrap(model, torch.device("cpu"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad(set_to_none=True)
+            net(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        grads = [q.grad for q in model.parameters()]
+        assert all(g is not None for g in grads)
+        # A small model fills one bucket: every gradient lies in that bucket's storage.
+        assert len({g.untyped_storage().data_ptr() for g in grads}) == 1  # type: ignore[union-attr]
+    finally:
+        dist.destroy_process_group()
