@@ -1,17 +1,21 @@
 """The checks of `task.command` against the rest of the sweep file: every parameter reaches
 the script one way (a placeholder, or the environment), and nothing is set that only tuner's
-own loop would read. Called by SweepConfig's validation, before Ray starts."""
+own loop would read: the `command` mode's check (config.modes), before Ray starts."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from tuner.config.placeholders import BUILTINS, env_name, placeholders
-from tuner.config.resources import ResourcesSection
-from tuner.config.task import TaskSection
 from tuner.errors import ConfigError, warn
 from tuner.space.conditions import conditions
 from tuner.space.params import ParamT
+
+if TYPE_CHECKING:
+    from tuner.config.resources import ResourcesSection
+    from tuner.config.task import TaskSection
 
 
 def check_command(

@@ -259,12 +259,11 @@ def resolve(cfg: SweepConfig) -> TrialResources:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     groups = _ray_internals.autoscaler_node_groups()
     res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
-    if cfg.task.command is not None:
-        return _one_actor(res, [] if groups else nodes)
-    amp = cfg.hyperparameters()["amp"]
-    path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
-    check_amp(values_of(amp) or [], res.gpus_per_worker, path)
-    return res
+    if cfg.trial_mode.reads_training:
+        amp = cfg.hyperparameters()["amp"]
+        path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
+        check_amp(values_of(amp) or [], res.gpus_per_worker, path)
+    return _one_actor(res, [] if groups else nodes) if cfg.trial_mode.actor_holds_workers else res
 
 
 def import_path(dirs: list[str]) -> str:
@@ -301,8 +300,8 @@ def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
 
 
 def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResources:
-    """task.command: the trial actor itself holds every worker's CPUs and GPUs (torchrun runs
-    all of its processes there), so they must fit on one node."""
+    """A mode whose trial actor itself holds every worker's CPUs and GPUs (a script: torchrun
+    runs all of its processes there): they must fit on one node."""
     bundle = _all_workers(res)
     if res.workers > 1 and nodes and not fits_one_node(res, nodes):
         raise ConfigError(
@@ -317,6 +316,7 @@ def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResou
 def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
     """What every trial of the sweep is told besides its configuration."""
     return TrialSpec(
+        trial_mode=cfg.trial_mode.name,
         model=cfg.task.model or "",
         data=cfg.task.data or "",
         data_args=dict(cfg.task.data_args),
@@ -336,7 +336,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         gpus_per_worker=res.gpus_per_worker,
         strategy=cfg.resources.strategy,
         # (Ray Train's checkpoints are the ones a trial in URI storage keeps: it uses Train.)
-        one_node=res.one_node and sweep_dir is not None and cfg.task.command is None,
+        one_node=res.one_node and sweep_dir is not None and not cfg.trial_mode.actor_holds_workers,
         gpu_memory_margin=cfg.resources.gpu_memory_margin,
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,

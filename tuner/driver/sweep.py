@@ -262,7 +262,8 @@ def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
-    if start.mirror is not None and cfg.resources.workers_per_trial > 1 and cfg.task.command is None:
+    ddp = cfg.resources.workers_per_trial > 1 and not cfg.trial_mode.actor_holds_workers
+    if start.mirror is not None and ddp:
         # Ray Train's workers write where no upload reaches them yet (issue 29): refused
         # before Ray starts rather than a sweep whose rank 0 fails on another node.
         raise ConfigError(
@@ -281,8 +282,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     preload = _preload(cfg.search.algorithm)
     # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
     # the DDP trials of a sweep in URI storage (trial/launch/ranks.py runs the others' workers).
-    train = cfg.resources.workers_per_trial > 1 and cfg.task.command is None and start.sweep_dir is None
-    connect(runtime, dashboard=train)
+    connect(runtime, dashboard=ddp and start.sweep_dir is None)
     preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
     if start.announce:
@@ -437,7 +437,7 @@ def _launch(
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
-    reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
+    reuse = cfg.trial_mode.reuses_actors(res.workers)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )
@@ -521,7 +521,7 @@ def finish(
         warm.mark_origins(cfg, sweep_dir, summary)
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
-        if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
+        if summary["best"] is not None and cfg.trial_mode.keeps_weights:
             from tuner.view.export import write_best
 
             if mirror is not None:  # the best trial's weights, uploaded by the trial

@@ -187,7 +187,7 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     top = best(data.records, data.mode)
     if top is None:
         return None
-    if data.cfg.task.command is not None:
+    if data.cfg.trial_mode.command_line:  # the user's own command line, as the trial ran it
         return _script_command(data, top)
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]

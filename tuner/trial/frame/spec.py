@@ -17,6 +17,8 @@ class TrialSpec:
     model: str
     data: str
     data_args: dict[str, Any] = field(default_factory=dict)
+    # How the trial runs: a name of tuner.config.modes.MODES (the loop, the user's, a script).
+    trial_mode: str = "loop"
     # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
     train: Optional[str] = None
     # The user's own script (task.command, a template with {name} placeholders), its

@@ -26,6 +26,7 @@ import queue
 import socket
 from typing import Any, Optional
 
+from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
@@ -66,7 +67,6 @@ class Rank:
         import torch.distributed as dist
 
         from tuner.trial.frame.session import GroupSession
-        from tuner.trial.launch.loops import loop_for
 
         world = spec.workers
         env = dict(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world)
@@ -83,7 +83,7 @@ class Rank:
                 trial_dir, trial_id, rank, world, spec.keep_checkpoints, self._reports.put,
                 spec.metric, spec.mode, spec.also,
             )  # fmt: skip
-            loop_for(spec)(hp, spec, session)
+            MODES[spec.trial_mode].function()(hp, spec, session)
         finally:
             self._reports.put(END)
 

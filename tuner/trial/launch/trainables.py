@@ -1,8 +1,8 @@
 """The Tune trainable: the loop in the trial actor (1 worker) or in DDP workers.
 
-The loop is tuner's own (`trial.loop.run`) or the user's (`task.train`, `trial.userloop.run`), or
-the user's script (`task.command`, `trial.script.run`), which always runs in the trial actor:
-with torchrun, that actor holds every worker's resources and runs all of its processes.
+What trains is the trial's mode (`tuner.config.modes`: tuner's loop, the user's loop or script),
+whose function is imported here, in the trial's processes, by the name its record gives. A mode
+whose trial actor holds every worker (a script under torchrun) always runs in the actor.
 
 One worker: the loop runs right here, in the (reused) Tune actor, and pays no Ray Train
 start-up. More workers on one node, in a local or shared sweep directory (`spec.one_node`):
@@ -19,10 +19,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
-from tuner.trial.launch.loops import loop_for
 
-# The loop (and torch) are imported inside the trainables: they run in the trial processes,
+# The mode's function (and torch) are imported inside the trainables: they run in the trial processes,
 # and the driver, which only names these functions, then starts without importing torch.
 
 TRAIN_RUN_NAME = "train"
@@ -35,7 +35,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
     )
-    loop_for(spec)(config, spec, session)
+    MODES[spec.trial_mode].function()(config, spec, session)
 
 
 def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -87,7 +87,7 @@ def _ddp_worker(cfg: dict[str, Any]) -> None:
     spec = cfg["spec"]
     local = spec.sweep_dir is not None  # (rank 0 keeps the best epoch's weights there)
     session = TrainSession(cfg["trial_dir"], cfg["trial_id"], spec.metric, spec.mode, spec.also, local)
-    loop_for(spec)(cfg["hp"], spec, session)
+    MODES[spec.trial_mode].function()(cfg["hp"], spec, session)
 
 
 def _train_storage(spec: TrialSpec, trial_dir: str) -> str:
@@ -99,6 +99,6 @@ def _train_storage(spec: TrialSpec, trial_dir: str) -> str:
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
     """The function Tune runs for every trial of the sweep."""
-    if spec.workers == 1 or spec.command is not None:
+    if MODES[spec.trial_mode].reuses_actors(spec.workers):  # (the trial runs in the actor)
         return in_actor_trial
     return group_trial if spec.one_node else ddp_trial
