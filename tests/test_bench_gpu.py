@@ -45,6 +45,7 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = _rows(out.stdout)
+    # Smoke sizes: the GPU's ViT-S/16 rows (amp, GPU-bound packing) at the smallest that runs.
     ref, small, mfu = "tiny ViT 32px", "tiny ViT 32px", "small ViT 32px bf16"
     expected = [
         f"{ref} fp32 (IEEE)",
@@ -53,15 +54,18 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
         f"{ref} bf16 + torch.compile",
         "bf16, DataLoader(0), no prefetch",
         "bf16, DataLoader(0), prefetch",
-        f"1 x {small} on the CPU, together",
-        f"2 x {small} on the CPU, together",
+        f"1 x {small} on the CPU, together (launch-bound)",
+        f"2 x {small} on the CPU, together (launch-bound)",
+        f"1 x {small} on the CPU, together (GPU-bound)",
+        f"2 x {small} on the CPU, together (GPU-bound)",
         mfu,
         f"{mfu} + torch.compile",
     ]
     assert list(rows) == expected, list(rows)
     assert all(rate > 0 and "FAILED" not in note for rate, note in rows.values()), rows
     windows = [float(w) for w in re.findall(r"window ([\d.]+) s all \d ran", out.stdout)]
-    assert len(windows) == 2 and all(w > 0 for w in windows)  # 1 and 2 trials, running together
+    # 1 and 2 trials running together, of each kind
+    assert len(windows) == 4 and all(w > 0 for w in windows), windows
     tflops = re.findall(r"([\d.e+-]+) TFLOPS", rows[mfu][1] + rows[f"{mfu} + torch.compile"][1])
     assert len(tflops) == 2 and all(float(t) > 0 for t in tflops), tflops
     ratios = dict(re.findall(r"^- (.+?): ([\d.]+)$", out.stdout, re.M))
@@ -69,7 +73,8 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
         "AMP / fp32 (TF32) samples/s",
         "AMP / fp32 (IEEE) samples/s",
         "fp32 TF32 / IEEE samples/s",
-        "2 packed / 1 samples/s",
+        "2 packed / 1 samples/s (launch-bound)",
+        "2 packed / 1 samples/s (GPU-bound)",
     }, ratios
     assert all(float(v) > 0 for v in ratios.values()), ratios
     assert "- no trial failed (no OOM): PASS" in out.stdout
@@ -112,6 +117,17 @@ def test_flops_are_counted_not_guessed() -> None:
     assert bench.flops_per_sample(size) == pytest.approx(estimate, rel=0.03)
 
 
+def test_gpu_sizes_time_what_the_issue_asks() -> None:
+    """AMP rows over 112 steps an epoch (not 28) and 4 timed epochs, the GPU-bound packed rows
+    ViT-S/16 at 224."""
+    bench = _bench()
+    assert bench.GPU_EPOCHS - 1 >= 4
+    ref, big = bench.SIZES["ref"][0], bench.SIZES["big"][0]
+    train = ref["samples"] - ref["samples"] // 8  # images(): 1/8 held out
+    assert train // ref["batch"] == 112
+    assert (big["patch_size"], big["width"], big["depth"], big["image"]) == (16, 384, 12, 224)
+
+
 @pytest.mark.parametrize(
     ("name", "tflops"),
     [
@@ -125,6 +141,7 @@ def test_flops_are_counted_not_guessed() -> None:
         ("NVIDIA L40", 181.0),
         ("NVIDIA L40S", 362.0),
         ("NVIDIA H200 NVL", 835.5),
+        ("NVIDIA GH200 480GB", 989.4),  # not H200's entry: whole words
         ("Tesla T4", None),
     ],
 )

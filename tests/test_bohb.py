@@ -267,6 +267,7 @@ def test_the_fast_truncated_normal_is_scipys_distribution(m: float, bw: float) -
     assert stats.kstest(xs, stats.truncnorm(a, b, loc=m, scale=bw).cdf).pvalue > 0.01
 
 
+@pytest.mark.slow  # thousands of the model's proposals: 3-15 s on 2 loaded cores
 def test_the_models_proposals_are_its_good_density_widened_as_hpbandster_defines() -> None:
     """With a fitted model, one candidate per proposal (num_samples 1) and no random share,
     a proposal is a draw from the "good" density as hpbandster samples it: a data point at
@@ -357,6 +358,7 @@ def _fitted_on_one_choice() -> Any:
     return s
 
 
+@pytest.mark.slow  # thousands of the model's proposals: 3-15 s on 2 loaded cores
 def test_a_choice_absent_from_the_good_results_is_unlikely_not_infinitely_likely() -> None:
     """Every good result is adam: statsmodels counted the choice's values in those results
     (one), divided by zero, and gave sgd and adamw an infinite density, so any candidate with

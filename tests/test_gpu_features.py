@@ -158,6 +158,7 @@ def test_channels_last_on_non_images_is_ignored_with_a_warning(tmp_path: Path) -
     assert "channels_last ignored" in (tmp_path / "trial.log").read_text()
 
 
+@pytest.mark.slow  # torch.compile on CPU: 2-5 s, at the quick tier's limit
 def test_compile_trains_and_keeps_checkpoint_keys(tmp_path: Path) -> None:
     spec = TrialSpec(**{**DIGITS.to_dict(), "max_epochs": 2})
     s = train(tmp_path, spec, hp(compile=True))

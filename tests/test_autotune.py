@@ -1,0 +1,224 @@
+"""training.autotune's choice, guard, budget, sizes and cache (tuner/autotune.py), from given
+measurements: which arm is chosen follows from the figures, not from this machine's speed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner import autotune
+from tuner.autotune import Dimension, Measurement
+from tuner.config import TrainingSection
+from tuner.space.params import Choice, Fixed, LogUniform, RandInt, Uniform
+
+DIMS = [
+    Dimension("compile", (False, True)),
+    Dimension("channels_last", (False, True)),
+    Dimension("threads", (2, 1)),
+]
+
+
+class Figures:
+    """A measure function answering from a table keyed by the arm's settings; notes each call."""
+
+    def __init__(self, table: dict[tuple[Any, ...], tuple[float, float]], clock: list[float] | None = None):
+        self.table, self.calls, self.clock = table, [], clock
+
+    def __call__(self, settings: dict[str, Any], left: float) -> Measurement:
+        self.calls.append((dict(settings), left))
+        if self.clock is not None:
+            self.clock[0] += 10.0  # every arm costs 10 s of the fake clock
+        figures = self.table[_key(settings)]
+        if isinstance(figures, str):
+            return Measurement(seconds=10.0, error=figures)
+        rate, loss = figures
+        return Measurement(rate, loss, 10.0)
+
+
+def _key(settings: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(settings.get(d.name, d.values[0]) for d in DIMS)
+
+
+def _fastest_passing(figures: Figures) -> dict[str, Any]:
+    """The independent answer: of the arms measured, the fastest within the loss guard."""
+    reference = figures.table[(False, False, 2)][1]
+    measured = [(figures.table[_key(s)], s) for s, _ in figures.calls]
+    ok = [(f, s) for f, s in measured if not isinstance(f, str)]
+    ok = [(f, s) for f, s in ok if abs(f[1] - reference) / reference <= autotune.LOSS_TOLERANCE]
+    return max(ok, key=lambda pair: pair[0][0])[1]
+
+
+def test_the_choice_is_the_fastest_arm_within_the_loss_guard() -> None:
+    figures = Figures(
+        {
+            (False, False, 2): (100.0, 2.000),  # the reference
+            (True, False, 2): (150.0, 2.010),  # compile: faster, loss 0.5% off: taken
+            (True, True, 2): (140.0, 2.000),  # channels_last on top: slower
+            (True, False, 1): (400.0, 2.300),  # one thread: fastest of all, loss 15% off: refused
+        }
+    )
+    result = autotune.search(DIMS, figures, budget_s=1000)
+    assert result.choice == {"compile": True, "channels_last": False, "threads": 2}
+    assert result.choice == _fastest_passing(figures)
+    assert [a.change for a in result.arms] == ["reference", "compile=true", "channels_last=true", "threads=1"]
+    verdicts = [a.verdict for a in result.arms]
+    assert verdicts[0] == "reference" and verdicts[1] == "chosen" and verdicts[2] == "slower"
+    assert verdicts[3].startswith("refused: loss 2.3 15.0% off")
+    assert result.speedup == pytest.approx(1.5)
+    # Each setting is tried on top of the best so far: the sum of values, not the product.
+    assert len(figures.calls) == 1 + sum(len(d.values) - 1 for d in DIMS)
+
+
+def test_a_later_faster_arm_overtakes_and_failures_and_nan_are_refused() -> None:
+    figures = Figures(
+        {
+            (False, False, 2): (100.0, 1.0),
+            (True, False, 2): "OutOfMemoryError: out of memory: CUDA out of memory",
+            (False, True, 2): (120.0, 1.0),
+            (False, True, 1): (130.0, math.nan),
+        }
+    )
+    result = autotune.search(DIMS, figures, budget_s=1000)
+    assert result.choice == {"compile": False, "channels_last": True, "threads": 2}
+    assert result.arms[1].verdict.startswith("failed: OutOfMemoryError")
+    assert result.arms[3].verdict.startswith("refused: loss nan not finite")
+
+
+def test_a_gain_within_the_noise_keeps_the_setting_as_it_was() -> None:
+    small = 100.0 * (1 + autotune.MIN_GAIN / 2)
+    figures = Figures(
+        {(False, False, 2): (100.0, 1.0), (True, False, 2): (small, 1.0), (False, True, 2): (99.0, 1.0)}
+    )
+    result = autotune.search(DIMS[:2], figures, budget_s=1000)
+    assert result.choice == {"compile": False, "channels_last": False}
+    assert result.arms[0].verdict == "chosen" and "not worth a change" in result.arms[1].verdict
+
+
+def test_the_reference_arm_failing_stops_autotune_with_the_reason() -> None:
+    figures = Figures({(False, False, 2): "RuntimeError: boom"})
+    with pytest.raises(autotune.AutotuneError, match="reference arm .*compile=false.*RuntimeError: boom"):
+        autotune.search(DIMS, figures, budget_s=1000)
+
+
+def test_the_cost_is_bounded_by_the_budget_and_printed() -> None:
+    clock = [0.0]
+    table = {(False, False, 2): (100.0, 1.0), (True, False, 2): (150.0, 1.0), (True, True, 2): (200.0, 1.0)}
+    table[(True, True, 1)] = (400.0, 1.0)
+    figures = Figures(table, clock)
+    # 25 s: the reference (to 10 s), compile (to 20 s), channels_last (starts at 20, ends at
+    # 30); threads=1 would start past the budget: not run.
+    result = autotune.search(DIMS, figures, budget_s=25, clock=lambda: clock[0])
+    assert len(figures.calls) == 3
+    assert [left for _, left in figures.calls] == [25, 15, 5]  # each arm is told what is left
+    assert result.arms[3].measured is None and result.arms[3].verdict == "not run: budget spent"
+    # threads had no other value measured: the trials keep the file's (not the reference's).
+    assert result.choice == {"compile": True, "channels_last": True}
+    assert result.seconds == 30
+    result.device = "CPU"
+    line = autotune.summary_line(result, "autotune")
+    assert "3 arms in 30.0 s of a 25 s budget on CPU, 1 not run (budget spent)" in line
+    assert line.startswith("autotune: compile=true, channels_last=true, 2.00x the reference's samples/s")
+    assert "| threads=1 | | | | not run: budget spent |" in autotune.table_markdown(result)
+
+
+def test_dimensions_are_what_differs_on_the_device_and_never_a_searched_setting() -> None:
+    cpu = autotune.dimensions([], {}, cuda=False, images=True, in_memory=True, cpus=4)
+    assert {d.name: d.values for d in cpu} == {
+        "compile": (False, True),
+        "channels_last": (False, True),
+        "threads": (4, 2, 1),
+    }
+    gpu = autotune.dimensions(
+        ["compile"], {"loader_workers": 3}, cuda=True, images=False, in_memory=False, cpus=4
+    )
+    assert {d.name: d.values for d in gpu} == {"amp": ("off", "bf16", "fp16"), "loader_workers": (3, 2, 8)}
+    old_gpu = autotune.dimensions(
+        ["loader_workers"], {}, cuda=True, images=False, in_memory=True, cpus=1, bf16=False
+    )
+    assert [(d.name, d.values) for d in old_gpu] == [("amp", ("off", "fp16")), ("compile", (False, True))]
+
+
+def test_sizes_are_the_searched_model_parameters_and_the_batch() -> None:
+    training = TrainingSection.model_fields
+    params = {
+        "width": Choice(type="choice", values=[64, 128]),
+        "dropout": Uniform(type="uniform", low=0.0, high=0.5),
+        "lr": LogUniform(type="loguniform", low=1e-4, high=1e-2),
+        "batch_size": Choice(type="choice", values=[32, 64]),
+        "heads": Fixed(value=4),
+    }
+    assert autotune.size_names(params, "vit", training) == ["width", "batch_size"]
+    user = {
+        "layers": RandInt(type="randint", low=1, high=3),
+        "scale": Choice(type="choice", values=[0.5, 1.0]),
+    }
+    assert autotune.size_names(user, "mypkg.models:net", training) == ["layers"]
+
+
+def test_constraints_decide_which_sizes_count() -> None:
+    heads = Choice(type="choice", values=[2, 3])
+    lr = LogUniform(type="loguniform", low=1e-4, high=1e-2)
+    # width % heads == 0 leaves (64, 2), (96, 2) and (96, 3): three sizes, each tuned.
+    three = {"width": Choice(type="choice", values=[64, 96]), "heads": heads, "lr": lr}
+    plan = autotune.plan_sizes(three, ["width % heads == 0"], ["width", "heads"])
+    assert sorted((c["width"], c["heads"]) for c in plan.configs) == [(64, 2), (96, 2), (96, 3)]
+    # With 128 too it leaves four: the largest that keeps the constraint, for all.
+    four = {**three, "width": Choice(type="choice", values=[64, 96, 128])}
+    plan = autotune.plan_sizes(four, ["width % heads == 0"], ["width", "heads"])
+    assert [(c["width"], c["heads"]) for c in plan.configs] == [(128, 2)]
+    assert plan.note.startswith("4 model sizes")
+
+
+def test_sizes_within_the_cap_are_each_tuned_and_trials_take_their_own() -> None:
+    params: dict[str, Any] = {
+        "width": Choice(type="choice", values=[64, 128, 96]),
+        "lr": LogUniform(type="loguniform", low=1e-4, high=1e-2),
+    }
+    plan = autotune.plan_sizes(params, [], ["width"])
+    assert sorted(c["width"] for c in plan.configs) == [64, 96, 128]
+    assert all(c["lr"] == 1e-2 for c in plan.configs)  # the loss guard at the highest rate
+    results = [autotune.Result({"compile": c["width"] > 64}, [], 0.0, 1, 1.0) for c in plan.configs]
+    table = autotune.table_of(plan, results)
+    assert table.settings_for({"width": 64, "lr": 3e-3}) == {"compile": False}
+    assert table.settings_for({"width": 128, "lr": 3e-3}) == {"compile": True}
+    assert table.default == {"compile": True}  # the largest's
+    # More sizes than MAX_SIZES, or a range: the largest only, its choice for every trial.
+    wide = {
+        "width": Choice(type="choice", values=[32, 64, 96, 128]),
+        "depth": RandInt(type="randint", low=1, high=2),
+    }
+    plan = autotune.plan_sizes(wide, [], ["width", "depth"])
+    assert [(c["width"], c["depth"]) for c in plan.configs] == [(128, 2)]
+    assert "8 model sizes: more than 3, so the largest, for all" == plan.note
+    ranged = autotune.plan_sizes({"depth": RandInt(type="randint", low=1, high=40)}, [], ["depth"])
+    assert [c["depth"] for c in ranged.configs] == [40] and ranged.note.startswith("model sizes from a range")
+    table = autotune.table_of(ranged, [autotune.Result({"compile": True}, [], 0.0, 1, 1.0)])
+    assert table.settings_for({"depth": 7}) == {"compile": True}
+
+
+def test_a_cached_choice_is_reused_for_the_same_model_device_and_torch_only(tmp_path: Path) -> None:
+    cache = autotune.Cache(str(tmp_path / "cache" / "autotune.json"))
+    task = {"task": {"model": "mlp"}, "modules": {}}
+    config = {"width": 64, "lr": 0.01, "compile": False}
+    key = autotune.fingerprint(task, config, DIMS)
+    assert key == autotune.fingerprint(task, {**config, "compile": True}, DIMS)  # a measured setting
+    assert key != autotune.fingerprint(task, {**config, "width": 128}, DIMS)
+    assert key != autotune.fingerprint({**task, "modules": {"m": "other"}}, config, DIMS)
+    measured = autotune.Result({"compile": True}, [], 42.0, 300, 1.7, "NVIDIA H100", "2.13.0", "2026-11-25")
+    cache.put(key, measured)
+    entries = autotune.Cache(cache.path).entries(key)
+    hit = autotune.reuse(entries, "NVIDIA H100", "2.13.0")
+    assert hit is not None and hit.choice == {"compile": True} and hit.cached and hit.seconds == 0.0
+    assert autotune.reuse(entries, "NVIDIA H200", "2.13.0") is None
+    assert autotune.reuse(entries, "NVIDIA H100", "2.14.0") is None
+    assert autotune.summary_line(hit, "x").endswith(
+        "reused from the cache (measured 2026-11-25 on NVIDIA H100), no cost"
+    )
+    cache.put(key, hit)  # a reused result is not written back as a new measurement
+    assert json.loads(Path(cache.path).read_text())[key]["NVIDIA H100 | torch 2.13.0"]["seconds"] == 42.0
+    Path(cache.path).write_text("{not json")
+    assert cache.entries(key) == {}  # damaged: measured again, then rewritten

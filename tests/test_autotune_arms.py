@@ -1,0 +1,94 @@
+"""training.autotune's arms measured for real on CPU (tuner/autotune_measure.py): the arms that
+exist here (compile, channels_last, torch threads) train the digits CNN; the choice follows
+from what they measured, a cached choice is reused without measuring, and the budget stops
+the measuring. Speed on this shared machine is whatever it is: the tests read the figures
+the arms report, never a fixed speed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner import autotune, autotune_measure
+from tuner.config import TrainingSection
+from tuner.trial.frame.spec import TrialSpec
+
+TASK = {"task": {"model": "cnn", "data": "digits"}, "modules": {}}
+
+
+def _config() -> dict[str, Any]:
+    return {**TrainingSection().model_dump(), "channels": 8, "blocks": 1, "batch_size": 64, "lr": 3e-3}
+
+
+def _spec(cpus: int = 2) -> TrialSpec:
+    return TrialSpec(model="cnn", data="digits", cpus_per_worker=cpus, search_path=os.getcwd())
+
+
+@pytest.mark.slow  # four arms of a small CNN, one compiled: seconds
+def test_the_arms_that_exist_on_cpu_run_and_the_fastest_within_the_guard_is_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [raw] = autotune_measure.tune_sizes([_config()], _spec(), [], 300, TASK, {})
+    result = autotune.Result.from_json(raw)
+    assert [a.change for a in result.arms] == ["reference", "compile=true", "channels_last=true", "threads=1"]
+    assert all(a.measured is not None and a.measured.error is None for a in result.arms), result.arms
+    reference = result.arms[0].measured
+    assert reference is not None and reference.samples_per_s > 0
+    passing = [
+        a for a in result.arms if a.measured and autotune.loss_off(a.measured.loss, reference.loss) <= 0.05
+    ]
+    assert len(passing) == 4  # fp32 on CPU: compile, layout and threads change little of the loss
+    [chosen] = [a for a in result.arms if a.verdict == "chosen"]
+    # The measured fastest, up to the gain a change must bring (an arm within it keeps the
+    # setting as it was): no passing arm is faster than that.
+    fastest = max(a.measured.samples_per_s for a in passing)  # type: ignore[union-attr]
+    assert chosen.measured.samples_per_s * (1 + autotune.MIN_GAIN) >= fastest  # type: ignore[union-attr]
+    assert result.choice == chosen.settings
+    assert result.speedup == pytest.approx(chosen.measured.samples_per_s / reference.samples_per_s)  # type: ignore[union-attr]
+    assert result.device == "CPU" and result.torch and result.budget_s == 300 and not result.cached
+    assert 0 < result.seconds == pytest.approx(sum(a.measured.seconds for a in result.arms), rel=0.5)  # type: ignore[union-attr]
+
+    # A later sweep of the same model on the same device and torch reuses it: nothing is
+    # measured (the measuring function is not called), no cost.
+    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    cache.put(raw["key"], result)
+
+    def measured(*_: Any, **__: Any) -> autotune.Measurement:
+        raise AssertionError("measured again instead of reusing the cached choice")
+
+    monkeypatch.setattr(autotune_measure, "measure", measured)
+    cached = {raw["key"]: cache.entries(raw["key"])}
+    [again] = autotune_measure.tune_sizes([_config()], _spec(), [], 300, TASK, cached)
+    reused = autotune.Result.from_json(again)
+    assert reused.cached and reused.seconds == 0 and reused.choice == result.choice
+    assert again["key"] == raw["key"]
+
+
+@pytest.mark.slow
+def test_the_budget_stops_an_arm_and_a_spent_budget_keeps_the_file_settings() -> None:
+    spec, cpu = _spec(), autotune_measure.device_for(_spec())
+    # No time left: the arm stops after its first timed step (the clock is read after each),
+    # however fast this machine is at the moment.
+    stopped = autotune_measure.measure(_config(), spec, {}, cpu, seconds_left=0.0)
+    assert stopped.error == f"stopped at the budget after 1 of {autotune.MEASURED_STEPS} timed steps"
+    dims = autotune_measure.dimensions_here(_config(), spec, [], cpu)
+    with pytest.raises(autotune.AutotuneError, match="reference arm .* stopped at the budget"):
+        autotune.search(dims, autotune_measure._arms_of(_config(), spec, cpu), 0.0)
+    # A sweep whose budget is spent before a size: nothing measured, the file's settings.
+    [raw] = autotune_measure.tune_sizes([_config()], spec, [], 0.0, TASK, {})
+    result = autotune.Result.from_json(raw)
+    assert result.choice == {} and result.arms == [] and result.note == "no budget left for this size"
+    line = autotune.summary_line(result, "autotune")
+    assert (
+        line == "autotune: nothing chosen, the trials run the file's settings (no budget left for this size)"
+    )
+
+
+@pytest.mark.slow
+def test_one_thread_has_no_threads_arm_and_a_searched_setting_none() -> None:
+    spec = _spec(cpus=1)
+    dims = autotune_measure.dimensions_here(_config(), spec, ["compile"], autotune_measure.device_for(spec))
+    assert [d.name for d in dims] == ["channels_last"]
