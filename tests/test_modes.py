@@ -20,6 +20,7 @@ A mode added to MODES without a task here fails test_every_mode_has_a_contract_t
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import math
@@ -40,8 +41,6 @@ from tuner.config.modes import MODES
 from tuner.results import NOT_METRICS
 from tuner.sweepdir import BEST_DIR, EXPORT_FILES, SUMMARY_FILE, TRIAL_LOG, read_metrics, trial_dirs
 from tuner.view.export import export
-
-pytestmark = pytest.mark.usefixtures("ray_session")
 
 LOOP = {"model": "tests.mode_tasks:model", "data": "tests.mode_tasks:data"}
 SCRIPT = ["python", "tests/mode_script.py", "--lr", "{lr}", "--gate", "{gate}", "--epochs", "{max_epochs}"]
@@ -88,6 +87,17 @@ def test_every_mode_has_a_contract_task() -> None:
     assert set(TASKS) == set(MODES)
 
 
+@pytest.mark.parametrize("name", list(MODES))
+def test_every_mode_names_a_trial_function_in_a_room_of_trial(name: str) -> None:
+    """`Mode.runs` is read only when a trial starts: a typo would fail every trial, not validate."""
+    module, function = MODES[name].runs.split(":")
+    path = Path(tuner.__file__).parent.parent / (module.replace(".", "/") + ".py")
+    assert module.startswith("tuner.trial.") and path.is_file(), MODES[name].runs
+    defined = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert function in defined, MODES[name].runs
+
+
+@pytest.mark.usefixtures("ray_session")
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_mode_keeps_the_contract(name: str, tmp_path: Path) -> None:
     mode, raw = MODES[name], _raw(name, tmp_path)

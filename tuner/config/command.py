@@ -4,18 +4,14 @@ own loop would read: the `command` mode's check (config.modes), before Ray start
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel
 
 from tuner.config.placeholders import BUILTINS, env_name, placeholders
+from tuner.config.resources import ResourcesSection
+from tuner.config.task import TaskSection
 from tuner.errors import ConfigError, warn
 from tuner.space.conditions import conditions
 from tuner.space.params import ParamT
-
-if TYPE_CHECKING:
-    from tuner.config.resources import ResourcesSection
-    from tuner.config.task import TaskSection
 
 
 def check_command(
@@ -27,7 +23,7 @@ def check_command(
 ) -> None:
     """Refuse a command whose placeholders and search.params do not meet one to one (unless
     env_params says how the rest reach it), and settings only tuner's own loop honours."""
-    assert task.command is not None
+    assert task.command, "the command mode's check without a command (validation refuses an empty one)"
     for name in params:
         if name in BUILTINS:  # it would replace what tuner fills in, in every trial
             raise ConfigError(

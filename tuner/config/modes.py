@@ -23,16 +23,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from tuner.config.checks import check_param
 from tuner.config.command import check_command
+from tuner.config.resources import ResourcesSection
+from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
-from tuner.space.params import values_of
-
-if TYPE_CHECKING:
-    from tuner.config.sections import SweepConfig
-    from tuner.config.task import TaskSection
+from tuner.space.params import ParamT, values_of
 
 # What tuner's own loop reports every epoch (trial/loop/run.py's `_epoch`; tests/test_loop.py
 # checks the two agree), besides val_<name> of the metrics hook (default: val_acc).
@@ -41,6 +39,21 @@ LOOP_METRICS = (
     "lr", "world_size", "micro_batch", "oom_backoffs",
     "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "gpu_mem_used_gb", "gpu_util",  # on a GPU
 )  # fmt: skip
+
+
+class SweepFile(Protocol):
+    """What a mode's check reads of the sweep file: a SweepConfig (config.sections, which
+    imports this module) once its sections are valid each on its own."""
+
+    task: TaskSection
+    search: Any  # SearchSection
+    training: Any  # TrainingSection
+    resources: ResourcesSection
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]: ...
+
+    def hyperparameters(self) -> dict[str, ParamT]: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ class Mode:
     chosen_by: tuple[str, ...]  # task fields that choose it when set (none: the default mode)
     fields: tuple[str, ...]  # the task fields it reads; every other one keeps its default
     runs: str  # "module:function" a trial calls as fn(config, spec, session)
-    check: Callable[[SweepConfig], None]  # what validate refuses for this mode, before Ray starts
+    check: Callable[[SweepFile], None]  # what validate refuses for this mode, before Ray starts
     needs: tuple[str, ...] = ()  # task fields it cannot go without
     # It builds its own model and data: a field of tuner's loop beside it is refused with
     # f"{alone}, which would ignore it". None: tuner builds them.
@@ -123,16 +136,17 @@ def check_task(task: TaskSection) -> None:
 # ----------------------------------------------------------------------------- each mode's checks
 
 
-def _params(cfg: SweepConfig) -> None:
+def _params(cfg: SweepFile) -> None:
     for name, param in cfg.search.params.items():
         check_param(name, param, cfg.task.model or "", cfg.training)
 
 
-def _reported(cfg: SweepConfig) -> None:
+def _reported(cfg: SweepFile) -> None:
     """Refuse an objective the mode's trials never report (it would end every trial with
     "metric ... is not among the values the trial reported")."""
-    assert cfg.trial_mode.reports is not None
-    reported = cfg.trial_mode.reports(cfg.task)
+    reports = mode_of(cfg.task).reports
+    assert reports is not None
+    reported = reports(cfg.task)
     for name, _ in cfg.objectives:
         if name in reported:
             continue
@@ -148,12 +162,12 @@ def _reported(cfg: SweepConfig) -> None:
         )
 
 
-def _tuners_loop(cfg: SweepConfig) -> None:
+def _tuners_loop(cfg: SweepFile) -> None:
     _reported(cfg)
     _params(cfg)
 
 
-def _users_loop(cfg: SweepConfig) -> None:
+def _users_loop(cfg: SweepFile) -> None:
     """Settings only tuner's own loop can honour are refused."""
     _params(cfg)
     if cfg.resources.gpus_per_worker == "pack":
@@ -166,7 +180,7 @@ def _users_loop(cfg: SweepConfig) -> None:
         raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
 
 
-def _users_script(cfg: SweepConfig) -> None:
+def _users_script(cfg: SweepFile) -> None:
     check_command(cfg.task, cfg.search.params, cfg.search.algorithm, cfg.training, cfg.resources)
 
 

@@ -16,7 +16,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from tuner import catalogue
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_search, check_start_with
-from tuner.config.modes import Mode, mode_of
+from tuner.config.modes import Mode, check_task, mode_of
 from tuner.config.objectives import (
     MetricField,
     ModeField,
@@ -317,6 +317,7 @@ class SweepConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
+        check_task(self.task)  # the fields of one mode, and those it needs
         if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
             raise ConfigError(
                 "schedule.early_stopping",

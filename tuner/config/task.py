@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from tuner import catalogue
 from tuner.config.base import Section
 from tuner.config.functions import check_function
-from tuner.config.modes import check_task
 from tuner.config.placeholders import placeholders
 
 
@@ -131,8 +130,3 @@ class TaskSection(Section):
         if value is not None:
             placeholders(value)  # a ValueError names what is wrong with it
         return value
-
-    @model_validator(mode="after")
-    def _one_mode(self) -> TaskSection:
-        check_task(self)
-        return self
