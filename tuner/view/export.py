@@ -30,7 +30,6 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import __version__
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import TrialRecord, ranked, records
 from tuner.sweepdir import (
@@ -45,6 +44,7 @@ from tuner.sweepdir import (
     read_config,
     remote,
 )
+from tuner.version import __version__
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
 MARK = "exported_by"  # config.json's key that says a directory is one of ours
