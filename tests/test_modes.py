@@ -61,8 +61,8 @@ def _raw(name: str, tmp_path: Path) -> dict[str, Any]:
         "mode": "min",
         "task": TASKS[name],
         "search": {
-            "algorithm": "random",
-            "num_samples": 2,
+            # Two trials of different configurations (random search may draw one twice).
+            "algorithm": "grid",
             "params": {"lr": {"type": "choice", "values": [0.05, 0.1]}, "gate": str(tmp_path / "gate")},
         },
         "schedule": {"max_epochs": 2, "early_stopping": False},  # both trials reach epoch 2
