@@ -40,6 +40,7 @@ from tuner.config import ConfigError, parse_sweep
 from tuner.config.modes import MODES
 from tuner.results import NOT_METRICS
 from tuner.sweepdir import BEST_DIR, EXPORT_FILES, SUMMARY_FILE, TRIAL_LOG, read_metrics, trial_dirs
+from tuner.trial.frame.spec import TrialSpec
 from tuner.view.export import export
 
 LOOP = {"model": "tests.mode_tasks:model", "data": "tests.mode_tasks:data"}
@@ -95,6 +96,17 @@ def test_every_mode_names_a_trial_function_in_a_room_of_trial(name: str) -> None
     assert module.startswith("tuner.trial.") and path.is_file(), MODES[name].runs
     defined = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
     assert function in defined, MODES[name].runs
+
+
+def test_a_trial_spec_runs_its_mode_only() -> None:
+    """What a trial runs is its spec's mode: a field of another mode's function beside it is
+    refused (a spec built with command=... and the default mode once ran tuner's loop)."""
+    TrialSpec(model="", data="", trial_mode="command", command=["python", "x.py"])
+    TrialSpec(model="mlp", data="digits", metrics="tests.mode_tasks:error")  # hooks: the same loop
+    with pytest.raises(ValueError, match="command is set but trial_mode is 'loop'"):
+        TrialSpec(model="", data="", command=["python", "x.py"])
+    with pytest.raises(ValueError, match="train is set but trial_mode is 'command'"):
+        TrialSpec(model="", data="", trial_mode="command", command=["x"], train="a:b")
 
 
 @pytest.mark.usefixtures("ray_session")

@@ -9,6 +9,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Union
 
+from tuner.config.modes import MODES
+
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -57,6 +59,15 @@ class TrialSpec:
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
     sweep_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # The mode alone says what runs: a field that chooses a mode running another function
+        # (command=... in a spec left at the default mode) would be ignored without a word.
+        mode = MODES[self.trial_mode]
+        other = {f for m in MODES.values() if m.runs != mode.runs for f in m.chosen_by}
+        stray = sorted(f for f in other if getattr(self, f, None) is not None)
+        if stray:
+            raise ValueError(f"TrialSpec: {stray[0]} is set but trial_mode is {self.trial_mode!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
