@@ -61,7 +61,7 @@ def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """cluster.check against a pretend GCS: `token` (None: auth off) and its nodes."""
     fake: dict[str, Any] = {"token": None, "nodes": ["127.0.0.1"], "ours": None, "enabled": []}
 
-    def probe(t: cluster.Target, token: str | None) -> list[str] | None:
+    def probe(t: cluster.Target, token: str | None, tls_with: Any = None) -> list[str] | None:
         return fake["nodes"] if fake["token"] in (None, token) else None
 
     monkeypatch.setattr(cluster, "probe", probe)

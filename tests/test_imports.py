@@ -28,7 +28,7 @@ ROWS: list[set[str]] = [
     {"cli"},
     {"tuner"},  # the package's face: what `import tuner` gives a user
     {"driver"},
-    {"search", "view", "autotune_measure"},
+    {"search", "view"},
     {"results"},
     {"cluster", "trial", "trial.launch"},
     {"trial.userloop", "trial.script"},
@@ -39,7 +39,7 @@ ROWS: list[set[str]] = [
 SHARED = ROWS[-1]
 ROW = {room: i for i, rooms in enumerate(ROWS) for room in rooms}
 # The rooms that may import torch when they are loaded; anywhere else only inside a function.
-TORCH_AT_LOAD = {"trial.frame", "trial.loop", "trial.userloop", "trial.script", "autotune_measure"}
+TORCH_AT_LOAD = {"trial.frame", "trial.loop", "trial.userloop", "trial.script"}
 # The rooms `tuner validate` reads: neither Ray nor torch when loaded.
 NO_RAY_AT_LOAD = SHARED
 

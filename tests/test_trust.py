@@ -66,16 +66,8 @@ def _configs(outcome: SweepOutcome, algorithm: str) -> list[str]:
     return sorted(key({k: t["config"][k] for k in SEARCHED[algorithm]}) for t in trials)
 
 
-# Known defect, open: in one CI run (2026-11-23) the optuna case's resume after the second
-# trial hung inside Tune (every trial recorded TERMINATED, Tune waiting on no live actor); it
-# passed in the runs before. Skipped until the hang is understood, so CI cannot hang on it.
-_OPTUNA_HANG = pytest.mark.skip(reason="optuna resume hung once in Tune's loop; under investigation")
-
-
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize(
-    "algorithm", [pytest.param(a, marks=_OPTUNA_HANG) if a == "optuna" else a for a in SEARCHED]
-)
+@pytest.mark.parametrize("algorithm", list(SEARCHED))
 def test_resumed_sweep_runs_what_an_uninterrupted_one_runs(tmp_path: Path, algorithm: str) -> None:
     reference = _sweep(tmp_path / "whole", algorithm, interrupt_at=0)
     assert reference.exit_code == 0 and reference.summary["status"] == "completed"

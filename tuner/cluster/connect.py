@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner.cluster import _ray_internals, join
+from tuner.cluster import _ray_internals, join, tls
 from tuner.cluster.join import LOOPBACK
 
 # Missed health checks (3 s apart, Ray 2.60 default 5) before the GCS gives a local node up.
@@ -76,6 +76,7 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     )
     joining = join.target(runtime.address)
     if joining is not None:
+        _local_cluster_tls(joining)  # before Ray's import: it reads RAY_USE_TLS
         import ray
 
         join.check(joining, runtime.allow_insecure_cluster)
@@ -113,6 +114,18 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
             f"was imported before tuner could set {join.LOOPBACK_ENV}=0; import Ray after tuner starts it"
         )
     return "local"
+
+
+def _local_cluster_tls(t: join.Target) -> None:
+    """Joining the cluster `python -m tuner cluster start --tls` started (its address) needs
+    no exports first: its TLS files go into this process's environment, where Ray reads them."""
+    if tls.enabled():
+        return
+    from tuner.cluster.local import tls_for
+
+    files = tls_for(str(t))
+    if files is not None:
+        os.environ.update(files.env())
 
 
 def leave(code: int) -> None:

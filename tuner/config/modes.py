@@ -178,6 +178,8 @@ def _users_loop(cfg: SweepFile) -> None:
     if True in (values_of(cfg.hyperparameters()["find_batch_size"]) or []):
         where = "search.params" if "find_batch_size" in cfg.search.params else "training"
         raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
+    if cfg.training.autotune:
+        raise ConfigError("training.autotune", "measures tuner's own loop; task.train runs yours")
 
 
 def _users_script(cfg: SweepFile) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from tuner import sweepdir
@@ -19,7 +19,7 @@ from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import resources, stopping
+from tuner.driver import autotune, resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
@@ -303,7 +303,8 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         if start.mirror is not None:
             start.mirror.push(*sweepdir.config_files(start.mirror.local))
     with _disk_full_stops(start.sweep_dir):
-        ended = _launch(cfg, res, start, plan, runtime.verbose)
+        tuned = autotune.for_sweep(cfg, res, start.sweep_dir, start.mirror)  # (training.autotune)
+        ended = _launch(cfg, res, start, plan, runtime.verbose, tuned)
         return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 
@@ -387,10 +388,16 @@ class TrialNames:
 
 
 def _launch(
-    cfg: SweepConfig, res: resources.TrialResources, start: Start, plan: algorithms.SearchPlan, verbose: bool
+    cfg: SweepConfig,
+    res: resources.TrialResources,
+    start: Start,
+    plan: algorithms.SearchPlan,
+    verbose: bool,
+    tuned: Optional[dict[str, Any]] = None,
 ) -> Optional[str]:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
-    (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None."""
+    (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None. `tuned`: training.autotune's
+    table, which every trial applies to its configuration."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
@@ -408,7 +415,7 @@ def _launch(
     _ray_internals.skip_callback_usage_tag()
 
     storage, sweep_dir = start.storage, start.sweep_dir
-    spec = resources.trial_spec(cfg, res, storage, sweep_dir)
+    spec = replace(resources.trial_spec(cfg, res, storage, sweep_dir), autotune=tuned)
     per_trial = {
         "workers": res.workers,
         "cpus_per_worker": res.cpus_per_worker,

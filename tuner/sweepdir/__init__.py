@@ -2,6 +2,7 @@
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
+                                autotune.json (training.autotune)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
                                 (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
@@ -21,6 +22,7 @@ from tuner.sweepdir.claim import (
     resolve,
 )
 from tuner.sweepdir.files import (
+    AUTOTUNE_FILE,
     BEST_DIR,
     BEST_RECORD,
     BEST_WEIGHTS_PATTERN,
@@ -59,6 +61,7 @@ from tuner.sweepdir.files import (
     has_summary,
     json_default,
     json_safe,
+    read_autotune,
     read_best_record,
     read_config,
     read_metrics,
@@ -73,11 +76,13 @@ from tuner.sweepdir.files import (
     trial_dirs,
     trial_disk_full,
     write_atomic,
+    write_autotune,
     write_record,
     write_summary,
 )
 
 __all__ = [
+    "AUTOTUNE_FILE",
     "BEST_DIR",
     "BEST_RECORD",
     "BEST_WEIGHTS_PATTERN",
@@ -121,6 +126,7 @@ __all__ = [
     "holds_sweep",
     "json_default",
     "json_safe",
+    "read_autotune",
     "read_best_record",
     "read_config",
     "read_metrics",
@@ -138,6 +144,7 @@ __all__ = [
     "trial_dirs",
     "trial_disk_full",
     "write_atomic",
+    "write_autotune",
     "write_record",
     "write_summary",
 ]

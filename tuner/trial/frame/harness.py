@@ -20,6 +20,7 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
+from tuner import autotune
 from tuner.sweepdir import TRIAL_LOG, finite
 from tuner.trial.frame.gpu import NoGpu, make_gpu
 from tuner.trial.frame.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
@@ -51,16 +52,20 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
     """Run `body` as the trial: its GPU share claimed first, its failure written down, its
     memory handed back whatever the ending."""
     device = session.device(spec.gpus_per_worker > 0)
-    # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
-    torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
     gpu = make_gpu(device)
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
     watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
     try:
+        # The training settings, typed, once; with training.autotune's choice for this size.
+        settings = Settings.of(autotune.applied(hp, spec.autotune))
+        if spec.autotune:
+            log.info("training.autotune: %s", {k: getattr(settings, k) for k in autotune.DIMENSIONS})
+        # training.threads, else one torch thread per CPU Ray gave this worker: more
+        # oversubscribes the node.
+        torch.set_num_threads(settings.threads or max(1, int(spec.cpus_per_worker)))
         # Before anything is built: this trial's share of the GPU must be free (gpu.py).
         gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        settings = Settings.of(hp)  # the training settings, typed, once
         gpu.configure(tf32=settings.tf32)
         return body(Frame(spec, session, device, gpu, settings, watchdog, log))
     except BaseException as err:

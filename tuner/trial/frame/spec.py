@@ -59,6 +59,8 @@ class TrialSpec:
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
     sweep_dir: Optional[str] = None
+    # training.autotune's choice per model size (tuner.autotune.Table as JSON); None: off.
+    autotune: Optional[dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         # The mode alone says what runs: a field that chooses a mode running another function

@@ -7,8 +7,7 @@ mean loss of the last few. Between arms, compiled graphs are dropped (`torch.com
 so each compiled arm pays for and measures its own compile, and memory is handed back.
 
 The search itself (which arm next, the loss guard, the choice) is `tuner.autotune`'s, pure;
-this module only measures. (It belongs under `tuner/trial/` with the memory probe, which it
-resembles; it moves there with issue 28's rooms.)
+this module only measures, as the memory probe (`probe`) measures memory.
 """
 
 from __future__ import annotations
@@ -119,7 +118,7 @@ def measure(
     """One arm: `config` with `settings`, its samples/s over `steps` synced steps and its loss."""
     t0 = time.monotonic()
     deadline = t0 + seconds_left
-    threads = int(settings.get("threads") or max(1, int(spec.cpus_per_worker)))
+    threads = int(settings.get("threads") or config.get("threads") or max(1, int(spec.cpus_per_worker)))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     # Each compiled arm compiles for itself, not on graphs an earlier arm left cached.
