@@ -7,7 +7,6 @@ once from its flags. Ray is imported only inside these functions.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
@@ -58,7 +57,7 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
     )
 
 
-def connect(runtime: Runtime, dashboard: bool = True) -> str:
+def connect(runtime: Runtime) -> str:
     """Join the cluster at `runtime.address` (or the job's cluster), else start a private
     local Ray; returns "existing", "job", "local" or the address joined.
 
@@ -93,15 +92,14 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     local |= _ray_internals.local_init_options(health_check_failures=LOCAL_HEALTH_CHECK_FAILURES)
     import ray
 
-    # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
-    # without it a finished DDP trial's resources were never handed back and the next
-    # trial's workers waited forever (Ray 2.60). Sweeps without Ray Train skip it, and start
-    # the API server process Ray starts anyway after the rest, not first: seconds sooner.
-    with contextlib.nullcontext() if dashboard else _ray_internals.api_server_after_init():
+    # No dashboard (nothing of ours needs its State API since DDP trials run without Ray
+    # Train), and the API server process Ray starts anyway comes after the rest, not first:
+    # seconds sooner.
+    with _ray_internals.api_server_after_init():
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
-            include_dashboard=dashboard,
+            include_dashboard=False,
             dashboard_host=LOOPBACK,
             **local,
             **common,

@@ -82,7 +82,7 @@ class Mode:
     # f"{alone}, which would ignore it". None: tuner builds them.
     alone: Optional[str] = None
     # The trial actor itself holds every worker's CPUs and GPUs and runs all of the trial's
-    # processes (a script under torchrun): no ranks of its own, no Ray Train, actors reused.
+    # processes (a script under torchrun): no ranks of its own, actors reused.
     actor_holds_workers: bool = False
     keeps_weights: bool = True  # a trial keeps its best epoch's weights: best/, export
     no_weights: str = ""  # why a trial of this mode may have none (export says it; "": no reason)
@@ -100,7 +100,7 @@ class Mode:
     def reuses_actors(self, workers: int) -> bool:
         """Whether Tune reuses trial actors: one worker (the trial runs in the actor, its data
         and imports kept warm), or an actor that holds every worker itself. A DDP trial's actor
-        drives a Train run or its own ranks, which a reset would leave behind."""
+        drives its own ranks, which a reset would leave behind."""
         return workers == 1 or self.actor_holds_workers
 
 

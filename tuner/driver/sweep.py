@@ -262,15 +262,6 @@ def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
-    ddp = cfg.resources.workers_per_trial > 1 and not cfg.trial_mode.actor_holds_workers
-    if start.mirror is not None and ddp:
-        # Ray Train's workers write where no upload reaches them yet (issue 29): refused
-        # before Ray starts rather than a sweep whose rank 0 fails on another node.
-        raise ConfigError(
-            "resources.workers_per_trial",
-            "DDP trials (more than one worker) with an s3:// output are not supported yet: "
-            "use one worker per trial, or a local or shared output",
-        )
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
@@ -280,9 +271,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
-    # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
-    # the DDP trials of a sweep in URI storage (trial/launch/ranks.py runs the others' workers).
-    connect(runtime, dashboard=ddp and start.sweep_dir is None)
+    connect(runtime)
     preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
     if start.announce:
@@ -456,9 +445,8 @@ def _launch(
             scheduler=plan.scheduler if limits is None else Budgeted(plan.scheduler, limits),
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
-            # actor only drives a TorchTrainer, and its reset waits on the Train run's
-            # teardown (Tune gives up after 2 s, then stalled here), or drives its own ranks,
-            # which a reset would leave holding the placement group: no reuse for those.
+            # actor drives its own ranks, which a reset would leave holding the placement
+            # group: no reuse for those.
             reuse_actors=reuse,
             trial_name_creator=names,
             trial_dirname_creator=names,
@@ -476,10 +464,8 @@ def _launch(
             # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
-            # Ray Train retries its own workers; Tune retries every other trial.
-            failure_config=tune.FailureConfig(
-                max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
-            ),
+            # Tune retries every trial, a DDP trial with all of its ranks.
+            failure_config=tune.FailureConfig(max_failures=cfg.failure.max_failures),
             stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else stoppers[0],
             verbose=2 if verbose else 0,
         ),
