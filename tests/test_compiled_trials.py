@@ -90,3 +90,31 @@ def test_a_compiled_built_in_model_is_compiled_with_compile_workers_for_its_cpus
     # Inductor's own setting, what it sizes its pool of compile processes by (the node's
     # CPUs unless told), and no process of the pool left running.
     assert (int(threads), int(children)) == (1, 0), out.stdout
+
+
+def test_new_batch_shapes_recompile_once_then_never_after_the_first_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 80 training samples in steps of 32 (the last of 16), 20 validation samples in chunks of
+    # 7 (the last of 6): shapes that change within every epoch.
+    graphs: list[tuple[bool, tuple[int, ...]]] = []
+
+    def counting(gm: torch.fx.GraphModule, inputs: list) -> object:
+        shapes = [tuple(i.shape) for i in inputs if isinstance(i, torch.Tensor)]
+        graphs.append((torch.is_grad_enabled(), shapes[0]))
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=counting))
+    params = hp(width=8, depth=1, compile=True, batch_size=32, eval_batch_size=7)
+    counts = []
+    for epochs in (1, 3):
+        graphs.clear()
+        spec = TrialSpec(model="mlp", data="synthetic", data_args=DATA, max_epochs=epochs)
+        train(tmp_path / f"e{epochs}", spec, params)
+        counts.append(list(graphs))
+    one, three = counts
+    # Training's step, again for the second shape (then dynamic in the batch), evaluation's
+    # (dynamic already): and a 3-epoch trial compiles nothing its first epoch did not.
+    assert [grad for grad, _ in one] == [True, True, False], one
+    assert three == one, (one, three)

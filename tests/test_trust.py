@@ -206,3 +206,38 @@ def test_configuration_keys_count_numbers_by_value() -> None:
     # A trial recorded with warmup_epochs 0 is the configuration sweep.yaml reads back as 0.0.
     assert key({"lr": 0.1, "warmup_epochs": 0}) == key({"warmup_epochs": 0.0, "lr": 0.1})
     assert key({"x": 1}) != key({"x": True}) and key({"x": 0.5}) != key({"x": 0})
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_trials_of_one_configuration_each_resume_in_their_own_directory(tmp_path: Path) -> None:
+    # Random search over few choices draws a configuration twice. Interrupted while both ran
+    # (default concurrency), each must continue from its own checkpoints: Tune copies the
+    # directory-naming object for every trial, and the copies gave both the first one's directory.
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "chaos").mkdir()
+    cfg = debug_config(
+        root,
+        task__model="tests.interrupt:after_builds",
+        search__algorithm="random",
+        search__params={
+            "lr": {"type": "choice", "values": [0.05]},
+            "depth": 1,
+            "chaos_dir": str(root / "chaos"),
+            "interrupt_at": 2,  # the second trial's build: both have started
+            "driver_pid": os.getpid(),
+        },
+        search__num_samples=2,
+        schedule__max_epochs=3,
+        schedule__early_stopping=False,
+    )
+    stopped = run_sweep(cfg)
+    assert stopped.exit_code == 130 and stopped.summary["counts"] == {"unfinished": 2}
+    sweep = Path(stopped.sweep_dir)
+    before = sorted(t["trial_id"] for t in stopped.summary["trials"])
+    resumed = resume_sweep(str(sweep))
+    assert resumed.exit_code == 0 and resumed.summary["status"] == "completed", resumed.summary["counts"]
+    assert sorted(t["trial_id"] for t in resumed.summary["trials"]) == before  # no new directory
+    for trial in before:
+        epochs = [json.loads(line)["epoch"] for line in (sweep / trial / "metrics.jsonl").open()]
+        assert epochs == [1, 2, 3], (trial, epochs)  # each continued once, none restarted

@@ -363,6 +363,13 @@ class TrialNames:
         self.pending = [(algorithms.key(c), name) for c, name in (resumed or [])]
         self.given: dict[str, str] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> TrialNames:
+        # Tune deep-copies the experiment's spec, and this object with it, for every trial it
+        # creates: a copy would forget the names already given, and two trials of the same
+        # configuration (random search over a few choices) would both continue the first one's
+        # directory while the other's stayed unfinished.
+        return self
+
     def __call__(self, trial: Any) -> str:
         if trial.trial_id not in self.given:
             name = trial.trial_id
