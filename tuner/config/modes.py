@@ -97,10 +97,10 @@ class Mode:
         fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return fn
 
-    def reuses_actors(self, workers: int) -> bool:
-        """Whether Tune reuses trial actors: one worker (the trial runs in the actor, its data
-        and imports kept warm), or an actor that holds every worker itself. A DDP trial's actor
-        drives its own ranks, which a reset would leave behind."""
+    def in_actor(self, workers: int) -> bool:
+        """Whether a trial runs in its Tune actor alone, on the actor's one bundle: one worker,
+        or an actor that holds every worker itself. Tune then reuses actors (data and imports
+        kept warm); a DDP trial's actor drives its own ranks, which a reset would leave behind."""
         return workers == 1 or self.actor_holds_workers
 
 

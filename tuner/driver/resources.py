@@ -18,6 +18,7 @@ from tuner import packing
 from tuner.cluster import _ray_internals
 from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, ResourcesSection, SweepConfig
+from tuner.config.modes import MODES
 from tuner.space.params import values_of
 from tuner.trial.frame.spec import TrialSpec
 
@@ -352,7 +353,7 @@ def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
     actor starts its own workers (trial/launch/ranks.py), a placement group of one bundle per
     worker, the actor itself in an empty head bundle (Tune puts it in the first, with rank 0):
     all on one node when a node holds them all (`one_node`), else on as few nodes as can."""
-    if spec.workers == 1 or spec.command is not None:
+    if MODES[spec.trial_mode].in_actor(spec.workers):
         return res.bundle
     from ray import tune
 

@@ -440,7 +440,7 @@ def _launch(
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
-    reuse = cfg.trial_mode.reuses_actors(res.workers)
+    reuse = cfg.trial_mode.in_actor(res.workers)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )

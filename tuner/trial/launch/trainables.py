@@ -40,6 +40,6 @@ def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
     """The function Tune runs for every trial of the sweep."""
-    if MODES[spec.trial_mode].reuses_actors(spec.workers):  # (the trial runs in the actor)
+    if MODES[spec.trial_mode].in_actor(spec.workers):
         return in_actor_trial
     return group_trial
