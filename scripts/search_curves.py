@@ -39,7 +39,6 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
 
     from tuner.driver.resources import TrialResources, trial_spec
     from tuner.trial.frame.session import LocalSession
-    from tuner.trial.launch.loops import loop_for
 
     class NoCheckpoints(LocalSession):
         def _report(self, metrics: dict[str, Any], state: Any) -> None:
@@ -47,6 +46,7 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
 
     torch.set_num_threads(1)
     cfg = load_sweep(sweep_file)
+    trial = cfg.trial_mode.function()  # tuner's loop, or task.train's
     params = cfg.hyperparameters()
     fixed = {k: p.value for k, p in params.items() if isinstance(p, Fixed)}
     one_cpu = TrialResources(workers=1, cpus_per_worker=1, gpus_per_worker=0, bundle={}, max_concurrent=None)
@@ -63,7 +63,7 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as d:
             session = NoCheckpoints(d, metric=cfg.metric)
-            loop_for(spec)({**fixed, **config}, spec, session)  # tuner's loop, or task.train's
+            trial({**fixed, **config}, spec, session)
         spent += time.perf_counter() - t0
         curve = [m[cfg.metric] for m in session.metrics]
         rows.append(

@@ -90,7 +90,8 @@ def no_report(config: dict[str, Any], ctx: Any) -> None:
 
 
 def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
-    """Run trials of `task` (TrialSpec fields: train=..., or command=...) for 6 epochs, a grid
+    """Run trials of `task` (TrialSpec fields: trial_mode="train", train=..., or
+    trial_mode="command", command=...) for 6 epochs, a grid
     in `space`, (a grid in `space`) under synchronous HyperBand, where a trial that
     reaches its rung waits, PAUSED, for the bracket; check that no trial repeated an epoch (its
     trained.txt, its journal) and that every restart began where its epochs so far ended;

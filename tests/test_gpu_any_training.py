@@ -52,8 +52,8 @@ def test_hooks_train_a_regression_under_amp_on_the_gpu(tmp_path: Path, amp: str)
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_an_own_loop_trains_on_the_gpu_under_amp_and_resumes(tmp_path: Path, amp: str) -> None:
     spec = TrialSpec(
-        model="", data="", train="search_spaces.char_lm:train", metric="val_loss", mode="min",
-        max_epochs=2, gpus_per_worker=1.0, search_path=str(ROOT),
+        model="", data="", trial_mode="train", train="search_spaces.char_lm:train", metric="val_loss",
+        mode="min", max_epochs=2, gpus_per_worker=1.0, search_path=str(ROOT),
     )  # fmt: skip
     hp = _hp(amp=amp, lr=2e-3, width=64, layers=2, heads=4, block_size=64, dropout=0.0, batch_size=64,
              modules="argparse", chars=60_000)  # fmt: skip

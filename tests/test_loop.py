@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tuner.config import TrainingSection
-from tuner.config.objectives import LOOP_METRICS
+from tuner.config.modes import LOOP_METRICS
 from tuner.sweepdir import read_metrics
 from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.session import LocalSession

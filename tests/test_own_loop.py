@@ -118,7 +118,13 @@ def test_the_cli_refuses_in_one_line_before_ray(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- in a trial
 
 SPEC = TrialSpec(
-    model="", data="", train="tests.own_loops:regress", max_epochs=4, metric="val_loss", mode="min"
+    model="",
+    data="",
+    trial_mode="train",
+    train="tests.own_loops:regress",
+    max_epochs=4,
+    metric="val_loss",
+    mode="min",
 )
 
 

@@ -70,7 +70,7 @@ def test_hyperband_pauses_and_resumes_own_loops_without_repeating_an_epoch(tmp_p
     lrs = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
     space = {**TrainingSection().model_dump(), "amp": "off", "batch_size": 64, "behave": "slow"}
     space.update(epoch_s=0.1, lr=tune.grid_search(lrs))
-    resumed = hyperband_resumes(tmp_path, space, train="tests.own_loops:regress")
+    resumed = hyperband_resumes(tmp_path, space, trial_mode="train", train="tests.own_loops:regress")
     assert resumed >= 1, "HyperBand paused and resumed at least one trial"
 
 

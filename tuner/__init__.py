@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.config import ConfigError, SweepConfig, load_sweep, parse_sweep
 from tuner.trial.script.api import checkpoint_dir, report, restore_dir
+from tuner.version import __version__ as __version__  # (the version, for users)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -31,7 +32,6 @@ __all__ = [
     "restore_dir",
     "run_sweep",
 ]
-__version__ = "0.1.0"
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:

@@ -1,6 +1,6 @@
 """The checks of `task.command` against the rest of the sweep file: every parameter reaches
 the script one way (a placeholder, or the environment), and nothing is set that only tuner's
-own loop would read. Called by SweepConfig's validation, before Ray starts."""
+own loop would read: the `command` mode's check (config.modes), before Ray starts."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def check_command(
 ) -> None:
     """Refuse a command whose placeholders and search.params do not meet one to one (unless
     env_params says how the rest reach it), and settings only tuner's own loop honours."""
-    assert task.command is not None
+    assert task.command, "the command mode's check without a command (validation refuses an empty one)"
     for name in params:
         if name in BUILTINS:  # it would replace what tuner fills in, in every trial
             raise ConfigError(

@@ -110,7 +110,7 @@ def to_yaml(cfg: SweepConfig, credentials: bool = False) -> str:
     data = cfg.model_dump(mode="json", exclude_none=False)
     if not credentials:
         _drop_credentials(data)
-    if cfg.task.command is not None:  # your script trains: tuner's loop settings do not apply
+    if not cfg.trial_mode.reads_training:  # (your script): tuner's loop settings do not apply
         del data["training"]  # (validation keeps them at their defaults, which read back)
     data["search"]["params"] = {
         k: (p.value if isinstance(p, Fixed) else _param_yaml(p.model_dump(mode="json", exclude_none=True)))

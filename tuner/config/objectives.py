@@ -86,34 +86,6 @@ def pairs(metric: Union[str, list[str]], mode: Optional[Union[str, list[str]]]) 
     return [(n, str(m)) for n, m in zip(names, modes, strict=True)]
 
 
-# What tuner's own loop reports every epoch (trial/loop/run.py's `_epoch`; tests/test_loop.py
-# checks the two agree), besides val_<name> of the metrics hook (default: val_acc).
-LOOP_METRICS = (
-    "val_loss", "train_loss", "num_params", "samples_per_s", "train_samples", "epoch_time_s",
-    "lr", "world_size", "micro_batch", "oom_backoffs",
-    "gpu_mem_peak_gb", "gpu_mem_reserved_gb", "gpu_mem_used_gb", "gpu_util",  # on a GPU
-)  # fmt: skip
-
-
-def check_reported(names: list[str], hooked_metrics: bool) -> None:
-    """Refuse an objective tuner's own loop never reports (it would end every trial with
-    "metric ... is not among the values the trial reported"). `hooked_metrics`: task.metrics
-    is set, so any val_<name> may be reported."""
-    for name in names:
-        if name in LOOP_METRICS or name == "val_acc" or (hooked_metrics and name.startswith("val_")):
-            continue
-        hook = (
-            "val_<name> of each {name: value} task.metrics returns"
-            if hooked_metrics
-            else "val_acc (class targets), or val_<name> of task.metrics' {name: value}"
-        )
-        raise ConfigError(
-            "metric",
-            f"tuner's loop never reports '{name}': it reports val_loss, train_loss, num_params, "
-            f"samples_per_s, epoch_time_s and {hook}",
-        )
-
-
 def check_several(count: int, algorithm: str, early_stopping: Optional[bool]) -> None:
     """Refuse what ranks trials by one number when there are several objectives."""
     if count < 2:

@@ -1,6 +1,7 @@
 """`resources:` of the sweep file: what each trial asks Ray for (workers, CPUs, GPUs, sharing).
 
-Its own module only to keep `sections` readable at one sitting; `sections` imports it.
+A module of its own, as `task` is: a trial mode's checks (`config.modes`, `config.command`)
+read these two sections, and `sections`, which holds the whole sweep file, imports the modes.
 """
 
 from __future__ import annotations

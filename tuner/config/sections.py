@@ -16,12 +16,11 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from tuner import catalogue
 from tuner.autotune import DEFAULT_BUDGET_S
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
-from tuner.config.checks import check_constraints, check_param, check_search, check_start_with
-from tuner.config.command import check_command
+from tuner.config.checks import check_constraints, check_search, check_start_with
+from tuner.config.modes import Mode, check_task, mode_of
 from tuner.config.objectives import (
     MetricField,
     ModeField,
-    check_reported,
     check_several,
     directions,
     metric_shape,
@@ -343,6 +342,7 @@ class SweepConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
+        check_task(self.task)  # the fields of one mode, and those it needs
         if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
             raise ConfigError(
                 "schedule.early_stopping",
@@ -351,22 +351,14 @@ class SweepConfig(Section):
         modes = directions(self.metric, self.mode)
         self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
         check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
-        if self.task.command is None and self.task.train is None:
-            check_reported([n for n, _ in self.objectives], self.task.metrics is not None)
         if "autotune" in self.search.params:
             raise ConfigError(
                 "search.params.autotune",
                 "training.autotune is the sweep's, not a trial's: set it under training",
             )
-        if self.task.command is None:  # a script reads its parameters as it likes
-            for name, param in self.search.params.items():
-                check_param(name, param, self.task.model, self.training)
+        self.trial_mode.check(self)  # what its mode refuses: tuner's loop, your loop, your script
         check_constraints(self.search, self.hyperparameters())
         check_start_with(self.search, self.hyperparameters())
-        if self.task.command is not None:
-            check_command(self.task, self.search.params, self.search.algorithm, self.training, self.resources)
-        if self.task.train is not None:
-            self._own_loop_fits()
         fit = self.hyperparameters()["find_batch_size"]
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
@@ -375,18 +367,10 @@ class SweepConfig(Section):
             raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
 
-    def _own_loop_fits(self) -> None:
-        """Refuse settings only tuner's own loop can honour, with task.train."""
-        if self.resources.gpus_per_worker == "pack":
-            raise ConfigError(
-                "resources.gpus_per_worker",
-                "pack measures tuner's own loop; with task.train give each trial a share (0.25)",
-            )
-        if True in (values_of(self.hyperparameters()["find_batch_size"]) or []):
-            where = "search.params" if "find_batch_size" in self.search.params else "training"
-            raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
-        if self.training.autotune:
-            raise ConfigError("training.autotune", "measures tuner's own loop; task.train runs yours")
+    @property
+    def trial_mode(self) -> Mode:
+        """How its trials run: the mode its task section chooses (config.modes)."""
+        return mode_of(self.task)
 
     @property
     def objectives(self) -> list[tuple[str, str]]:

@@ -1,23 +1,20 @@
 """The `task` section: what a trial trains. A built-in or your model and data (with your loss
 and metrics, optionally), your own loop (`train`), or your own script (`command`).
 
-Its own module only to keep `sections` readable at one sitting; `sections` imports it. The
-checks of a command against the rest of the sweep file live in `config.command`."""
+Each field checked on its own here; which fields go together is the mode's business (the mode
+the section chooses: `config.modes`), and the checks of a mode against the rest of the sweep
+file are that mode's too (for a command: `config.command`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from tuner import catalogue
 from tuner.config.base import Section
 from tuner.config.functions import check_function
 from tuner.config.placeholders import placeholders
-from tuner.errors import ConfigError
-
-# The fields that go with `command` (and only with it).
-COMMAND_FIELDS = ("command", "launcher", "checkpoints", "env_params", "exit_grace")
 
 
 class TaskSection(Section):
@@ -133,34 +130,3 @@ class TaskSection(Section):
         if value is not None:
             placeholders(value)  # a ValueError names what is wrong with it
         return value
-
-    @model_validator(mode="after")
-    def _one_loop(self) -> TaskSection:
-        if self.command is not None:
-            return self._alone("command", "task.command runs your script")
-        for name in COMMAND_FIELDS[1:]:
-            if getattr(self, name) != type(self).model_fields[name].get_default():
-                raise ConfigError(f"task.{name}", "goes with task.command (your own script) only")
-        if self.train is None:
-            for name in ("model", "data"):
-                if getattr(self, name) is None:
-                    raise ConfigError(
-                        f"task.{name}",
-                        "required field is missing (or task.train: your own loop, or task.command: "
-                        "your own script)",
-                    )
-            return self
-        return self._alone("train", "task.train runs your own loop")
-
-    def _alone(self, own: str, what: str) -> TaskSection:
-        """Refuse the fields `own` (train or command) would ignore."""
-        keep = COMMAND_FIELDS if own == "command" else (own,)
-        for name, field in type(self).model_fields.items():  # in order: the first is named
-            # Any value but the default (sweep.yaml writes model: null, data_args: {} back).
-            if name not in keep and getattr(self, name) != field.get_default(call_default_factory=True):
-                raise ConfigError(
-                    f"task.{name}",
-                    f"{what}, which would ignore it: remove it (it builds its own model and data; "
-                    "fixed values go in search.params)",
-                )
-        return self

@@ -18,6 +18,7 @@ from tuner import packing
 from tuner.cluster import _ray_internals
 from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, ResourcesSection, SweepConfig
+from tuner.config.modes import MODES
 from tuner.space.params import values_of
 from tuner.trial.frame.spec import TrialSpec
 
@@ -317,11 +318,12 @@ def resolve(cfg: SweepConfig) -> TrialResources:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     groups = _ray_internals.autoscaler_node_groups()
     res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
-    if cfg.task.command is not None:
+    if cfg.trial_mode.reads_training:
+        amp = cfg.hyperparameters()["amp"]
+        path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
+        check_amp(values_of(amp) or [], res.gpus_per_worker, path)
+    if cfg.trial_mode.actor_holds_workers:
         return _one_actor(res, [] if groups else _of_kind(res.accelerator, {}, nodes, None)[1])
-    amp = cfg.hyperparameters()["amp"]
-    path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
-    check_amp(values_of(amp) or [], res.gpus_per_worker, path)
     return res
 
 
@@ -351,7 +353,7 @@ def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
     actor starts its own workers (trial/launch/ranks.py), a placement group of one bundle per
     worker, the actor itself in an empty head bundle (Tune puts it in the first, with rank 0):
     all on one node when a node holds them all (`one_node`), else on as few nodes as can."""
-    if spec.workers == 1 or spec.command is not None:
+    if MODES[spec.trial_mode].in_actor(spec.workers):
         return res.bundle
     from ray import tune
 
@@ -362,8 +364,8 @@ def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
 
 
 def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResources:
-    """task.command: the trial actor itself holds every worker's CPUs and GPUs (torchrun runs
-    all of its processes there), so they must fit on one node."""
+    """A mode whose trial actor itself holds every worker's CPUs and GPUs (a script: torchrun
+    runs all of its processes there): they must fit on one node."""
     bundle = _all_workers(res)
     if res.workers > 1 and nodes and not fits_one_node(res, nodes):
         raise ConfigError(
@@ -378,6 +380,7 @@ def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResou
 def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: Optional[str]) -> TrialSpec:
     """What every trial of the sweep is told besides its configuration."""
     return TrialSpec(
+        trial_mode=cfg.trial_mode.name,
         model=cfg.task.model or "",
         data=cfg.task.data or "",
         data_args=dict(cfg.task.data_args),

@@ -440,7 +440,7 @@ def _launch(
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
-    reuse = res.workers == 1 or cfg.task.command is not None  # (one actor holds the trial)
+    reuse = cfg.trial_mode.in_actor(res.workers)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )
@@ -521,7 +521,7 @@ def finish(
         warm.mark_origins(cfg, sweep_dir, summary)
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
-        if summary["best"] is not None and cfg.task.command is None:  # (a script's weights are its own)
+        if summary["best"] is not None and cfg.trial_mode.keeps_weights:
             from tuner.view.export import write_best
 
             if mirror is not None:  # the best trial's weights, uploaded by the trial

@@ -27,11 +27,10 @@ from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.driver.mlflow_store import brief, one_line
 from tuner.errors import warn
-from tuner.sweepdir.files import finite, write_atomic
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, finite, write_atomic
 
 F = TypeVar("F", bound=Callable[..., None])
 
-PARENT_FILE = ".mlflow_run"  # in the sweep directory: the parent run's id
 TRIAL_TAG, SWEEP_TAG, PARENT_TAG = "tuner.trial", "tuner.sweep_dir", "mlflow.parentRunId"
 # What every Tune result holds beside the trial's own numbers.
 _TUNE_KEYS = {
@@ -81,7 +80,7 @@ class MLflowTracking(Callback):
         self.parent = self._parent()
 
     def _parent(self) -> str:
-        path = os.path.join(self.sweep_dir, PARENT_FILE)
+        path = os.path.join(self.sweep_dir, MLFLOW_RUN_FILE)
         if os.path.isfile(path):
             with open(path) as f:
                 run_id = f.read().strip()

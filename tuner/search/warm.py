@@ -28,11 +28,11 @@ from tuner.search.plan import Prior, PriorTrial, key
 from tuner.space import conditions
 from tuner.space.constraints import allows
 from tuner.space.params import Fixed, ParamT, values_of
+from tuner.sweepdir.files import WARM_FILE
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
 
-WARM_FILE = "warm_start.json"  # in the sweep directory: the sweeps it started from, resolved once
 AUTO = "auto"
 
 

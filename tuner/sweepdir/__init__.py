@@ -12,7 +12,6 @@ Torch- and Ray-free. Modules of this package import each other directly, never t
 """
 
 from tuner.sweepdir.claim import (
-    LOCK_FILE,
     Claim,
     claim,
     config_files,
@@ -33,6 +32,7 @@ from tuner.sweepdir.files import (
     EXPORT_FILES,
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
+    LOCK_FILE,
     METRICS_FILE,
     NOTICE,
     RECORD_FILE,

@@ -22,9 +22,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from tuner.errors import ConfigError
-from tuner.sweepdir.files import CODE_FILE, CONFIG_FILE, empty_config_message, write_atomic
-
-LOCK_FILE = ".tuner.lock"
+from tuner.sweepdir.files import CODE_FILE, CONFIG_FILE, LOCK_FILE, empty_config_message, write_atomic
 
 
 def resolve(storage: str, name: str) -> str:

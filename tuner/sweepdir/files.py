@@ -1,6 +1,7 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
+                                .tuner.lock  warm_start.json  .mlflow_run
                                 autotune.json (training.autotune)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
@@ -53,6 +54,9 @@ SCRIPT_REPORTS = "reports.jsonl"  # (before runs had files of their own)
 SCRIPT_REPORTS_PATTERN = r"^reports(-[0-9a-f]+)?\.jsonl$"
 SCRIPT_CONFIG = "config.json"
 SCRIPT_RUN = "script_run.json"
+WARM_FILE = "warm_start.json"  # the sweeps it started from, resolved once (search.warm_start)
+MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (tracking.mlflow)
+LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.

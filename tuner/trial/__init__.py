@@ -15,6 +15,7 @@ The rooms, each importing only the rooms after it:
               (`session`), where its checkpoints go, the frame around its training (`harness`:
               GPU share, log, watchdog, traceback), its journal and TensorBoard files.
 
-`launch.loops` imports the chosen mode's function only when the trial starts, so the driver
-never imports torch.
+Which mode a trial runs is one record of `tuner.config.modes`; `launch` imports the function
+the record names only when the trial starts, so the driver never imports torch. A new mode is
+one room here (its trial function) and one entry there.
 """

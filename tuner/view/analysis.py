@@ -187,7 +187,7 @@ def reproduce_command(data: SweepData) -> Optional[str]:
     top = best(data.records, data.mode)
     if top is None:
         return None
-    if data.cfg.task.command is not None:
+    if data.cfg.trial_mode.command_line:  # the user's own command line, as the trial ran it
         return _script_command(data, top)
     args = ["python", "-m", "tuner", "sweep", os.path.join(data.sweep_dir, CONFIG_FILE)]
     args += ["--name", f"{data.cfg.name}-{top.trial_id}", "--algorithm", "grid"]
@@ -210,7 +210,7 @@ def _script_command(data: SweepData, top: TrialRecord) -> str:
     """The script's command line as the trial ran it, its placeholders filled (its own
     directory: a new one beside the sweep's), env_params as environment variables first."""
     task = data.cfg.task
-    assert task.command is not None
+    assert task.command, "a script's command line without a command"
     params = {k: v for k, v in full_config(top.path).items() if k in data.cfg.search.params}
     again = os.path.join(os.path.dirname(data.sweep_dir), f"{data.cfg.name}-{top.trial_id}")
     values = {"max_epochs": data.cfg.schedule.max_epochs, "trial_dir": again, "trial_id": top.trial_id}

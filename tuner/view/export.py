@@ -30,7 +30,6 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import __version__
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import TrialRecord, ranked, records
 from tuner.sweepdir import (
@@ -45,6 +44,7 @@ from tuner.sweepdir import (
     read_config,
     remote,
 )
+from tuner.version import __version__
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
 MARK = "exported_by"  # config.json's key that says a directory is one of ours
@@ -104,14 +104,7 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
 
 
 def _why_none(cfg: SweepConfig) -> str:
-    if cfg.task.command:
-        return "task.command: your script keeps its own weights (its checkpoints); tuner has none"
-    if cfg.task.train:
-        return (
-            "task.train keeps the model in the state it reports: ctx.report(metrics, "
-            "state=ctx.state_dict(model, optimizer)), or any state with a 'model' state dict"
-        )
-    return (
+    return cfg.trial_mode.no_weights or (
         f"it has no {BEST_RECORD} (it ran with an older tuner, failed before its first epoch, "
         "or was stored at a URI)"
     )
@@ -175,13 +168,9 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
 def rebuild(chosen: Chosen) -> tuple[Any, Any]:
     """(the trial's model built afresh from its configuration with its best weights, in eval
     mode; one input for it, for tracing)."""
-    task = chosen.cfg.task
-    if task.train:
-        raise ConfigError(
-            "task.train",
-            "this sweep trained your own loop's model: tuner cannot build it. Load model.pt into "
-            "your model (tuner.load_best(sweep_dir, model=YourModel(...))); --format state_dict",
-        )
+    task, mode = chosen.cfg.task, chosen.cfg.trial_mode
+    if mode.cannot_rebuild is not None:
+        raise ConfigError(f"task.{mode.chosen_by[0]}", mode.cannot_rebuild)
     from tuner.trial.loop.weights import rebuild as build
 
     hp = full_config(chosen.trial.path)

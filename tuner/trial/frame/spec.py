@@ -9,6 +9,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Union
 
+from tuner.config.modes import MODES
+
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -17,6 +19,8 @@ class TrialSpec:
     model: str
     data: str
     data_args: dict[str, Any] = field(default_factory=dict)
+    # How the trial runs: a name of tuner.config.modes.MODES (the loop, the user's, a script).
+    trial_mode: str = "loop"
     # The user's own loop, 'pkg.mod:fn' (task.train): model and data are then empty.
     train: Optional[str] = None
     # The user's own script (task.command, a template with {name} placeholders), its
@@ -54,6 +58,15 @@ class TrialSpec:
     sweep_dir: Optional[str] = None
     # training.autotune's choice per model size (tuner.autotune.Table as JSON); None: off.
     autotune: Optional[dict[str, Any]] = None
+
+    def __post_init__(self) -> None:
+        # The mode alone says what runs: a field that chooses a mode running another function
+        # (command=... in a spec left at the default mode) would be ignored without a word.
+        mode = MODES[self.trial_mode]
+        other = {f for m in MODES.values() if m.runs != mode.runs for f in m.chosen_by}
+        stray = sorted(f for f in other if getattr(self, f, None) is not None)
+        if stray:
+            raise ValueError(f"TrialSpec: {stray[0]} is set but trial_mode is {self.trial_mode!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,6 +32,7 @@ import shutil
 from datetime import timedelta
 from typing import Any, Optional
 
+from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
@@ -79,7 +80,6 @@ class Rank:
         import torch.distributed as dist
 
         from tuner.trial.frame.session import GroupSession
-        from tuner.trial.launch.loops import loop_for
 
         rank, world = job["rank"], spec.workers
         env = dict(
@@ -110,7 +110,7 @@ class Rank:
                 spec.metric, spec.mode, spec.also, local_rank=job["local_rank"],
                 own_dir=spec.sweep_dir is not None, tune_checkpoint=job.get("checkpoint"), objects=objects,
             )  # fmt: skip
-            loop_for(spec)(hp, spec, session)
+            MODES[spec.trial_mode].function()(hp, spec, session)
         finally:
             self._reports.put(END)
             if dist.is_initialized():

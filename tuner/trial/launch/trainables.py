@@ -1,8 +1,8 @@
 """The Tune trainable: the loop in the trial actor (1 worker) or in DDP workers.
 
-The loop is tuner's own (`trial.loop.run`) or the user's (`task.train`, `trial.userloop.run`), or
-the user's script (`task.command`, `trial.script.run`), which always runs in the trial actor:
-with torchrun, that actor holds every worker's resources and runs all of its processes.
+What trains is the trial's mode (`tuner.config.modes`: tuner's loop, the user's loop or script),
+whose function is imported here, in the trial's processes, by the name its record gives. A mode
+whose trial actor holds every worker (a script under torchrun) always runs in the actor.
 
 One worker: the loop runs right here, in the (reused) Tune actor. More workers, on one node
 or several, with any output: this actor starts the workers itself (`trial.launch.ranks`) and
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec
-from tuner.trial.launch.loops import loop_for
 
-# The loop (and torch) are imported inside the trainables: they run in the trial processes,
+# The mode's function (and torch) are imported inside the trainables: they run in the trial processes,
 # and the driver, which only names these functions, then starts without importing torch.
 
 
@@ -28,7 +28,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
     )
-    loop_for(spec)(config, spec, session)
+    MODES[spec.trial_mode].function()(config, spec, session)
 
 
 def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -40,6 +40,6 @@ def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
     """The function Tune runs for every trial of the sweep."""
-    if spec.workers == 1 or spec.command is not None:
+    if MODES[spec.trial_mode].in_actor(spec.workers):
         return in_actor_trial
     return group_trial

@@ -68,7 +68,7 @@ def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Option
 
 def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
     session = f.session
-    assert spec.command is not None and session.trial_dir is not None, "run_command without a command"
+    assert spec.command and session.trial_dir is not None, "run_command without a command"
     record = os.path.join(session.trial_dir, SCRIPT_RUN)
     stop_stale(record, f.log)  # (before its checkpoints are read: it may be writing one)
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
@@ -116,7 +116,7 @@ def launch(
     """The argument list and environment of the script's process."""
     trial_dir = str(session.trial_dir)
     values = {"max_epochs": spec.max_epochs, "trial_dir": trial_dir, "trial_id": session.trial_id, **params}
-    assert spec.command is not None
+    assert spec.command, "launch without a command"
     argv = fill(spec.command, values)
     if spec.launcher == "torchrun":
         if os.path.basename(argv[0]) in ("python", "python3", os.path.basename(sys.executable)):
