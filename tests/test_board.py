@@ -126,13 +126,16 @@ def test_board_serves_every_trial_on_loopback_only(sweep) -> None:
     with board(sweep.sweep_dir) as (url, proc, _):
         assert urlparse(url).hostname == "127.0.0.1"
         runs = wait_for(lambda: (r := set(get(url + "data/runs"))) >= set(trials) and r)
-        assert runs == set(trials) | {"."}  # "." is the sweep root: the HParams experiment
+        # "." is the sweep root (the HParams experiment); "sweep" the sweep's own run
+        assert runs == set(trials) | {".", "sweep"}
         tags = get(url + "data/plugin/scalars/tags")
         for tid, t in trials.items():
             if t["epochs"]:
                 assert set(tags[tid]) >= {*METRICS, "lr", "samples_per_s", "epoch"}, tid
-            else:  # crashed before its first epoch: HParams records only, no scalars
-                assert tid not in tags and t["failure"].startswith("error")
+            else:  # crashed before its first epoch: no scalars of its own, the driver's outcome
+                assert set(tags[tid]) == {"trial/outcome", "trial/epochs"} and t["failure"].startswith(
+                    "error"
+                )
         exp = post(url + "data/plugin/hparams/experiment", {"experimentName": "", "includeMetrics": True})
         assert {h["name"] for h in exp["hparamInfos"]} == {"lr", "width", "optimizer"}
         assert {m["name"]["tag"] for m in exp["metricInfos"]} >= set(METRICS)

@@ -1,6 +1,7 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
+      sweep/                    events.out.*: TensorBoard's run of the sweep as a whole
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
@@ -53,6 +54,7 @@ SCRIPT_CONFIG = "config.json"
 SCRIPT_RUN = "script_run.json"
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
+SWEEP_RUN = "sweep"  # TensorBoard's run of the sweep as a whole (the driver's; tuner.history)
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
 NOTICE = "notice"
 
