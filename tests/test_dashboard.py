@@ -26,6 +26,7 @@ from tests import scripted, tbread
 from tests.browser import ARTIFACTS, browser_page, png_size
 from tests.conftest import ROOT, cli
 from tests.test_board import board, get, post, wait_for
+from tests.test_command import _raw
 from tests.test_own_loop import own
 from tuner import history, results
 from tuner.config import parse_sweep
@@ -310,3 +311,28 @@ def test_resume_and_extend_continue_the_sweep_runs_steps(ray_session, tmp_path: 
         last = {tag: pairs[-1][1] for tag, pairs in tbread.steps(sweep / t["trial_id"]).items()}
         assert last[BEST] == pytest.approx(t["best_value"]) and last[BEST_EPOCH] == t["best_epoch"]
         assert t["best_value"] == pytest.approx(scripted.best(t["config"]["curve"])[0])
+
+
+def test_a_command_trials_best_and_outcome_reach_its_run(ray_session, tmp_path: Path) -> None:
+    """task.command (a script of its own, reporting through tuner.report): the same columns."""
+    from tuner.driver.sweep import run_sweep
+
+    kinds = {"kind": {"type": "grid", "values": ["api", "crash"]}, "lr": 0.05, "sleep": 0.1}
+    raw = _raw(
+        tmp_path,
+        search={"algorithm": "grid", "params": kinds},
+        schedule={"max_epochs": 3, "early_stopping": False},
+    )
+    out = run_sweep(parse_sweep(raw))
+    trials = {t["config"]["kind"]: t for t in out.summary["trials"]}
+    last = {
+        k: {tag: p[-1][1] for tag, p in tbread.steps(Path(out.sweep_dir) / t["trial_id"]).items()}
+        for k, t in trials.items()
+    }
+    # The script's val_loss is 10 * lr + 1 / epoch: best (least) at its last epoch, 3.
+    assert (
+        last["api"]["best/val_loss"] == pytest.approx(0.5 + 1 / 3) and last["api"]["best_epoch/val_loss"] == 3
+    )
+    assert last["api"]["best/val_loss"] == pytest.approx(trials["api"]["best_value"])
+    assert last["api"][OUTCOME] == 0 and last["api"][EPOCHS] == 3
+    assert last["crash"] == {OUTCOME: 6, EPOCHS: 0}  # exits 3 before any report
