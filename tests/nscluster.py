@@ -16,7 +16,10 @@ view of the files; no node sees another's, and the host sees them only through
 its file systems vanish with them.
 
 Token authentication is on; Ray's servers listen on the node's own address (a server that
-binds every interface still binds only the node's: its namespace has no other). Names carry
+binds every interface still binds only the node's: its namespace has no other). With
+`tls=True` every node also speaks mutual TLS (tuner/cluster/tls.py): a CA made for the
+cluster signs a certificate per node (its address) and one for the host; keys reach a node
+on its stdin, as the token does, and are written 0600 on its private file system. Names carry
 the pid of the process that made them, so a later run removes what a killed one left behind.
 """
 
@@ -43,6 +46,7 @@ PREFIX = "tnode"  # namespaces: tnode-<tag>-<node>; links: tnb<tag>, tnv<tag>x<i
 WORKDIR = "/tmp/work"  # each node's working directory (on its private /tmp)
 HOME = "/tmp/home"
 TOKEN_PATH = f"{HOME}/.ray/auth_token"
+TLS_DIR = f"{HOME}/.ray/tls"  # a node's certificate, key and the CA's certificate
 GCS_PORT, DASHBOARD_PORT, CLIENT_PORT = 6379, 8265, 10001
 READY_TIMEOUT_S = 180.0
 
@@ -176,6 +180,10 @@ class NsCluster:
     token: str = ""
     tag: str = ""  # in the names of its namespaces and links
     bridge: str = ""
+    tls: bool = False  # every node and the host speak mutual TLS (a CA of the cluster's own)
+    authority: Any = None  # tls: the cluster's CA (tuner.cluster.tls.Authority)
+    host_tls: Any = None  # tls: the host's files (tuner.cluster.tls.Files)
+    others: list[Node] = field(default_factory=list)  # nodes booted by `boot_stranger`
 
     # -- addresses
     @property
@@ -220,6 +228,11 @@ class NsCluster:
         self.tag = tag = f"{os.getpid()}c{next(_made)}"
         self.bridge = f"tnb{tag}"
         self.subnet = _free_subnet()
+        if self.tls:
+            from tuner.cluster import tls
+
+            self.authority = tls.new_authority("nscluster CA")
+            self.host_tls = self.authority.issue(self.base / "tls", "host", [self.host_ip], [])
         try:
             _sh("ip", "link", "add", self.bridge, "type", "bridge")
             _sh("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.bridge)
@@ -250,9 +263,13 @@ class NsCluster:
         _sh("ip", "-n", node.netns, "link", "set", "eth0", "up")
         _sh("ip", "-n", node.netns, "link", "set", "lo", "up")
 
-    def _boot(self, node: Node, hosts: dict[str, str]) -> None:
+    def _boot(self, node: Node, hosts: dict[str, str], tls_pem: Optional[tuple[bytes, ...]] = None) -> None:
+        """Start `node`'s PID 1 and its `ray start`; `tls_pem` (certificate, key, CA) replaces
+        the node's own from the cluster's CA (`()`: no TLS at all)."""
         assert self.base is not None
         head = node is self.head
+        if tls_pem is None and self.tls:
+            tls_pem = (*self.authority.issue_pem(node.name, [node.ip], [node.name]), self.authority.cert_pem)
         args = [
             "--block",
             f"--node-ip-address={node.ip}",
@@ -272,12 +289,16 @@ class NsCluster:
             ]
         else:
             args.append(f"--address={self.gcs}")
+        env = {**self.node_env(), **self.env}
+        if not tls_pem:
+            env = {k: v for k, v in env.items() if not k.startswith(("RAY_USE_TLS", "RAY_TLS_"))}
         spec = {
             "hostname": node.name,
             "hosts": hosts,
             "token": self.token,
+            "tls": [p.decode() for p in tls_pem or ()],
             "keep": _keep_paths(),
-            "env": {**self.node_env(), **self.env},
+            "env": env,
             "ray_start": [str(Path(sys.executable).with_name("ray")), "start", *args],
         }
         node.log = self.base / f"{node.name}.log"
@@ -307,7 +328,7 @@ class NsCluster:
             "RAY_JOB_STOP_SIGNAL": "SIGINT",
             "RAY_JOB_STOP_WAIT_TIME_S": "60",
             "MPLBACKEND": "Agg",
-        }
+        } | (_tls_env() if self.tls else {})
 
     def wait_ready(self, count: int, dashboard: bool = True, timeout: float = READY_TIMEOUT_S) -> None:
         """Until `count` nodes are alive in the GCS and (`dashboard`) the dashboard answers, as
@@ -323,7 +344,7 @@ class NsCluster:
                 if node.proc is not None and not node.alive():
                     raise NodeExited(f"node {node.name} exited; its log ends:\n{self.log_tail(node)}")
             try:
-                if len(join.gcs_nodes(target, self.token)) >= count and (
+                if len(join.gcs_nodes(target, self.token, self.host_tls)) >= count and (
                     not dashboard or join.dashboard_status(self.dashboard, self.token, 5) == 200
                 ):
                     return
@@ -353,6 +374,17 @@ class NsCluster:
                 if attempt == tries:
                     raise
 
+    def boot_stranger(self, name: str, tls_pem: tuple[bytes, ...]) -> Node:
+        """Boot one more machine on the cluster's network whose `ray start` tries to join the
+        head with these TLS files (certificate, key, CA; `()`: without TLS); returns at once,
+        joined or not: the caller looks."""
+        i = len(self.nodes) + len(self.others)
+        node = Node(name, f"{self.subnet}.{i + 2}", f"{PREFIX}-{self.tag}-{name}", f"tnv{self.tag}x{i}")
+        self._network(node)
+        self.others.append(node)
+        self._boot(node, {n.name: n.ip for n in [*self.nodes, node]}, tls_pem)
+        return node
+
     def revive(self, node: Node) -> None:
         """Power a killed node on again: a fresh PID 1, empty private file systems, the same
         address; returns once it has joined."""
@@ -361,7 +393,7 @@ class NsCluster:
 
     def stop(self) -> None:
         """End every node, remove namespaces and links. Safe to call twice, or half-started."""
-        for node in reversed(self.nodes):
+        for node in [*self.others, *reversed(self.nodes)]:
             try:
                 self.kill(node)
             except (OSError, subprocess.TimeoutExpired):
@@ -385,6 +417,8 @@ class NsCluster:
             RAY_API_SERVER_ADDRESS=self.dashboard,
             RAY_USAGE_STATS_ENABLED="0",
         )
+        if self.host_tls is not None:
+            env.update(self.host_tls.env())
         return {**env, **self.env}
 
     def popen(self, node: Node, argv: list[str], cwd: str = WORKDIR, **kw: Any) -> subprocess.Popen:
@@ -448,6 +482,16 @@ class _Init:
 
     def wait(self, timeout: Optional[float] = None) -> int:
         return self.unshare.wait(timeout)
+
+
+def _tls_env() -> dict[str, str]:
+    """Ray's TLS variables for a node's files (node_main writes them)."""
+    return {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": f"{TLS_DIR}/node.crt",
+        "RAY_TLS_SERVER_KEY": f"{TLS_DIR}/node.key",
+        "RAY_TLS_CA_CERT": f"{TLS_DIR}/ca.crt",
+    }
 
 
 def _keep_paths() -> list[str]:
@@ -514,9 +558,15 @@ def node_main() -> int:
     _hosts(spec["hosts"], spec["hostname"])
     for d in (WORKDIR, os.path.dirname(TOKEN_PATH)):
         os.makedirs(d, mode=0o700, exist_ok=True)
-    fd = os.open(TOKEN_PATH, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(spec["token"])
+    secrets_ = [(TOKEN_PATH, spec["token"])]
+    if spec["tls"]:
+        os.makedirs(TLS_DIR, mode=0o700, exist_ok=True)
+        names = [f"{TLS_DIR}/{n}" for n in ("node.crt", "node.key", "ca.crt")]
+        secrets_ += list(zip(names, spec["tls"], strict=True))
+    for path, text in secrets_:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
     os.chdir(WORKDIR)
     ray = subprocess.Popen(spec["ray_start"], env=spec["env"], stdin=subprocess.DEVNULL)
     signal.signal(signal.SIGTERM, lambda *_: ray.send_signal(signal.SIGTERM))

@@ -122,7 +122,7 @@ def test_the_cost_is_bounded_by_the_budget_and_printed() -> None:
     line = autotune.summary_line(result, "autotune")
     assert "3 arms in 30.0 s of a 25 s budget on CPU, 1 not run (budget spent)" in line
     assert line.startswith("autotune: compile=true, channels_last=true, 2.00x the reference's samples/s")
-    assert "| threads=1 | | | | not run: budget spent |" in autotune.table_markdown(result)
+    assert "| threads=1 |  |  |  | not run: budget spent |" in autotune.table_markdown(result)
 
 
 def test_dimensions_are_what_differs_on_the_device_and_never_a_searched_setting() -> None:
@@ -222,3 +222,38 @@ def test_a_cached_choice_is_reused_for_the_same_model_device_and_torch_only(tmp_
     assert json.loads(Path(cache.path).read_text())[key]["NVIDIA H100 | torch 2.13.0"]["seconds"] == 42.0
     Path(cache.path).write_text("{not json")
     assert cache.entries(key) == {}  # damaged: measured again, then rewritten
+
+
+def test_autotune_json_gives_resumed_trials_the_same_table_and_the_report_its_arms(tmp_path: Path) -> None:
+    from tuner import sweepdir
+    from tuner.driver import autotune as driver
+    from tuner.view.analysis import SweepData
+    from tuner.view.document import Table, Text
+    from tuner.view.report import _autotune
+
+    figures = Figures({(False, False, 2): (100.0, 1.0), (True, False, 2): (150.0, math.nan)})
+    refused = autotune.search(DIMS[:1], figures, budget_s=60)  # compile: a NaN loss
+    chosen = autotune.search(
+        DIMS[:1], Figures({(False, False, 2): (100.0, 1.0), (True, False, 2): (150.0, 1.0)}), 60
+    )
+    plan = autotune.SizePlan(
+        ["width"], [{"width": 64, "lr": 0.1}, {"width": 128, "lr": 0.1}], "2 model sizes, each"
+    )
+    raw = [{**r.to_json(), "key": k} for r, k in ((refused, "a"), (chosen, "b"))]
+    table = autotune.table_of(plan, [refused, chosen])
+    sweepdir.write_autotune(str(tmp_path), driver.record(plan, raw, table, 60))
+    again = driver.table_from(sweepdir.read_autotune(str(tmp_path)) or {})
+    assert again == table and again.settings_for({"width": 64}) == {"compile": False}
+    assert again.settings_for({"width": 128}) == again.default == {"compile": True}
+
+    data = SweepData(str(tmp_path), None, [], "completed", 0.0)  # type: ignore[arg-type]
+    blocks = _autotune(data)
+    texts = [b.text for b in blocks if isinstance(b, Text)]
+    assert texts[0].startswith("Before the first trial, training.autotune measured 2 model sizes, each")
+    assert texts[1].startswith("Size width=64: the reference settings, 1.00x")
+    assert texts[2].startswith("Size width=128: compile=true, 1.50x")
+    tables = [b for b in blocks if isinstance(b, Table)]
+    assert tables[0].rows[1][2] == "nan" and tables[0].rows[1][4].startswith("refused: loss nan")
+    without = tmp_path / "no-autotune"
+    without.mkdir()
+    assert _autotune(SweepData(str(without), None, [], "completed", 0.0)) == []  # type: ignore[arg-type]

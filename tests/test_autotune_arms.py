@@ -1,4 +1,4 @@
-"""training.autotune's arms measured for real on CPU (tuner/autotune_measure.py): the arms that
+"""training.autotune's arms measured for real on CPU (tuner/trial/loop/autotune.py): the arms that
 exist here (compile, channels_last, torch threads) train the digits CNN; the choice follows
 from what they measured, a cached choice is reused without measuring, and the budget stops
 the measuring. Speed on this shared machine is whatever it is: the tests read the figures
@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tuner import autotune, autotune_measure
+from tuner import autotune
 from tuner.config import TrainingSection
 from tuner.trial.frame.spec import TrialSpec
+from tuner.trial.loop import autotune as autotune_measure
 
 TASK = {"task": {"model": "cnn", "data": "digits"}, "modules": {}}
 

@@ -94,3 +94,49 @@ def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
     everything = b"".join(_bucket_object(c, bucket, k) for k in keys)
     assert c.s3.secret.encode() not in everything and c.token.encode() not in everything
     assert c.s3.secret not in out.stdout + out.stderr and c.token not in out.stdout + out.stderr
+
+
+def test_a_ddp_trial_over_both_nodes_into_the_bucket_trains_as_on_one_node(
+    ns_cluster: nscluster.NsCluster, tmp_path: Path
+) -> None:
+    # One CPU per node and two workers of one CPU: the trial's ranks are on both nodes (gloo
+    # over the link between them), rank 0 with the trial actor, its checkpoints handed to Tune.
+    c = ns_cluster
+    bucket = c.s3.make_bucket("ddp-runs")
+    raw = yaml.safe_load(DEBUG.read_text())
+    raw["search"]["num_samples"] = 1
+    raw["schedule"].update(max_epochs=3, early_stopping=False)
+    raw["resources"]["workers_per_trial"] = 2
+    c.put(c.head, "/tmp/work/ddp.yaml", yaml.safe_dump(raw))
+    out = c.run(
+        c.head,
+        ["python", "-m", "tuner", "sweep", "ddp.yaml", "--address", c.gcs, "--output", f"s3://{bucket}/runs"],
+        timeout=500,
+    )
+    errors = [
+        _bucket_object(c, bucket, k).decode()[-3000:] for k in c.s3.keys(bucket) if k.endswith("error.txt")
+    ]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + "\n".join(errors)
+    (trial,) = json.loads(_bucket_object(c, bucket, "runs/debug/summary.json"))["trials"]
+    keys = c.s3.keys(bucket, f"runs/debug/{trial['trial_id']}/")
+    assert any("/checkpoint_" in k for k in keys), keys  # rank 0's, uploaded by Tune
+    journal = _bucket_object(c, bucket, f"runs/debug/{trial['trial_id']}/metrics.jsonl").decode()
+    over_two = [json.loads(line) for line in journal.splitlines()]
+    # The independent answer: the same sweep file (same seed, same configuration) on one
+    # machine, its own Ray, both ranks on one node, a local output.
+    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(raw))
+    env = {k: v for k, v in c.host_env().items() if not k.startswith("RAY_")}
+    local = run_cli(
+        "sweep", "ddp.yaml", "--output", str(tmp_path / "runs"), cwd=tmp_path, env=env, timeout=500
+    )
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    (one,) = json.loads((tmp_path / "runs" / "debug" / "summary.json").read_text())["trials"]
+    assert one["config"] == trial["config"]
+    on_one = [
+        json.loads(line) for line in (tmp_path / "runs/debug" / one["trial_id"] / "metrics.jsonl").open()
+    ]
+    assert [m["epoch"] for m in over_two] == [m["epoch"] for m in on_one] == [1, 2, 3]
+    for a, b in zip(over_two, on_one, strict=True):
+        assert a["world_size"] == b["world_size"] == 2
+        for name in ("train_loss", "val_loss", "val_acc"):
+            assert a[name] == pytest.approx(b[name], rel=1e-5, abs=1e-7), (name, a, b)

@@ -93,6 +93,15 @@ BAD_FILES = [
         "required",
     ),
     ("param-bare-list", _set("search.params.width", [8, 16]), "search.params.width", "choice"),
+    ("autotune-negative", _set("training.autotune", -5), "training.autotune", "budget in whole seconds"),
+    ("autotune-text", _set("training.autotune", "fast"), "training.autotune", "true, false or a budget"),
+    (
+        "autotune-searched",
+        _set("search.params.autotune", {"type": "choice", "values": [0, 60]}),
+        "search.params.autotune",
+        "set it under training",
+    ),
+    ("threads-zero", _set("training.threads", 0), "training.threads", "greater than or equal to 1"),
     (
         "duplicate-choice",
         _set("search.params.width", {"type": "choice", "values": [8, 8]}),

@@ -256,6 +256,23 @@ def test_probe_measures_a_peak_and_flags_what_does_not_fit() -> None:
     assert huge.oom
 
 
+def test_the_probe_measures_with_the_trial_s_cudnn_and_tf32_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.trial.loop import probe
+
+    seen = []
+    real_step = probe.optimizer_step
+
+    def step(*args: object) -> object:  # what the backends are set to while a step runs
+        seen.append((torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32))
+        return real_step(*args)
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(probe, "optimizer_step", step)
+    probe.measure(hp(tf32=True), on_gpu(DIGITS))
+    assert seen and set(seen) == {(True, True)}, seen
+
+
 def test_find_batch_size_against_real_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 1.5 GiB for the trial: weights + Adam ~0.9 GiB, ~135 KB of activations per sample, so
     # some 4000 of the 7200 training samples fit in one micro-batch.

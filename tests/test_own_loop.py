@@ -93,6 +93,7 @@ def test_functions_that_take_config_and_ctx_pass(user_module: str, name: str) ->
         ({"task": {"train": "tests.own_loops:regress", "data": "digits"}}, "task.data"),
         ({"task": {"train": "tests.own_loops:regress", "data_args": {"samples": 9}}}, "task.data_args"),
         ({"training__find_batch_size": True}, "training.find_batch_size"),
+        ({"training__autotune": True}, "training.autotune"),
         ({"resources__gpus_per_worker": "pack"}, "resources.gpus_per_worker"),
         ({"task": {"data": "digits"}}, "task.model"),
     ],

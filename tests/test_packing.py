@@ -140,22 +140,22 @@ def test_plan_refuses_pack_that_cannot_fit_or_has_no_gpu() -> None:
         resources.plan(_section(gpus_per_worker="pack"), CLUSTER, NODES, probe=broken)
 
 
-def test_ddp_workers_start_their_own_only_where_one_node_holds_them_all(tmp_path: Path) -> None:
+def test_ddp_workers_are_packed_on_one_node_where_one_holds_them_all(tmp_path: Path) -> None:
     two = _section(workers_per_trial=2, cpus_per_worker=2, gpus_per_worker=1)
     big, small = {"CPU": 8.0, "GPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}
     assert resources.plan(two, {"CPU": 10.0, "GPU": 3.0}, [big, small]).one_node
     assert not resources.plan(two, {"CPU": 4.0, "GPU": 2.0}, [small, small]).one_node  # 2 nodes
     assert resources.plan(two, {"CPU": 2.0, "GPU": 1.0}, [small], [(big, 3)]).one_node  # may be added
     assert not resources.plan(_section(workers_per_trial=1), {"CPU": 2.0}, [{"CPU": 2.0}]).one_node
-    # The trials start their own workers only with a local or shared sweep directory (URI
-    # storage keeps checkpoints through Ray Train), and never for task.command (torchrun's).
-    res = resources.plan(two, {"CPU": 10.0, "GPU": 3.0}, [big])
+    # Every DDP trial starts its own workers (any output): a bundle per worker, the trial
+    # actor in an empty head bundle, on one node where one holds them all, else on few.
     cfg = debug_config(tmp_path, resources__workers_per_trial=2)
-    assert resources.trial_spec(cfg, res, str(tmp_path), str(tmp_path / "debug")).one_node
-    assert not resources.trial_spec(cfg, res, "s3://bucket/runs", None).one_node
-    bundles = resources.tune_request(res, resources.trial_spec(cfg, res, str(tmp_path), str(tmp_path)))
-    assert bundles.bundles == [{"CPU": 2.0, "GPU": 1.0}] * 2 and bundles.head_bundle_is_empty
-    assert bundles.strategy == "STRICT_PACK"
+    for nodes, strategy in [([big], "STRICT_PACK"), ([small, small], "PACK")]:
+        res = resources.plan(two, {"CPU": 10.0, "GPU": 3.0}, nodes)
+        for storage, sweep_dir in [(str(tmp_path), str(tmp_path)), ("s3://bucket/runs", None)]:
+            bundles = resources.tune_request(res, resources.trial_spec(cfg, res, storage, sweep_dir))
+            assert bundles.bundles == [{"CPU": 2.0, "GPU": 1.0}] * 2 and bundles.head_bundle_is_empty
+            assert bundles.strategy == strategy
 
 
 def test_plan_of_a_fixed_fraction_does_not_probe() -> None:
@@ -237,3 +237,74 @@ def test_shipped_gpu_sweep_probes_a_buildable_configuration() -> None:
     assert (hp["width"], hp["heads"], hp["depth"], hp["batch_size"]) == (512, 8, 8, 128)
     model = build_model("vit", hp, (3, 224, 224), 10)  # the probe would build this on the GPU
     assert sum(p.numel() for p in model.parameters()) > 10e6
+
+
+H100_NODE = {"CPU": 8.0, "GPU": 2.0, "accelerator_type:H100": 1.0}
+A100_NODE = {"CPU": 16.0, "GPU": 4.0, "accelerator_type:A100": 1.0}
+
+
+def test_a_gpu_kind_keeps_trials_on_its_nodes_and_counts_only_them(tmp_path: Path) -> None:
+    mixed = {"CPU": 24.0, "GPU": 6.0, "accelerator_type:H100": 1.0, "accelerator_type:A100": 1.0}
+    res = resources.plan(
+        _section(accelerator_type="H100", gpus_per_worker="auto"), mixed, [A100_NODE, H100_NODE]
+    )
+    assert res.bundle == {"cpu": 1.0, "gpu": 1.0, "accelerator_type:H100": 0.001}
+    assert res.max_concurrent is None and res.gpus_per_worker == 1.0
+    # DDP: every worker's bundle asks for the kind, and only H100 nodes count: 3 workers of 1
+    # GPU do not fit on one (the A100 node would hold them), so they may span nodes.
+    three = _section(accelerator_type="H100", workers_per_trial=3, gpus_per_worker=1)
+    res = resources.plan(three, mixed, [A100_NODE, H100_NODE, H100_NODE])
+    assert not res.one_node and res.max_concurrent == 1  # 4 H100 GPUs: one trial at a time
+    cfg = debug_config(tmp_path, resources__workers_per_trial=3)
+    pg = resources.tune_request(res, resources.trial_spec(cfg, res, str(tmp_path), str(tmp_path)))
+    assert pg.bundles == [{"CPU": 1.0, "GPU": 1.0, "accelerator_type:H100": 0.001}] * 3
+    assert pg.strategy == "PACK"
+    # A kind no node has: refused, naming the kinds there are.
+    with pytest.raises(ConfigError, match=r"no node has L4 GPUs \(this cluster's: A100, H100\)") as err:
+        resources.plan(_section(accelerator_type="L4", gpus_per_worker=1), mixed, [A100_NODE, H100_NODE])
+    assert err.value.path == "resources.accelerator_type"
+    # An autoscaler may add the kind: not refused.
+    l4_type = {"CPU": 4.0, "GPU": 1.0, "accelerator_type:L4": 1.0}
+    l4 = _section(accelerator_type="L4", gpus_per_worker=1)
+    assert resources.plan(l4, mixed, [H100_NODE], [(l4_type, 2)]).accelerator == "L4"
+
+
+def test_pack_refuses_mixed_gpu_kinds_unless_one_is_chosen() -> None:
+    mixed = {"CPU": 24.0, "GPU": 6.0}
+    with pytest.raises(
+        ConfigError, match="this cluster has A100, H100: set resources.accelerator_type"
+    ) as err:
+        resources.plan(
+            _section(gpus_per_worker="pack"), mixed, [A100_NODE, H100_NODE], probe=lambda: profile(17.5)
+        )
+    assert err.value.path == "resources.gpus_per_worker"
+    res = resources.plan(
+        _section(gpus_per_worker="pack", accelerator_type="H100"), mixed, [A100_NODE, H100_NODE],
+        probe=lambda: profile(17.5),
+    )  # fmt: skip
+    assert res.trials_per_gpu == 4 and res.max_concurrent == 8  # the H100 node's 2 GPUs only
+    assert res.bundle["accelerator_type:H100"] == 0.001
+
+
+def test_several_gpus_per_worker_of_a_ddp_trial_are_refused() -> None:
+    # Each rank trains on one GPU: the others would be held and idle.
+    with pytest.raises(ConfigError, match="2: each worker of a multi-worker trial trains on one GPU; "
+                       "use 1 with workers_per_trial: 4") as err:  # fmt: skip
+        _section(workers_per_trial=2, gpus_per_worker=2)
+    assert err.value.path == "resources.gpus_per_worker"
+    assert _section(workers_per_trial=1, gpus_per_worker=2).gpus_per_worker == 2  # one worker: its own
+
+
+def test_a_gpu_kind_is_refused_in_one_line_before_ray_starts(tmp_path: Path) -> None:
+    # This machine has no GPU: no kind of GPU can be had (a local Ray would have none).
+    kind = ["--set", "resources.accelerator_type=H100"]
+    out = cli(
+        "sweep", str(DEBUG), "--output", str(tmp_path), *kind, "--set", "resources.gpus_per_worker=auto"
+    )
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: resources.accelerator_type: no node has H100 GPUs (this cluster's: none); "
+        "Ray names the kinds as in ray.util.accelerators"
+    ], out.stderr
+    zero = cli("validate", str(DEBUG), *kind)  # (debug.yaml: gpus_per_worker: 0)
+    assert zero.returncode == 2, zero.stderr
+    assert "resources.accelerator_type: H100: a GPU kind, but gpus_per_worker is 0" in zero.stderr

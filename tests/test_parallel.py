@@ -10,7 +10,7 @@ import torch
 
 from tests.distributed import run_workers, spawn
 from tests.test_loop import hp
-from tuner.trial.frame.checkpoint import CHECKPOINT_FILE, DirCheckpoints
+from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.spec import TrialSpec
 from tuner.trial.loop.models import build_model
 
@@ -119,16 +119,9 @@ def test_find_batch_size_agrees_over_ddp_ranks(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("path", ["one node", "ray train"])
-def test_fsdp_sweep_checkpoints_a_full_state_dict(
-    tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fsdp_sweep_checkpoints_a_full_state_dict(tmp_path: Path) -> None:
     from tests.conftest import assert_resources_returned, debug_config
-    from tuner.driver import resources
     from tuner.driver.sweep import run_sweep
-
-    if path == "ray train":  # as when a trial's workers need more than one node
-        monkeypatch.setattr(resources, "fits_one_node", lambda res, nodes: False)
 
     cfg = debug_config(
         tmp_path,
@@ -148,14 +141,8 @@ def test_fsdp_sweep_checkpoints_a_full_state_dict(
     (trial,) = out.summary["trials"]
     assert trial["last_metrics"]["world_size"] == 2 and trial["epochs"] == 2
     run = Path(out.sweep_dir) / trial["trial_id"]
-    if path == "ray train":
-        ckpts = sorted((run / "train").glob(f"checkpoint_*/{CHECKPOINT_FILE}"))
-        assert ckpts, "Train V2 keeps the trial's checkpoints"
-        weights = torch.load(ckpts[-1], weights_only=True)["model"]
-    else:
-        assert not (run / "train").exists()
-        weights = DirCheckpoints(str(run)).load("cpu")["model"]
-        assert_resources_returned()
+    weights = DirCheckpoints(str(run)).load("cpu")["model"]
+    assert_resources_returned()
     assert weights["1.weight"].shape == (trial["config"]["width"], 8)  # gathered, not a shard
 
 
@@ -174,3 +161,27 @@ def _remove_leftover_placement_groups() -> None:
     for pg_id, info in placement_group_table().items():
         if info["state"] != "REMOVED":
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+
+
+def test_ddp_gradients_are_views_into_its_buckets(tmp_path: Path) -> None:
+    """gradient_as_bucket_view: one copy of the gradients (DDP's buckets), also after
+    zero_grad(set_to_none=True) and a second step, as the loop runs them."""
+    import torch.distributed as dist
+
+    from tuner.trial.loop.parallel import make_strategy
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = build_model("mlp", {"width": 16, "depth": 2}, (8,), 3, None)
+        net = make_strategy("ddp", 2).wrap(model, torch.device("cpu"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad(set_to_none=True)
+            net(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        grads = [q.grad for q in model.parameters()]
+        assert all(g is not None for g in grads)
+        # A small model fills one bucket: every gradient lies in that bucket's storage.
+        assert len({g.untyped_storage().data_ptr() for g in grads}) == 1  # type: ignore[union-attr]
+    finally:
+        dist.destroy_process_group()

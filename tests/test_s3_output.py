@@ -90,18 +90,3 @@ def test_the_driver_checks_an_s3_output_before_ray_starts(
     with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist") as err:
         sweep.run_sweep(cfg)
     assert err.value.path == "output"
-
-
-def test_ddp_trials_into_s3_are_refused_before_ray_starts(
-    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tuner.driver import sweep
-
-    monkeypatch.setattr(sweep, "connect", lambda *a, **k: pytest.fail("Ray was started"))
-    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
-    bucket = s3_env.make_bucket("ddp")
-    cfg = debug_config(tmp_path, output=f"s3://{bucket}/runs", resources__workers_per_trial=2)
-    with pytest.raises(ConfigError, match="DDP trials .* s3:// output are not supported yet") as err:
-        sweep.run_sweep(cfg)
-    assert err.value.path == "resources.workers_per_trial"
-    assert s3_env.keys(bucket) == []  # nothing written to the bucket

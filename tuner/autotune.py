@@ -125,9 +125,15 @@ class Result:
         arms = []
         for a in raw.get("arms", []):
             m = a.get("measured")
-            arms.append(Arm(dict(a["settings"]), a["change"], Measurement(**m) if m else None, a["verdict"]))
+            arms.append(Arm(dict(a["settings"]), a["change"], _measurement(m) if m else None, a["verdict"]))
         fields = {k: v for k, v in raw.items() if k != "arms" and k in cls.__dataclass_fields__}
         return cls(**{**fields, "arms": arms})
+
+
+def _measurement(raw: Mapping[str, Any]) -> Measurement:
+    # Strict JSON keeps a NaN loss as the string "NaN": float() reads it back.
+    numbers = {k: float(raw[k]) for k in ("samples_per_s", "loss", "seconds") if k in raw}
+    return Measurement(**numbers, error=raw.get("error"))
 
 
 class AutotuneError(RuntimeError):
@@ -223,15 +229,17 @@ def dimensions(
     `searched`: names search.params searches (never overridden); `fixed`: the trial's other
     training values (loader_workers' reference is the file's). Only what can differ here:
     amp on CUDA (bf16 where the GPU has it), channels_last for image inputs, torch threads on
-    CPU (a GPU trial's host threads matter little), DataLoader workers for data not in memory.
+    CPU (a GPU trial's host threads matter little; the reference is training.threads, else the
+    trial's CPUs), DataLoader workers for data not in memory.
     """
     out = []
+    threads = int(fixed.get("threads") or cpus)  # the file's training.threads, else the trial's CPUs
     amp = ("off", "bf16", "fp16") if bf16 else ("off", "fp16")
     candidates = {
         "amp": amp if cuda else ("off",),
         "compile": (False, True),
         "channels_last": (False, True) if images else (False,),
-        "threads": (cpus, *sorted({max(1, cpus // 2), 1}, reverse=True)) if not cuda else (cpus,),
+        "threads": (threads, cpus, *sorted({max(1, cpus // 2), 1}, reverse=True)) if not cuda else (threads,),
         "loader_workers": _workers(int(fixed.get("loader_workers") or 0), cpus) if not in_memory else (0,),
     }
     skip = set(searched)
@@ -324,6 +332,22 @@ class Table:
         """The settings a trial of `config` runs with (its size's choice, else the default)."""
         return dict(self.choices.get(size_key(config, self.by), self.default))
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Table:
+        return cls(list(raw.get("by") or []), dict(raw.get("choices") or {}), dict(raw.get("default") or {}))
+
+
+def applied(config: Mapping[str, Any], table: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """A trial's configuration as it runs: `config` with the choice for its size from `table`
+    (a Table as JSON, the trial spec's; None: autotune off). The table holds no setting
+    search.params searches (those are never measured), so a searched value stays the trial's."""
+    if not table:
+        return dict(config)
+    return {**config, **Table.from_json(table).settings_for(config)}
+
 
 def table_of(plan: SizePlan, results: Sequence[Result]) -> Table:
     """The table of measured sizes; the default is the largest's (the first, or the only)."""
@@ -377,13 +401,13 @@ class Cache:
 
     def entries(self, key: str) -> dict[str, dict[str, Any]]:
         """Every (device, torch) -> result recorded for the model fingerprint `key`."""
-        found = self._read().get(key)
+        found = self.all().get(key)
         return dict(found) if isinstance(found, dict) else {}
 
     def put(self, key: str, result: Result) -> None:
         if result.cached:
             return
-        data = self._read()
+        data = self.all()
         data.setdefault(key, {})[where_measured(result.device, result.torch)] = result.to_json()
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         tmp = f"{self.path}.{os.getpid()}.tmp"
@@ -391,7 +415,8 @@ class Cache:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, self.path)  # a reader never sees half a file
 
-    def _read(self) -> dict[str, Any]:
+    def all(self) -> dict[str, Any]:
+        """Every entry: model fingerprint -> (device, torch) -> result."""
         try:
             with open(self.path) as f:
                 data = json.load(f)
@@ -434,15 +459,22 @@ def summary_line(result: Result, label: str) -> str:
     return f"{label}: {choice}, {result.speedup:.2f}x the reference's samples/s; {cost}"
 
 
-def table_markdown(result: Result) -> str:
-    """The arms of one size as a Markdown table (the report, autotune.json's readers)."""
-    lines = ["| arm | samples/s | loss | seconds | verdict |", "| --- | ---: | ---: | ---: | --- |"]
+ARM_COLUMNS = ["arm", "samples/s", "loss", "seconds", "verdict"]
+
+
+def arm_rows(result: Result) -> list[list[str]]:
+    """One row per arm (ARM_COLUMNS): what it changed, measured, and the verdict."""
+    rows = []
     for arm in result.arms:
         m = arm.measured
-        if m is None:
-            lines.append(f"| {arm.change} | | | | {arm.verdict} |")
-            continue
-        lines.append(
-            f"| {arm.change} | {m.samples_per_s:.1f} | {m.loss:.4g} | {m.seconds:.1f} | {arm.verdict} |"
+        figures = (
+            ["", "", ""] if m is None else [f"{m.samples_per_s:.1f}", f"{m.loss:.4g}", f"{m.seconds:.1f}"]
         )
-    return "\n".join(lines)
+        rows.append([arm.change, *figures, arm.verdict])
+    return rows
+
+
+def table_markdown(result: Result) -> str:
+    """The arms of one size as a Markdown table."""
+    lines = [f"| {' | '.join(ARM_COLUMNS)} |", "| --- | ---: | ---: | ---: | --- |"]
+    return "\n".join([*lines, *(f"| {' | '.join(row)} |" for row in arm_rows(result))])

@@ -207,17 +207,32 @@ def asha_rungs(scheduler: Any) -> Iterator[tuple[float, dict[str, float]]]:
         yield from bracket._rungs
 
 
-def gcs_alive_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float) -> list[Any]:
-    """The GCS's alive nodes (GcsNodeInfo messages) over its gRPC API (Ray 2.60:
-    ray.core.generated NodeInfoGcsService.GetAllNodeInfo); raises grpc.RpcError."""
+TlsFiles = Optional[tuple[bytes, bytes, bytes]]  # (certificate chain, private key, CA certificate)
+
+
+def _channel(hostport: str, tls: TlsFiles) -> Any:
+    """A gRPC channel to a Ray server: plain, or mutual TLS with `tls` as Ray's own
+    channels under RAY_USE_TLS (ray/_private/grpc_utils.py, init_grpc_channel)."""
     import grpc
 
+    if tls is None:
+        return grpc.insecure_channel(hostport)
+    cert, key, ca = tls
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    return grpc.secure_channel(hostport, credentials)
+
+
+def gcs_alive_nodes(
+    hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float, tls: TlsFiles = None
+) -> list[Any]:
+    """The GCS's alive nodes (GcsNodeInfo messages) over its gRPC API (Ray 2.60:
+    ray.core.generated NodeInfoGcsService.GetAllNodeInfo); raises grpc.RpcError."""
     try:
         from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
     except ImportError as err:
         raise _mismatch("gcs_alive_nodes (ray.core.generated.gcs_service_pb2)", err) from None
 
-    with grpc.insecure_channel(hostport) as channel:
+    with _channel(hostport, tls) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         reply = stub.GetAllNodeInfo(
             gcs_service_pb2.GetAllNodeInfoRequest(), timeout=timeout, metadata=metadata
@@ -225,7 +240,9 @@ def gcs_alive_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], ti
     return [n for n in reply.node_info_list if n.state == gcs_pb2.GcsNodeInfo.ALIVE]
 
 
-def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float) -> list[str]:
+def client_nodes(
+    hostport: str, metadata: Optional[list[tuple[str, str]]], timeout: float, tls: TlsFiles = None
+) -> list[str]:
     """Node addresses from a Ray Client server (Ray 2.60: ray.core.generated RayletDriver.
     ClusterInfo); raises grpc.RpcError when the ping is refused, and gives [] (unknown) where
     the server will not list its nodes."""
@@ -239,7 +256,7 @@ def client_nodes(hostport: str, metadata: Optional[list[tuple[str, str]]], timeo
         raise _mismatch("client_nodes (ray.core.generated.ray_client_pb2)", err) from None
 
     kinds = ray_client_pb2.ClusterInfoType
-    with grpc.insecure_channel(hostport) as channel:
+    with _channel(hostport, tls) as channel:
         stub = ray_client_pb2_grpc.RayletDriverStub(channel)
         ping = ray_client_pb2.ClusterInfoRequest(type=kinds.PING)
         stub.ClusterInfo(ping, timeout=timeout, metadata=metadata)  # raises if refused

@@ -7,14 +7,13 @@ once from its flags. Ray is imported only inside these functions.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner.cluster import _ray_internals, join
+from tuner.cluster import _ray_internals, join, tls
 from tuner.cluster.join import LOOPBACK
 
 # Missed health checks (3 s apart, Ray 2.60 default 5) before the GCS gives a local node up.
@@ -58,7 +57,7 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
     )
 
 
-def connect(runtime: Runtime, dashboard: bool = True) -> str:
+def connect(runtime: Runtime) -> str:
     """Join the cluster at `runtime.address` (or the job's cluster), else start a private
     local Ray; returns "existing", "job", "local" or the address joined.
 
@@ -76,6 +75,7 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     )
     joining = join.target(runtime.address)
     if joining is not None:
+        _local_cluster_tls(joining)  # before Ray's import: it reads RAY_USE_TLS
         import ray
 
         join.check(joining, runtime.allow_insecure_cluster)
@@ -92,15 +92,14 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
     local |= _ray_internals.local_init_options(health_check_failures=LOCAL_HEALTH_CHECK_FAILURES)
     import ray
 
-    # The dashboard (on loopback only) serves the State API that Ray Train V2 relies on:
-    # without it a finished DDP trial's resources were never handed back and the next
-    # trial's workers waited forever (Ray 2.60). Sweeps without Ray Train skip it, and start
-    # the API server process Ray starts anyway after the rest, not first: seconds sooner.
-    with contextlib.nullcontext() if dashboard else _ray_internals.api_server_after_init():
+    # No dashboard (nothing of ours needs its State API since DDP trials run without Ray
+    # Train), and the API server process Ray starts anyway comes after the rest, not first:
+    # seconds sooner.
+    with _ray_internals.api_server_after_init():
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
-            include_dashboard=dashboard,
+            include_dashboard=False,
             dashboard_host=LOOPBACK,
             **local,
             **common,
@@ -113,6 +112,18 @@ def connect(runtime: Runtime, dashboard: bool = True) -> str:
             f"was imported before tuner could set {join.LOOPBACK_ENV}=0; import Ray after tuner starts it"
         )
     return "local"
+
+
+def _local_cluster_tls(t: join.Target) -> None:
+    """Joining the cluster `python -m tuner cluster start --tls` started (its address) needs
+    no exports first: its TLS files go into this process's environment, where Ray reads them."""
+    if tls.enabled():
+        return
+    from tuner.cluster.local import tls_for
+
+    files = tls_for(str(t))
+    if files is not None:
+        os.environ.update(files.env())
 
 
 def leave(code: int) -> None:

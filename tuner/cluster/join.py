@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tuner.cluster import _ray_internals
+from tuner.cluster import _ray_internals, tls
 from tuner.config import ConfigError
 from tuner.errors import warn
 
@@ -35,6 +35,11 @@ TOKEN_HELP = (
 INSECURE_HELP = (
     "anyone who can reach it can run code there (CVE-2023-48022); start it with token "
     "authentication (scripts/cluster.sh start does), or pass --allow-insecure-cluster"
+)
+TLS_HELP = (
+    "set RAY_USE_TLS=1 and RAY_TLS_SERVER_CERT, RAY_TLS_SERVER_KEY, RAY_TLS_CA_CERT to a "
+    "certificate and key its CA signed and that CA's certificate (for a cluster of "
+    '`python -m tuner cluster start --tls`: eval "$(python -m tuner cluster env)")'
 )
 PROBE_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"  # where every socket of a local Ray or cluster of ours listens
@@ -127,26 +132,61 @@ def local_token() -> Optional[str]:
     return _ray_internals.ray_token()
 
 
-def probe(t: Target, token: Optional[str]) -> Optional[list[str]]:
-    """Call the cluster (with `token`, or without): the addresses of its alive nodes, or None
-    when it refuses the call for want of a valid token."""
+def tls_files() -> Optional[tls.Files]:
+    """This process's TLS files when RAY_USE_TLS is on (as Ray reads them), else None."""
+    try:
+        return tls.from_env()
+    except ValueError as err:
+        raise ConfigError("RAY_USE_TLS", str(err)) from None
+
+
+def probe(t: Target, token: Optional[str], tls_with: Optional[tls.Files] = None) -> Optional[list[str]]:
+    """Call the cluster (with `token`, or without; over TLS with `tls_with`): the addresses of
+    its alive nodes, or None when it refuses the call for want of a valid token."""
     import grpc
 
     try:
         if t.client:
-            return _ray_internals.client_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S)
-        return [n.node_manager_address for n in gcs_nodes(t, token)]
+            return _ray_internals.client_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S, _read(tls_with))
+        return [n.node_manager_address for n in gcs_nodes(t, token, tls_with)]
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.UNAUTHENTICATED:
             return None
-        raise ConfigError(
-            "--address", f"no Ray cluster answers at {t} ({err.code().name.lower()}); is it running?"
-        ) from None
+        raise ConfigError("--address", _unanswered(t, err, tls_with)) from None
 
 
-def gcs_nodes(t: Target, token: Optional[str]) -> list[Any]:
+def _unanswered(t: Target, err: Any, tls_with: Optional[tls.Files]) -> str:
+    """Why the cluster at `t` gave no answer, in one line: not there, or TLS on one side only,
+    or certificates the other side does not trust."""
+    speaks = tls.speaks_tls(t.host, t.port)
+    if tls_with is None and speaks:
+        return f"the Ray cluster at {t} speaks TLS and this process does not: {TLS_HELP}"
+    if tls_with is not None and speaks:
+        return (
+            f"the Ray cluster at {t} and this process do not accept each other's TLS certificates: "
+            f"RAY_TLS_CA_CERT ({tls_with.ca}) must be the cluster's CA, and RAY_TLS_SERVER_CERT "
+            "a certificate that CA signed"
+        )
+    if tls_with is not None and _listening(t):
+        return f"the Ray cluster at {t} does not speak TLS, and RAY_USE_TLS is on here: unset it"
+    return f"no Ray cluster answers at {t} ({err.code().name.lower()}); is it running?"
+
+
+def _listening(t: Target) -> bool:
+    try:
+        socket.create_connection((t.host, t.port), timeout=PROBE_TIMEOUT_S).close()
+        return True
+    except OSError:
+        return False
+
+
+def gcs_nodes(t: Target, token: Optional[str], tls_with: Optional[tls.Files] = None) -> list[Any]:
     """The GCS's alive nodes (GcsNodeInfo messages); raises grpc.RpcError."""
-    return _ray_internals.gcs_alive_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S)
+    return _ray_internals.gcs_alive_nodes(t.hostport, _metadata(token), PROBE_TIMEOUT_S, _read(tls_with))
+
+
+def _read(files: Optional[tls.Files]) -> Optional[tuple[bytes, bytes, bytes]]:
+    return files.read() if files is not None else None
 
 
 def _metadata(token: Optional[str]) -> Optional[list[tuple[str, str]]]:
@@ -166,9 +206,11 @@ def check(t: Target, allow_insecure: bool = False) -> None:
     """Make sure joining `t` is safe and that `ray.init` will speak its authentication.
 
     Raises ConfigError (one line) for an unreachable cluster, a missing or rejected token,
-    or an open cluster reachable from other machines.
+    TLS on one side only or certificates not accepted, or an open cluster reachable from
+    other machines.
     """
-    nodes = probe(t, token=None)
+    files = tls_files()
+    nodes = probe(t, None, files)
     if nodes is not None:  # it answered without a token: authentication is off
         # No node list (a Ray Client server may not give one) is no proof of loopback.
         loopback = is_loopback(t.host) and bool(nodes) and all(is_loopback(a) for a in nodes)
@@ -179,7 +221,7 @@ def check(t: Target, allow_insecure: bool = False) -> None:
             raise ConfigError(
                 "--address", f"the Ray cluster at {t} needs a token and none is set: {TOKEN_HELP}"
             )
-        nodes = probe(t, token)
+        nodes = probe(t, token, files)
         if nodes is None:
             raise ConfigError("--address", f"the Ray cluster at {t} rejected our token: {TOKEN_HELP}")
         _speak_token_auth()

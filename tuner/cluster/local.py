@@ -1,11 +1,17 @@
 """A Ray cluster on this machine, secure by default: `python -m tuner cluster ...`.
 
-    python -m tuner cluster start [--workers N] [--num-cpus N] [--object-store-mb MB]
+    python -m tuner cluster start [--workers N] [--num-cpus N] [--object-store-mb MB] [--tls]
     python -m tuner cluster status | env | stop
+    python -m tuner cluster ca DIR | cert DIR --ca CA_DIR [--ip IP ...]
 
 Every listening socket is on 127.0.0.1, at random free ports, and token authentication is
 on: the token is made (mode 0600) where Ray looks for it if there is none, and never
-printed. Each node is a `ray start --block` in a session of its own, recorded in the state
+printed. With `--tls` every process of it speaks mutual TLS (cluster/tls.py): a CA made for
+it signs one certificate for this machine, kept in the state directory (key 0600); the
+CA's key is never written, so no other certificate it signed exists. `ca` and `cert` make
+the same files for clusters of other machines (the recipes in deploy/ use them).
+
+Each node is a `ray start --block` in a session of its own, recorded in the state
 directory, so `stop` ends what `start` started (and what that started), never another Ray
 on the machine. `--workers N` adds N more nodes, to try multi-node placement on one machine.
 """
@@ -24,11 +30,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner.cluster import join as cluster
+from tuner.cluster import tls
 from tuner.cluster.join import LOOPBACK
 from tuner.cluster.nodes import node_args, node_env
 from tuner.errors import ExitCode
 
 STATE_FILE = "cluster.json"
+TLS_DIR = "tls"  # in the state directory: this machine's certificate, key and the CA's certificate
 READY_TIMEOUT_S = 180.0
 
 
@@ -132,7 +140,13 @@ def start(args: argparse.Namespace) -> int:
         dashboard=f"http://{LOOPBACK}:{ports['dashboard-port']}",
         client=f"ray://{LOOPBACK}:{ports['ray-client-server-port']}",
     )
-    state["nodes"].append({"name": "head", **spawn(head_args, node_env(True), state_dir / "head.log")})
+    extra: dict[str, str] = {}
+    if args.tls:
+        state["tls"] = str(state_dir / TLS_DIR)
+        extra = machine_certificate(state_dir / TLS_DIR).env()
+    state["nodes"].append(
+        {"name": "head", **spawn(head_args, node_env(True) | extra, state_dir / "head.log")}
+    )
     save_state(state_dir, state)
     try:
         _wait_ready(state, 1)
@@ -144,7 +158,7 @@ def start(args: argparse.Namespace) -> int:
             # driver (its cwd vanished mid-run on this machine). Real nodes never share.
             worker_args += [f"--node-name={name}", f"--temp-dir={state['temp_dir']}/{name}"]
             state["nodes"].append(
-                {"name": name, **spawn(worker_args, node_env(False), state_dir / f"{name}.log")}
+                {"name": name, **spawn(worker_args, node_env(False) | extra, state_dir / f"{name}.log")}
             )
             save_state(state_dir, state)
         _wait_ready(state, len(state["nodes"]))
@@ -152,9 +166,37 @@ def start(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         _stop(state, state_dir, quiet=True)
         return ExitCode.ERRORS
-    print(f"[cluster] started {len(state['nodes'])} node(s) on {LOOPBACK} with token authentication")
+    auth = "token authentication and TLS" if args.tls else "token authentication"
+    print(f"[cluster] started {len(state['nodes'])} node(s) on {LOOPBACK} with {auth}")
     _describe(state, state_dir)
     return ExitCode.OK
+
+
+def machine_certificate(directory: Path) -> tls.Files:
+    """A fresh CA's certificate for every process of this machine (its names and addresses);
+    the CA's key stays in memory and is gone when this command ends."""
+    ips, names = tls.this_machine()
+    return tls.new_authority().issue(directory, "tuner cluster node", ips, names)
+
+
+def tls_files(state: dict[str, Any]) -> Optional[tls.Files]:
+    """The TLS files of a cluster started with --tls, else None."""
+    if not state.get("tls"):
+        return None
+    d = Path(state["tls"])
+    return tls.Files(d / tls.NODE_CERT, d / tls.NODE_KEY, d / tls.CA_CERT)
+
+
+def tls_for(address: str) -> Optional[tls.Files]:
+    """The TLS files of the cluster `python -m tuner cluster start --tls` recorded, if its
+    GCS or Ray Client server is `address` (so `tuner sweep --address` joins it as is)."""
+    state = load_state(default_state_dir())
+    if not state or address.removeprefix("ray://") not in (
+        state["gcs"],
+        state["client"].removeprefix("ray://"),
+    ):
+        return None
+    return tls_files(state)
 
 
 def _wait_ready(state: dict[str, Any], nodes: int) -> None:
@@ -172,7 +214,7 @@ def _wait_ready(state: dict[str, Any], nodes: int) -> None:
                 )
         try:
             if (
-                len(cluster.gcs_nodes(target, token)) >= nodes
+                len(cluster.gcs_nodes(target, token, tls_files(state))) >= nodes
                 and cluster.dashboard_status(state["dashboard"], token, 5) == 200
             ):
                 return
@@ -189,6 +231,8 @@ def _describe(state: dict[str, Any], state_dir: Path) -> None:
     print(f"  GCS address:     {state['gcs']}   (python -m tuner sweep FILE --address {state['gcs']})")
     print(f"  Ray client:      {state['client']}")
     print(f"  token:           {state['token']} (never printed)")
+    if state.get("tls"):
+        print(f"  TLS:             {state['tls']} (this machine's certificate, its key, the CA's)")
     print(f"  state and logs:  {state_dir}, {state['temp_dir']}")
     print("  submit a sweep:  python -m tuner submit YOUR_SWEEP.yaml")
     print('  ray CLI here:    eval "$(python -m tuner cluster env)"; ray job list; ray status')
@@ -199,13 +243,14 @@ def status(args: argparse.Namespace, state: dict[str, Any]) -> int:
     target = cluster.target(state["gcs"])
     assert target is not None
     try:
-        nodes = cluster.gcs_nodes(target, read_token())
+        nodes = cluster.gcs_nodes(target, read_token(), tls_files(state))
     except Exception as err:  # noqa: BLE001 - report, whatever the GCS says
         up = f"{len(alive)} of {len(state['nodes'])} node processes alive"
         print(f"[cluster] not answering at {state['gcs']} ({up}): {err}")
         return ExitCode.ERRORS
     cpus = sum(n.resources_total.get("CPU", 0) for n in nodes)
-    print(f"[cluster] running: {len(nodes)} node(s) alive, {cpus:g} CPUs, token authentication")
+    auth = "token authentication" + (" and TLS" if state.get("tls") else "")
+    print(f"[cluster] running: {len(nodes)} node(s) alive, {cpus:g} CPUs, {auth}")
     for n in nodes:
         role = "head" if n.is_head_node else "worker"
         print(
@@ -225,6 +270,9 @@ def env(args: argparse.Namespace, state: dict[str, Any]) -> int:
     }
     if not os.environ.get("RAY_AUTH_TOKEN") and os.environ.get("RAY_AUTH_TOKEN_PATH"):
         exports["RAY_AUTH_TOKEN_PATH"] = os.environ["RAY_AUTH_TOKEN_PATH"]
+    files = tls_files(state)
+    if files is not None:  # Ray's CLI and any driver must speak TLS to it
+        exports.update(files.env())
     for k, v in exports.items():
         print(f"export {k}={v}")
     return ExitCode.OK
@@ -267,6 +315,33 @@ def _signal(p: Any, kill: bool) -> None:
         pass
 
 
+def make_ca(args: argparse.Namespace) -> int:
+    """`cluster ca DIR`: a new CA, ca.crt and ca.key (0600) in DIR (0700)."""
+    directory: Path = args.directory
+    if (directory / tls.CA_KEY).exists():
+        print(f"error: {directory / tls.CA_KEY} exists; remove it first to make a new CA", file=sys.stderr)
+        return ExitCode.USAGE
+    cert = tls.new_authority().save(directory)
+    print(f"[cluster] CA made: {cert} (give it to every node and driver), {directory / tls.CA_KEY} (0600: "
+          "only where certificates are issued)", file=sys.stderr)  # fmt: skip
+    return ExitCode.OK
+
+
+def make_cert(args: argparse.Namespace) -> int:
+    """`cluster cert DIR --ca CA_DIR`: a certificate for this machine, signed by the CA; prints
+    the exports that make Ray (`ray start`, a driver) use it."""
+    try:
+        authority = tls.Authority.load(args.ca)
+    except (OSError, ValueError) as err:
+        print(f"error: --ca: cannot read the CA in {args.ca}: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    ips, names = tls.this_machine()
+    files = authority.issue(args.directory, args.name, ips + args.ip, names + args.dns)
+    for k, v in files.env().items():
+        print(f"export {k}={v}")
+    return ExitCode.OK
+
+
 def add_parser(sub: Any) -> None:
     """`cluster start|status|env|stop` under the CLI's subcommands."""
     common = argparse.ArgumentParser(add_help=False)
@@ -302,6 +377,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--object-store-mb", type=int, metavar="MB", help="object store of each node (default: Ray's)"
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="encrypt the cluster's traffic (mutual TLS, a CA of its own); `env` exports the files",
+    )
+    p = verbs.add_parser("ca", help="make a CA for a TLS cluster: DIR/ca.crt, DIR/ca.key (0600)")
+    p.add_argument("directory", type=Path, metavar="DIR", help="where the CA goes (made 0700)")
+    p.set_defaults(verb_func=make_ca)
+    p = verbs.add_parser(
+        "cert",
+        help="a certificate for this machine signed by a CA (prints the RAY_USE_TLS exports)",
+        description="Issue DIR/node.crt, DIR/node.key (0600) and DIR/ca.crt for this machine, "
+        "naming its host name and addresses, signed by the CA in --ca; prints the exports "
+        "that make `ray start` and drivers here speak TLS with them.",
+    )
+    p.add_argument("directory", type=Path, metavar="DIR", help="where this machine's files go (made 0700)")
+    p.add_argument("--ca", type=Path, required=True, metavar="CA_DIR", help="where ca.crt and ca.key are")
+    p.add_argument("--ip", action="append", default=[], help="another address of this machine")
+    p.add_argument("--dns", action="append", default=[], help="another name of this machine")
+    p.add_argument("--name", default="tuner cluster node", help="the certificate's common name")
+    p.set_defaults(verb_func=make_cert)
     for name, func, text in [
         ("status", status, "the nodes and addresses of the cluster"),
         ("env", env, "shell exports that point Ray's CLI at the cluster"),
@@ -314,6 +410,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the `cluster` verb of parsed arguments."""
     if args.verb == "start":
         return start(args)
+    if args.verb in ("ca", "cert"):
+        return int(args.verb_func(args))
     state = load_state(args.state_dir)
     if not state:  # stdout stays empty, for `eval "$(python -m tuner cluster env)"`
         print(f"no cluster started from {args.state_dir}", file=sys.stderr)

@@ -95,6 +95,13 @@ def check_cluster(address: str, allow_insecure: bool) -> dict[str, str]:
         raise ConfigError(
             "--address", f"no Ray dashboard answers at {address} ({err}); is it running?"
         ) from None
+    parts = urlsplit(address)
+    if parts.scheme == "http" and not cluster.is_loopback(parts.hostname or ""):
+        cluster.warn(
+            f"the token goes to {address} in clear: Ray's TLS covers its gRPC traffic, not the "
+            "dashboard's HTTP; reach the dashboard through an SSH tunnel, `kubectl port-forward` "
+            "or an https:// proxy"
+        )
     # `ray job submit` sends the token only in token mode (http_token_authentication.py).
     return {"RAY_AUTH_MODE": "token"}
 

@@ -20,7 +20,7 @@ class ResourcesSection(Section):
         1,
         ge=1,
         description="1: train inside the Tune trial; >1: DDP (or FSDP) workers, started by the "
-        "trial when they fit on one node, else Ray Train's.",
+        "trial on one node when one holds them all, else on as few nodes as can.",
     )
     cpus_per_worker: float = Field(1, gt=0, description="CPUs per worker (torch threads).")
     gpus_per_worker: Union[Literal["auto", "pack"], float] = Field(
@@ -28,6 +28,13 @@ class ResourcesSection(Section):
         description="GPUs per worker; fractions (0.25) share a GPU. auto: 1 when the cluster "
         "has GPUs, else 0. pack: measure the peak memory of the space's largest configuration "
         "on one GPU first, then share each GPU among as many trials as fit (1 worker per trial).",
+    )
+    accelerator_type: Optional[str] = Field(
+        None,
+        min_length=1,
+        description="Only nodes with this kind of GPU, as Ray names it (H100, A100, L4, ...: "
+        "ray.util.accelerators); a kind no node has is refused before trials start. "
+        "Default: any GPU.",
     )
     gpu_memory_margin: float = Field(
         0.1,
@@ -83,6 +90,19 @@ class ResourcesSection(Section):
                 "resources.gpus_per_worker",
                 f"{gpus:g}: workers of one multi-worker trial need whole GPUs (NCCL cannot put "
                 "two ranks on one GPU); use 1, or workers_per_trial: 1",
+            )
+        if isinstance(gpus, (int, float)) and gpus > 1 and workers > 1:
+            # Each rank trains on one device; more GPUs per worker would be held and idle.
+            raise ConfigError(
+                "resources.gpus_per_worker",
+                f"{gpus:g}: each worker of a multi-worker trial trains on one GPU; use 1 with "
+                f"workers_per_trial: {workers * int(gpus)}",
+            )
+        if self.accelerator_type is not None and gpus == 0:
+            raise ConfigError(
+                "resources.accelerator_type",
+                f"{self.accelerator_type}: a GPU kind, but gpus_per_worker is 0; "
+                "set it to a number, auto or pack",
             )
         if self.strategy == "fsdp" and workers < 2:
             raise ConfigError("resources.strategy", "fsdp shards over workers: set workers_per_trial >= 2")

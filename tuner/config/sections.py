@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from tuner import catalogue
+from tuner.autotune import DEFAULT_BUDGET_S
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_param, check_search, check_start_with
 from tuner.config.command import check_command
@@ -168,11 +169,35 @@ class TrainingSection(Section):
         "10-bit mantissa inputs, fp32 accumulation), several times faster than IEEE fp32. "
         "Matters where amp is off; false for IEEE fp32. CPU: no effect.",
     )
+    threads: Optional[int] = Field(
+        None,
+        ge=1,
+        description="torch's threads per worker (intra-op). Default: resources.cpus_per_worker "
+        "(more oversubscribes the node).",
+    )
+    autotune: Union[bool, int] = Field(
+        False,
+        description="Before the first trial, measure short arms of the space's model sizes on "
+        "the trials' device (amp, compile, channels_last, loader_workers on a GPU; compile, "
+        "channels_last, threads on CPU) and run every trial with the fastest whose loss stays "
+        "within 5% of the fp32 eager arm; settings search.params searches are kept. A number: "
+        f"its budget in seconds; true: {DEFAULT_BUDGET_S}; false or 0: off. Choices are cached "
+        "per model, device and torch version (docs: GPUs, training.autotune).",
+    )
 
     @field_validator("amp", mode="before")
     @classmethod
     def _yaml_amp(cls, value: Any) -> Any:
         return amp_from_yaml(value)
+
+    @field_validator("autotune", mode="before")
+    @classmethod
+    def _budget(cls, value: Any) -> int:
+        if isinstance(value, bool):  # true: the default budget; false: off
+            return DEFAULT_BUDGET_S if value else 0
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"must be true, false or a budget in whole seconds >= 0, got {value!r}")
+        return value
 
     @field_validator("optimizer")
     @classmethod
@@ -328,6 +353,11 @@ class SweepConfig(Section):
         check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
         if self.task.command is None and self.task.train is None:
             check_reported([n for n, _ in self.objectives], self.task.metrics is not None)
+        if "autotune" in self.search.params:
+            raise ConfigError(
+                "search.params.autotune",
+                "training.autotune is the sweep's, not a trial's: set it under training",
+            )
         if self.task.command is None:  # a script reads its parameters as it likes
             for name, param in self.search.params.items():
                 check_param(name, param, self.task.model, self.training)
@@ -355,6 +385,8 @@ class SweepConfig(Section):
         if True in (values_of(self.hyperparameters()["find_batch_size"]) or []):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
+        if self.training.autotune:
+            raise ConfigError("training.autotune", "measures tuner's own loop; task.train runs yours")
 
     @property
     def objectives(self) -> list[tuple[str, str]]:

@@ -21,9 +21,14 @@ from tuner.config import ConfigError, ResourcesSection, SweepConfig
 from tuner.space.params import values_of
 from tuner.trial.frame.spec import TrialSpec
 
-# A DDP trial's Tune actor only drives a TorchTrainer, whose workers hold the CPUs/GPUs.
-# Ray refuses an empty bundle, so the driver asks for one byte of memory: effectively free.
+# A DDP trial's Tune actor only drives its rank actors, which hold the CPUs/GPUs (its own
+# request is the placement group's empty head bundle; this is what `describe` and the
+# autoscaler's view of a trial count for the actor itself: one byte of memory).
 DRIVER_BUNDLE = {"memory": 1}
+# Ray gives each node with GPUs one unit of `accelerator_type:<kind>`; asking for a sliver of
+# it (as Ray's own accelerator_type option does) keeps a trial on nodes of that kind.
+ACCELERATOR = "accelerator_type:"
+KIND_SHARE = 0.001
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,12 @@ class TrialResources:
     max_concurrent: Optional[int]
     profile: Optional[packing.MemoryProfile] = None  # gpus_per_worker: pack: what the probe saw
     trials_per_gpu: Optional[int] = None
-    one_node: bool = False  # several workers, and a node (or node type) can hold them all
+    one_node: bool = False  # several workers, and a node (or node type) can hold them all: packed on one
+    accelerator: Optional[str] = None  # resources.accelerator_type: only nodes with this GPU kind
+
+    def kind(self) -> dict[str, float]:
+        """What each worker's request adds for its GPU kind (nothing without one)."""
+        return {ACCELERATOR + self.accelerator: KIND_SHARE} if self.accelerator else {}
 
     def describe(self) -> str:
         gpu = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
@@ -73,9 +83,11 @@ def plan(
     `node_groups` the (resources, max nodes) an autoscaler may add, None on a fixed cluster;
     `probe` measures the largest configuration on one GPU (called only for `pack`).
     """
+    kind = section.accelerator_type
+    cluster, nodes, node_groups = _of_kind(kind, cluster, nodes, node_groups)
     gpus = section.gpus_per_worker
     if gpus == "pack":
-        return _packed(section, cluster, nodes, probe)
+        return replace(_packed(section, cluster, nodes, probe), accelerator=kind)
     if gpus == "auto":
         gpus = 1.0 if cluster.get("GPU", 0) > 0 else 0.0
     gpus = float(gpus)
@@ -85,6 +97,7 @@ def plan(
         gpus_per_worker=gpus,
         bundle=_bundle(section, gpus),
         max_concurrent=section.max_concurrent_trials,
+        accelerator=kind,
     )
     if not node_groups:
         check_feasible(res, cluster, nodes)
@@ -99,6 +112,39 @@ def plan(
     return res
 
 
+def _of_kind(
+    kind: Optional[str],
+    cluster: dict[str, float],
+    nodes: list[dict[str, float]],
+    node_groups: Optional[list[tuple[dict[str, float], int]]],
+) -> tuple[dict[str, float], list[dict[str, float]], Optional[list[tuple[dict[str, float], int]]]]:
+    """The cluster as a trial of GPU kind `kind` sees it: the nodes (and node types an
+    autoscaler may add) with that kind, their resources summed; all of it without a kind.
+    A kind that none has is refused, naming the kinds there are."""
+    if kind is None:
+        return cluster, nodes, node_groups
+    key = ACCELERATOR + kind
+    mine = [n for n in nodes if n.get(key, 0) > 0]
+    groups = [(r, c) for r, c in node_groups or [] if r.get(key, 0) > 0]
+    if not mine and not groups:
+        there = _kinds([*nodes, *(r for r, _ in node_groups or [])])
+        raise ConfigError(
+            "resources.accelerator_type",
+            f"no node has {kind} GPUs (this cluster's: {', '.join(there) or 'none'}); "
+            "Ray names the kinds as in ray.util.accelerators",
+        )
+    total: dict[str, float] = {}
+    for n in mine:
+        for k, v in n.items():
+            total[k] = total.get(k, 0.0) + v
+    return total, mine, groups or None
+
+
+def _kinds(nodes: list[dict[str, float]]) -> list[str]:
+    """The GPU kinds of `nodes`, as Ray names them."""
+    return sorted({k[len(ACCELERATOR) :] for n in nodes for k in n if k.startswith(ACCELERATOR)})
+
+
 def _packed(
     section: ResourcesSection,
     cluster: dict[str, float],
@@ -110,6 +156,14 @@ def _packed(
         raise ConfigError(
             path,
             f"pack measures trials on a GPU, but the cluster has none ({_describe(cluster)}); use 0 or auto",
+        )
+    kinds = _kinds([n for n in nodes if n.get("GPU", 0) > 0])
+    if len(kinds) > 1:
+        # One probe on one GPU sizes the share of every GPU: right only for GPUs alike.
+        raise ConfigError(
+            path,
+            f"pack measures one GPU and shares every GPU alike, but this cluster has {', '.join(kinds)}: "
+            "set resources.accelerator_type to one of them",
         )
     assert probe is not None, "gpus_per_worker: pack needs a probe"
     try:
@@ -146,6 +200,8 @@ def _bundle(section: ResourcesSection, gpus: float) -> dict[str, float]:
     bundle = {"cpu": section.cpus_per_worker}
     if gpus:
         bundle["gpu"] = gpus
+    if section.accelerator_type:  # (Tune takes the other keys of this dict as custom resources)
+        bundle[ACCELERATOR + section.accelerator_type] = KIND_SHARE
     return bundle
 
 
@@ -246,8 +302,10 @@ def precheck_local(cfg: SweepConfig, runtime: Runtime) -> None:
     if runtime.joins_cluster():
         return
     have = local_resources(runtime.num_cpus)
-    if cfg.resources.gpus_per_worker == "pack" and have["GPU"]:
-        return  # measuring the largest configuration needs Ray: it is checked after start-up
+    if have["GPU"] and (cfg.resources.gpus_per_worker == "pack" or cfg.resources.accelerator_type):
+        # Measuring the largest configuration, or the GPU's kind as Ray names it, needs Ray:
+        # checked after start-up.
+        return
     plan(cfg.resources, have, [have])
 
 
@@ -260,7 +318,7 @@ def resolve(cfg: SweepConfig) -> TrialResources:
     groups = _ray_internals.autoscaler_node_groups()
     res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
     if cfg.task.command is not None:
-        return _one_actor(res, [] if groups else nodes)
+        return _one_actor(res, [] if groups else _of_kind(res.accelerator, {}, nodes, None)[1])
     amp = cfg.hyperparameters()["amp"]
     path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
     check_amp(values_of(amp) or [], res.gpus_per_worker, path)
@@ -289,15 +347,18 @@ def fits_one_node(res: TrialResources, nodes: list[dict[str, float]]) -> bool:
 
 
 def tune_request(res: TrialResources, spec: TrialSpec) -> Any:
-    """What Tune reserves for each trial: the trial actor's bundle; for a DDP trial whose
-    actor starts its own workers (`spec.one_node`, trial/launch/ranks.py), a placement group of one
-    bundle per worker on one node, the actor itself in an empty head bundle."""
-    if not spec.one_node:
+    """What Tune reserves for each trial: the trial actor's bundle; for a DDP trial, whose
+    actor starts its own workers (trial/launch/ranks.py), a placement group of one bundle per
+    worker, the actor itself in an empty head bundle (Tune puts it in the first, with rank 0):
+    all on one node when a node holds them all (`one_node`), else on as few nodes as can."""
+    if spec.workers == 1 or spec.command is not None:
         return res.bundle
     from ray import tune
 
     worker = {"CPU": res.cpus_per_worker} | ({"GPU": res.gpus_per_worker} if res.gpus_per_worker else {})
-    return tune.PlacementGroupFactory([{}] + [worker] * res.workers, strategy="STRICT_PACK")
+    worker |= res.kind()
+    strategy = "STRICT_PACK" if res.one_node else "PACK"
+    return tune.PlacementGroupFactory([{}] + [worker] * res.workers, strategy=strategy)
 
 
 def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResources:
@@ -310,7 +371,7 @@ def _one_actor(res: TrialResources, nodes: list[dict[str, float]]) -> TrialResou
             f"torchrun runs a trial's {res.workers} workers on one node, and no node has "
             f"{bundle['CPU']:g} CPUs and {bundle['GPU']:g} GPUs",
         )
-    one = {"cpu": bundle["CPU"]} | ({"gpu": bundle["GPU"]} if bundle["GPU"] else {})
+    one = {"cpu": bundle["CPU"]} | ({"gpu": bundle["GPU"]} if bundle["GPU"] else {}) | res.kind()
     return replace(res, bundle=one)
 
 
@@ -335,8 +396,6 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         cpus_per_worker=res.cpus_per_worker,
         gpus_per_worker=res.gpus_per_worker,
         strategy=cfg.resources.strategy,
-        # (Ray Train's checkpoints are the ones a trial in URI storage keeps: it uses Train.)
-        one_node=res.one_node and sweep_dir is not None and cfg.task.command is None,
         gpu_memory_margin=cfg.resources.gpu_memory_margin,
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
@@ -357,7 +416,8 @@ def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryPro
 
     spec = trial_spec(cfg, probe_request(cfg.resources), "", None)
     hp = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
-    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0)(_measure)
+    kind = {"accelerator_type": cfg.resources.accelerator_type} if cfg.resources.accelerator_type else {}
+    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0, **kind)(_measure)
     profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
     return replace(profile, label=packing.label(hp, cfg.search.params))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from tuner import sweepdir
@@ -19,7 +19,7 @@ from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import resources, stopping
+from tuner.driver import autotune, resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
@@ -262,14 +262,6 @@ def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord
 
 def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
-    if start.mirror is not None and cfg.resources.workers_per_trial > 1 and cfg.task.command is None:
-        # Ray Train's workers write where no upload reaches them yet (issue 29): refused
-        # before Ray starts rather than a sweep whose rank 0 fails on another node.
-        raise ConfigError(
-            "resources.workers_per_trial",
-            "DDP trials (more than one worker) with an s3:// output are not supported yet: "
-            "use one worker per trial, or a local or shared output",
-        )
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
     if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
@@ -279,10 +271,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.search.algorithm)
-    # Ray Train needs the dashboard's State API. On the one node of a local Ray it runs only
-    # the DDP trials of a sweep in URI storage (trial/launch/ranks.py runs the others' workers).
-    train = cfg.resources.workers_per_trial > 1 and cfg.task.command is None and start.sweep_dir is None
-    connect(runtime, dashboard=train)
+    connect(runtime)
     preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
     if start.announce:
@@ -303,7 +292,8 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         if start.mirror is not None:
             start.mirror.push(*sweepdir.config_files(start.mirror.local))
     with _disk_full_stops(start.sweep_dir):
-        ended = _launch(cfg, res, start, plan, runtime.verbose)
+        tuned = autotune.for_sweep(cfg, res, start.sweep_dir, start.mirror)  # (training.autotune)
+        ended = _launch(cfg, res, start, plan, runtime.verbose, tuned)
         return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 
@@ -374,6 +364,13 @@ class TrialNames:
         self.pending = [(algorithms.key(c), name) for c, name in (resumed or [])]
         self.given: dict[str, str] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> TrialNames:
+        # Tune deep-copies the experiment's spec, and this object with it, for every trial it
+        # creates: a copy would forget the names already given, and two trials of the same
+        # configuration (random search over a few choices) would both continue the first one's
+        # directory while the other's stayed unfinished.
+        return self
+
     def __call__(self, trial: Any) -> str:
         if trial.trial_id not in self.given:
             name = trial.trial_id
@@ -388,10 +385,16 @@ class TrialNames:
 
 
 def _launch(
-    cfg: SweepConfig, res: resources.TrialResources, start: Start, plan: algorithms.SearchPlan, verbose: bool
+    cfg: SweepConfig,
+    res: resources.TrialResources,
+    start: Start,
+    plan: algorithms.SearchPlan,
+    verbose: bool,
+    tuned: Optional[dict[str, Any]] = None,
 ) -> Optional[str]:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
-    (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None."""
+    (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None. `tuned`: training.autotune's
+    table, which every trial applies to its configuration."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
@@ -410,7 +413,7 @@ def _launch(
     _ray_internals.skip_callback_usage_tag()
 
     storage, sweep_dir = start.storage, start.sweep_dir
-    spec = resources.trial_spec(cfg, res, storage, sweep_dir)
+    spec = replace(resources.trial_spec(cfg, res, storage, sweep_dir), autotune=tuned)
     per_trial = {
         "workers": res.workers,
         "cpus_per_worker": res.cpus_per_worker,
@@ -454,9 +457,8 @@ def _launch(
             scheduler=plan.scheduler if limits is None else Budgeted(plan.scheduler, limits),
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
-            # actor only drives a TorchTrainer, and its reset waits on the Train run's
-            # teardown (Tune gives up after 2 s, then stalled here), or drives its own ranks,
-            # which a reset would leave holding the placement group: no reuse for those.
+            # actor drives its own ranks, which a reset would leave holding the placement
+            # group: no reuse for those.
             reuse_actors=reuse,
             trial_name_creator=names,
             trial_dirname_creator=names,
@@ -474,10 +476,8 @@ def _launch(
             # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=cfg.failure.keep_checkpoints),
-            # Ray Train retries its own workers; Tune retries every other trial.
-            failure_config=tune.FailureConfig(
-                max_failures=cfg.failure.max_failures if reuse or spec.one_node else 0
-            ),
+            # Tune retries every trial, a DDP trial with all of its ranks.
+            failure_config=tune.FailureConfig(max_failures=cfg.failure.max_failures),
             stop=CombinedStopper(*stoppers) if len(stoppers) > 1 else stoppers[0],
             verbose=2 if verbose else 0,
         ),

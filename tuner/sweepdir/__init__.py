@@ -2,6 +2,7 @@
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
+                                autotune.json (training.autotune)
       sweep/                    events.out.* (TensorBoard's run of the sweep as a whole)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
@@ -23,6 +24,7 @@ from tuner.sweepdir.claim import (
     resolve,
 )
 from tuner.sweepdir.files import (
+    AUTOTUNE_FILE,
     BEST_DIR,
     BEST_RECORD,
     BEST_WEIGHTS_PATTERN,
@@ -61,6 +63,7 @@ from tuner.sweepdir.files import (
     has_summary,
     json_default,
     json_safe,
+    read_autotune,
     read_best_record,
     read_config,
     read_metrics,
@@ -75,11 +78,13 @@ from tuner.sweepdir.files import (
     trial_dirs,
     trial_disk_full,
     write_atomic,
+    write_autotune,
     write_record,
     write_summary,
 )
 
 __all__ = [
+    "AUTOTUNE_FILE",
     "BEST_DIR",
     "BEST_RECORD",
     "BEST_WEIGHTS_PATTERN",
@@ -124,6 +129,7 @@ __all__ = [
     "holds_sweep",
     "json_default",
     "json_safe",
+    "read_autotune",
     "read_best_record",
     "read_config",
     "read_metrics",
@@ -141,6 +147,7 @@ __all__ = [
     "trial_dirs",
     "trial_disk_full",
     "write_atomic",
+    "write_autotune",
     "write_record",
     "write_summary",
 ]

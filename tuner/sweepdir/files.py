@@ -1,6 +1,7 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
+                                autotune.json (training.autotune)
       sweep/                    events.out.*: TensorBoard's run of the sweep as a whole
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 CONFIG_FILE = "sweep.yaml"  # the resolved configuration the sweep ran with
 CODE_FILE = "code.json"  # where the sweep imports its own modules from (resume does too)
 SUMMARY_FILE = "summary.json"
+AUTOTUNE_FILE = "autotune.json"  # training.autotune: the choice, its arms, what it cost (the driver's)
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
 METRICS_FILE = "metrics.jsonl"  # a trial's epochs (the trial's)
 TRACEBACK_FILE = "traceback.txt"  # the trial's own traceback when its code raised
@@ -255,6 +257,25 @@ def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:
         return None
     with open(path) as f:
         return json.load(f)
+
+
+def write_autotune(sweep_dir: str, table: dict[str, Any]) -> str:
+    """autotune.json: what `training.autotune` measured and chose (strict JSON, as summary.json)."""
+    path = os.path.join(sweep_dir, AUTOTUNE_FILE)
+    write_atomic(path, json.dumps(strict(table), indent=1, default=str, allow_nan=False))
+    return path
+
+
+def read_autotune(sweep_dir: str) -> Optional[dict[str, Any]]:
+    """The sweep's autotune.json, or None (autotune off, or not written yet)."""
+    try:
+        with open(os.path.join(sweep_dir, AUTOTUNE_FILE)) as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise ConfigError(AUTOTUNE_FILE, f"unreadable in {sweep_dir}: {type(err).__name__}") from None
+    return value if isinstance(value, dict) else None
 
 
 def has_summary(sweep_dir: str) -> bool:

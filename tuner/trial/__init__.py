@@ -2,8 +2,8 @@
 
 The rooms, each importing only the rooms after it:
 
-- `launch/`   how Ray runs a trial: the Tune trainable (the loop in the trial actor, in
-              ranks the actor starts itself, or in a Ray Train run) and a DDP trial's ranks.
+- `launch/`   how Ray runs a trial: the Tune trainable (the loop in the trial actor, or in
+              ranks the actor starts itself, on one node or several) and a DDP trial's ranks.
 - `userloop/` the user's own loop (`task.train`): `fn(config, ctx)` and its `ctx`.
 - `script/`   the user's own script (`task.command`): a process per trial, its supervisor,
               and `tuner.report` / `checkpoint_dir` / `restore_dir`, which the script calls.

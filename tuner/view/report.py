@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import history
+from tuner import autotune, history
 from tuner.results import (
     Outcome,
     clock,
@@ -27,7 +27,15 @@ from tuner.results import (
     ranked,
     short,
 )
-from tuner.sweepdir import BEST_DIR, EXPORT_FILES, SWEEP_RUN, check_writable, read_best_record
+from tuner.sweepdir import (
+    AUTOTUNE_FILE,
+    BEST_DIR,
+    EXPORT_FILES,
+    SWEEP_RUN,
+    check_writable,
+    read_autotune,
+    read_best_record,
+)
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
 from tuner.view.document import Block, Code, Heading, Image, Table, Text
@@ -80,6 +88,7 @@ def build(data: SweepData, out: str) -> list[Block]:
         *_importance(data, png("importance.png")),
         *_failures(data, png("outcomes.png")),
         *_compute(data),
+        *_autotune(data),
     ]
     return blocks
 
@@ -322,6 +331,29 @@ def _compute(data: SweepData) -> list[Block]:
         Text(text),
         Table(["trial", "status", "time", "CPU-s", "GPU-s"], rows, right={2, 3, 4}),
     ]
+
+
+def _autotune(data: SweepData) -> list[Block]:
+    """training.autotune: each size's choice and its arms (autotune.json), when it ran."""
+    found = read_autotune(data.sweep_dir)
+    if found is None:
+        return []
+    blocks: list[Block] = [
+        Heading("Autotune"),
+        Text(
+            f"Before the first trial, training.autotune measured {found.get('note', '')} "
+            f"({_num(float(found.get('seconds', 0)))} s of a {found.get('budget_s')} s budget; "
+            f"{AUTOTUNE_FILE} in the sweep directory has every figure)."
+        ),
+    ]
+    for size in found.get("sizes", []):
+        result = autotune.Result.from_json(size["result"])
+        shown = ", ".join(f"{k}={v}" for k, v in size.get("size", {}).items())
+        blocks.append(Text(autotune.summary_line(result, f"Size {shown}" if shown else "The model")))
+        rows = autotune.arm_rows(result)
+        if rows:
+            blocks.append(Table(autotune.ARM_COLUMNS, rows, right={1, 2, 3}))
+    return blocks
 
 
 def _gpu_text(data: SweepData) -> str:

@@ -1,7 +1,7 @@
 """What every trial shares, whatever trains it (tuner's loop, the user's loop or script).
 
 `spec` (what a trial is told besides its hyperparameters), `session` (where it reports: a Tune
-actor, a DDP rank, a Ray Train worker, or nothing), `checkpoint` (where its checkpoints and
+actor, a DDP rank, or nothing), `checkpoint` (where its checkpoints and
 best weights are kept), `harness` (the frame around the training: device, GPU share, trial.log,
 watchdog, traceback; `Progress`: each epoch to the journal, TensorBoard and the session),
 `journal` (metrics.jsonl, tracebacks), `tb` (TensorBoard event files), `watchdog`

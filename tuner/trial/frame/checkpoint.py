@@ -7,8 +7,8 @@ the driver having snapshotted anything. After a crash, a pause by HyperBand, a r
 killed driver the trial continues from the newest file there. (Handing checkpoints to Tune
 instead makes Tune snapshot the whole experiment every `num_to_keep` checkpoints of any trial,
 and still loses trials created since its last snapshot when the driver is killed.) DDP trials
-whose workers share a node keep theirs the same way (rank 0 writes); DDP trials on Ray Train
-hand theirs to it, URI storage to Tune, in one file each (`save_to_dir`).
+keep theirs the same way (rank 0 writes); with URI storage trials hand theirs to Tune, in one
+file each (`save_to_dir`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
+from tuner import autotune
 from tuner.sweepdir import TRIAL_LOG, finite
 from tuner.trial.frame.gpu import NoGpu, make_gpu
 from tuner.trial.frame.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
@@ -51,16 +53,19 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
     """Run `body` as the trial: its GPU share claimed first, its failure written down, its
     memory handed back whatever the ending."""
     device = session.device(spec.gpus_per_worker > 0)
-    # One torch thread per CPU Ray gave this worker: more oversubscribes the node.
-    torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
     gpu = make_gpu(device)
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
     watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
     try:
+        # The training settings, typed, once; with training.autotune's choice for this size.
+        settings = Settings.of(autotune.applied(hp, spec.autotune))
+        if spec.autotune:
+            log.info("training.autotune: %s", {k: getattr(settings, k) for k in autotune.DIMENSIONS})
+        # training.threads, else one thread per CPU Ray gave this worker: more oversubscribes the node.
+        use_threads(settings.threads or max(1, int(spec.cpus_per_worker)))
         # Before anything is built: this trial's share of the GPU must be free (gpu.py).
         gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        settings = Settings.of(hp)  # the training settings, typed, once
         gpu.configure(tf32=settings.tf32)
         return body(Frame(spec, session, device, gpu, settings, watchdog, log))
     except BaseException as err:
@@ -74,10 +79,32 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
         raise
     finally:
         watchdog.stop()
+        forget_compiled()
         # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
         # by now, so this returns their memory before the actor runs its next trial.
         release(device)
         _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
+
+
+def use_threads(n: int) -> None:
+    """`n` threads for torch's operators and for Inductor's compile workers. Inductor would
+    start one compile process per CPU of the node (16 on a GPU node, 64 for 4 packed trials),
+    not per CPU of the trial; its setting is read when Inductor is first imported (the
+    environment) and when its pool starts (the config, where already imported)."""
+    torch.set_num_threads(n)
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(n)
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = n  # type: ignore[attr-defined]
+
+
+def forget_compiled() -> None:
+    """Drop Dynamo's compiled graphs. They are cached on code objects every trial of a reused
+    actor shares (a model class's forward), one per model size: past Dynamo's recompile
+    limit (8) a later trial's model silently ran eager. Only where Dynamo was imported (its
+    import costs seconds)."""
+    if "torch._dynamo" in sys.modules:
+        torch.compiler.reset()
 
 
 class MetricError(Exception):

@@ -1,5 +1,5 @@
-"""Where a trial reports to: a Tune trial actor, a DDP rank (its own actor or a Ray Train
-worker), or nothing (local).
+"""Where a trial reports to: a Tune trial actor, a DDP rank (an actor of the trial), or
+nothing (local).
 
 The loop talks only to this interface (rank facts, `load_checkpoint`, `report`), so the same
 loop runs in every mode; each session decides where checkpoints go, and the Ray modules are
@@ -171,62 +171,17 @@ class TuneSession(Session):
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
-class TrainSession(Session):
-    """Inside a Ray Train worker (DDP): every rank reports, rank 0 with the checkpoint.
-
-    Train V2 keeps the checkpoints in `<trial>/train/`; a rerun of the same Train run (a
-    retried or resumed trial) starts from the newest. Rank 0 keeps the best epoch's weights
-    in the trial's directory when it is in a local or shared sweep directory (`local`).
-    """
-
-    def __init__(
-        self,
-        trial_dir: Optional[str],
-        trial_id: str,
-        metric: Optional[str] = None,
-        mode: str = "max",
-        also: Sequence[str] = (),
-        local: bool = False,
-    ):
-        import ray.train
-
-        self.metric, self.also = metric, tuple(also)
-        ctx = ray.train.get_context()
-        self.rank = ctx.get_world_rank()
-        self.local_rank = ctx.get_local_rank()
-        self.world_size = ctx.get_world_size()
-        self.trial_dir, self.trial_id = trial_dir, trial_id
-        if local and self.is_main:
-            self.keep_best(metric, mode)
-
-    def device(self, use_gpu: bool) -> torch.device:
-        if not (use_gpu and torch.cuda.is_available()):
-            return CPU
-        import ray.train.torch
-
-        return cuda(ray.train.torch.get_device().index)
-
-    def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
-        import ray.train
-
-        return _load_ray_checkpoint(ray.train.get_checkpoint(), map_location)
-
-    def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
-        import ray.train
-
-        if state is None:
-            ray.train.report(metrics)
-            return
-        with _temp_checkpoint(state) as d:
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
-
-
 class GroupSession(Session):
-    """One rank of a DDP trial whose workers are actors on the trial's node (trial/launch/ranks.py).
+    """One rank of a DDP trial whose workers are actors of the trial (trial/launch/ranks.py).
 
-    Rank 0 keeps the trial's checkpoints in its directory (local or shared, like a 1-worker
-    trial's) and hands each epoch's metrics, already reduced over the ranks by the loop, to
-    `send`; the trial actor forwards them to Tune. Every rank resumes from the newest checkpoint.
+    Rank 0 hands each epoch's metrics, already reduced over the ranks by the loop, to `send`;
+    the trial actor forwards them to Tune. Its checkpoints go into the trial's directory
+    (`own_dir`: local or shared output, like a 1-worker trial's), else (URI storage) into a
+    new directory given to `send` with the metrics, which the trial actor, on rank 0's node,
+    hands to Tune.
+    Every rank resumes from rank 0's newest checkpoint (its own, or `tune_checkpoint`): rank 0
+    reads it and sends it to the others over the process group (`objects`: a CPU group where
+    the main one is NCCL), since they may be on nodes that cannot read it.
     """
 
     def __init__(
@@ -236,15 +191,20 @@ class GroupSession(Session):
         rank: int,
         world_size: int,
         keep: int,
-        send: Callable[[dict[str, Any]], None],
+        send: Callable[[dict[str, Any], Optional[str]], None],
         metric: Optional[str] = None,
         mode: str = "max",
         also: Sequence[str] = (),
+        local_rank: Optional[int] = None,
+        own_dir: bool = True,
+        tune_checkpoint: Any = None,
+        objects: Any = None,
     ):
         self.trial_dir, self.trial_id, self.metric, self.also = trial_dir, trial_id, metric, tuple(also)
-        self.rank = self.local_rank = rank  # (all ranks on one node)
-        self.world_size = world_size
-        self.own = DirCheckpoints(trial_dir, keep)
+        self.rank, self.world_size = rank, world_size
+        self.local_rank = rank if local_rank is None else local_rank
+        self.own = DirCheckpoints(trial_dir, keep) if own_dir else None
+        self._tune_checkpoint, self._objects = tune_checkpoint, objects
         self._send = send
         if self.is_main:
             self.keep_best(metric, mode)
@@ -253,16 +213,30 @@ class GroupSession(Session):
         return ray_actor_device(use_gpu)
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
-        state = self.own.load(map_location)
-        self.notice = self.own.notice if self.is_main else None
+        state = None
+        if self.is_main and self.own is not None:
+            state = self.own.load(map_location)
+            self.notice = self.own.notice
+        elif self.is_main:
+            state = _load_ray_checkpoint(self._tune_checkpoint, map_location)
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            box = [state]
+            dist.broadcast_object_list(box, src=0, group=self._objects)
+            state = box[0]
         return state
 
     def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         if not self.is_main:
             return  # the loop reduced the metrics over ranks: rank 0's stand for all
-        if state is not None:
+        path = None
+        if state is not None and self.own is not None:
             self.own.save(state, int(metrics["epoch"]))
-        self._send(dict(metrics))
+        elif state is not None:  # the trial actor reports it to Tune, then removes it
+            path = tempfile.mkdtemp(prefix="tuner-ckpt-")
+            save_to_dir(state, path)
+        self._send(dict(metrics), path)
 
 
 CPU = torch.device("cpu")

@@ -39,6 +39,8 @@ class Settings:
     compile: bool
     find_batch_size: bool
     tf32: bool
+    threads: Optional[int]
+    autotune: int
 
     @classmethod
     def of(cls, hp: Mapping[str, Any]) -> Settings:

@@ -37,9 +37,6 @@ class TrialSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     strategy: str = "ddp"
-    # Several workers that fit on one node, with a local or shared sweep directory: the trial
-    # actor starts them itself (trial/launch/ranks.py) instead of a Ray Train run.
-    one_node: bool = False
     # Share of GPU memory no trial counts on, and the CUDA context the probe measured (None:
     # an estimate); see tuner.packing.share.
     gpu_memory_margin: float = 0.1
@@ -55,6 +52,8 @@ class TrialSpec:
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
     sweep_dir: Optional[str] = None
+    # training.autotune's choice per model size (tuner.autotune.Table as JSON); None: off.
+    autotune: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

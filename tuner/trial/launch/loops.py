@@ -1,7 +1,7 @@
 """Which loop trains a trial: tuner's own, the user's (`task.train`) or the user's script.
 
 Each is imported only when chosen (torch comes with the first two), wherever the trial runs:
-the Tune trial actor, a DDP rank of the trial's own (trial/launch/ranks.py) or a Ray Train worker.
+the Tune trial actor, or a DDP rank of the trial's own (trial/launch/ranks.py).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class Single:
     ) -> nn.Module:
         model.to(device)
         if compile:
-            model.compile()  # in place: state_dict keys stay those of the model
+            compile_forward(model)
         return model
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
@@ -75,11 +75,14 @@ class DDP(Single):
     ) -> nn.Module:
         model.to(device)
         ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        # Gradients as views into DDP's all-reduce buckets: no second copy of them (4 bytes
+        # per parameter in fp32), and no copy into the buckets each step.
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
         if compile:
             # The wrapper, not the model: Dynamo then sees DDP and splits the graph at its
             # gradient buckets, so all-reduces overlap backward (a compiled model inside DDP
-            # hides them from it). Evaluation calls the plain model, uncompiled.
+            # hides them from it). Evaluation calls the plain model, uncompiled. (Dynamo
+            # traces DDP's own call, unlike other torch classes': see compile_forward.)
             net.compile()
         return net
 
@@ -125,7 +128,7 @@ class FSDP(DDP):
         policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
         for unit in fsdp_units(model):
             if compile:
-                unit.compile()  # per unit, before sharding (FSDP2's hooks stay outside the graph)
+                compile_forward(unit)  # per unit, before sharding (FSDP2's hooks stay outside the graph)
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         return model  # sharded in place: training and evaluation call the same module
@@ -180,6 +183,14 @@ def fsdp_units(model: nn.Module) -> list[nn.Module]:
 
 
 STRATEGIES: dict[str, type[Single]] = {"ddp": DDP, "fsdp": FSDP}
+
+
+def compile_forward(module: nn.Module) -> None:
+    """torch.compile a module's forward, in place: its state_dict keys stay its own (no
+    `_orig_mod.`). Not `Module.compile()`: that compiles the module's call, and on torch's own
+    classes (nn.Sequential, as the built-in models are) Dynamo skips those frames as torch's
+    code, so nothing was compiled (torch 2.13: no graph captured, the trial ran eager)."""
+    module.forward = torch.compile(module.forward)  # type: ignore[method-assign]
 
 
 def make_strategy(name: str, world_size: int) -> Single:

@@ -16,8 +16,11 @@ from typing import Any
 import torch
 
 from tuner.packing import MemoryProfile
+from tuner.trial.frame.gpu import make_gpu
+from tuner.trial.frame.harness import forget_compiled
 from tuner.trial.frame.memory import TrialOOM, is_oom, release
 from tuner.trial.frame.session import LocalSession
+from tuner.trial.frame.settings import Settings
 from tuner.trial.frame.spec import TrialSpec
 from tuner.trial.loop.run import build_parts, optimizer_step
 
@@ -30,13 +33,17 @@ AS_SET = {"min_micro_batch": sys.maxsize, "find_batch_size": False}
 def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> MemoryProfile:
     """Peak memory of a trial of `hp` on this process's CUDA device."""
     device = torch.device("cuda", torch.cuda.current_device())
+    # The device as a trial configures it (trial/frame/harness.py): cuDNN's benchmark tries
+    # algorithms whose workspaces a trial's peak includes, TF32 as the trial has it.
+    gpu = make_gpu(device)
+    gpu.configure(tf32=Settings.of(hp).tf32)
     torch.cuda.reset_peak_memory_stats(device)
     oom = False
     with tempfile.TemporaryDirectory(prefix="tuner-probe-") as tmp:
         p = None
         try:
             # Building takes memory too: the weights, and the optimizer's state (made then).
-            p = build_parts({**hp, **AS_SET}, spec, LocalSession(tmp), device)
+            p = build_parts({**hp, **AS_SET}, spec, LocalSession(tmp), device, gpu)
             for x, y in islice(p.feed(p.train.train_steps(0, p.per_rank_batch)), steps):
                 optimizer_step(p, x, y)
             p.model.eval()
@@ -63,5 +70,6 @@ def measure(hp: dict[str, Any], spec: TrialSpec, steps: int = PROBE_STEPS) -> Me
         if p is not None:
             p.close()
         del p
+    forget_compiled()  # (a later task in this Ray worker compiles for itself)
     release(device)
     return profile

@@ -1,4 +1,4 @@
-"""One training loop for every mode: in a Tune actor, in Ray Train DDP workers, or locally.
+"""One training loop for every mode: in a Tune actor, in a DDP trial's ranks, or locally.
 
 Per epoch: train (micro-batches accumulated to the trial's batch size, AMP, OOM back-off),
 evaluate under `inference_mode`, reduce metrics over ranks, checkpoint, report. Everything

@@ -1,6 +1,6 @@
 """A trial trained by the user's own loop: `task.train: "pkg.mod:fn"`, called as `fn(config, ctx)`.
 
-It runs where tuner's loop would (the Tune actor with one worker, every Ray Train worker with
+It runs where tuner's loop would (the Tune actor with one worker, every rank of a DDP trial with
 more) inside the same frame (`harness.guarded`: GPU share, trial log, watchdog, traceback,
 memory handed back) and reports through the same session, so journal, checkpoints, resume,
 TensorBoard and the report work alike. What cannot carry over is the micro-batch back-off (the

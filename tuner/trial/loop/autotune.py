@@ -7,8 +7,7 @@ mean loss of the last few. Between arms, compiled graphs are dropped (`torch.com
 so each compiled arm pays for and measures its own compile, and memory is handed back.
 
 The search itself (which arm next, the loss guard, the choice) is `tuner.autotune`'s, pure;
-this module only measures. (It belongs under `tuner/trial/` with the memory probe, which it
-resembles; it moves there with issue 28's rooms.)
+this module only measures, as the memory probe (`probe`) measures memory.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import torch
 
 from tuner import autotune
 from tuner.trial.frame.gpu import make_gpu
+from tuner.trial.frame.harness import forget_compiled, use_threads
 from tuner.trial.frame.memory import TrialOOM, first_line, is_oom, release
 from tuner.trial.frame.session import LocalSession
 from tuner.trial.frame.spec import TrialSpec
@@ -119,11 +119,11 @@ def measure(
     """One arm: `config` with `settings`, its samples/s over `steps` synced steps and its loss."""
     t0 = time.monotonic()
     deadline = t0 + seconds_left
-    threads = int(settings.get("threads") or max(1, int(spec.cpus_per_worker)))
+    threads = int(settings.get("threads") or config.get("threads") or max(1, int(spec.cpus_per_worker)))
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    use_threads(threads)
     # Each compiled arm compiles for itself, not on graphs an earlier arm left cached.
-    torch.compiler.reset()
+    forget_compiled()
     gpu = make_gpu(device)
     gpu.configure(tf32=bool(config.get("tf32", True)))
     p = None
@@ -157,9 +157,9 @@ def measure(
         if p is not None:
             p.close()
         del p
-        torch.compiler.reset()
+        forget_compiled()
         release(device)
-        torch.set_num_threads(before)
+        use_threads(before)
 
 
 def _stopped(t0: float, done: int, steps: int) -> autotune.Measurement:

@@ -1,0 +1,122 @@
+"""training.autotune in a real sweep on Ray (2 trials at once): the arms run before the first
+trial, the trials' processes run with the choice (what they ran with is recorded by the model
+itself, not read from tuner), a searched setting is never overridden, autotune.json and the
+report show it, and a sweep that runs on (`extend`, the path `resume` takes) measures nothing."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import debug_config
+
+pytestmark = [pytest.mark.slow]
+
+MODULE = "autotune_sweep_task"  # no other test's: reused actors keep what they imported
+SOURCE = """
+import json, os, time
+import torch
+
+RECORD = {record!r}
+
+
+def data(config):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(320, 3, 4, 4, generator=g), torch.randint(0, 3, (320,), generator=g)
+    from torch.utils.data import TensorDataset
+    return TensorDataset(x[:256], y[:256]), TensorDataset(x[256:], y[256:])
+
+
+class Net(torch.nn.Module):
+    def __init__(self, input_shape, num_classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * 4 * 4, num_classes)
+        self.noted = False
+
+    def forward(self, x):
+        channels_last = x.is_contiguous(memory_format=torch.channels_last)
+        if not self.noted:  # what this process ran with, once per model built
+            import ray
+            row = dict(
+                actor=ray.get_runtime_context().get_actor_id(),  # None in the autotune task
+                channels_last=channels_last,
+                threads=torch.get_num_threads(),
+                compiled=torch.compiler.is_compiling(),
+            )
+            with open(RECORD, "a") as f:
+                f.write(json.dumps(row) + "\\n")
+            self.noted = True
+        if not channels_last:
+            time.sleep(0.01)  # the contiguous format is slow here, by construction
+        return self.fc(x.flatten(1))
+
+
+def model(config, input_shape, num_classes):
+    return Net(input_shape, num_classes)
+"""
+
+
+def _rows(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_trials_run_the_measured_choice_and_a_sweep_run_again_measures_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.driver.sweep import extend_sweep, run_sweep
+    from tuner.view.report import write_report
+
+    record = tmp_path / "ran.jsonl"
+    (tmp_path / f"{MODULE}.py").write_text(textwrap.dedent(SOURCE.format(record=str(record))))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = debug_config(
+        tmp_path,
+        name="autotuned",
+        task={"model": f"{MODULE}:model", "data": f"{MODULE}:data"},
+        search__num_samples=2,
+        # Searched (one value each): never measured, never overridden. Left to measure:
+        # channels_last, the file's false against true (images, on CPU).
+        search__params={
+            "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1},
+            "threads": {"type": "choice", "values": [2]},
+            "compile": {"type": "choice", "values": [False]},
+        },
+        schedule__max_epochs=1,
+        training__autotune=120,
+    )
+    out = run_sweep(cfg)
+    assert out.exit_code == 0, out.summary
+    printed = capsys.readouterr().out
+    assert "[tuner] autotune: channels_last=true" in printed, printed
+
+    sweep = Path(out.sweep_dir)
+    found = json.loads((sweep / "autotune.json").read_text())
+    [size] = found["sizes"]
+    assert size["result"]["choice"] == {"channels_last": True}, size
+    assert [a["change"] for a in size["result"]["arms"]] == ["reference", "channels_last=true"]
+    rows = _rows(record)
+    arms = [r for r in rows if r["actor"] is None]
+    trials = [r for r in rows if r["actor"] is not None]
+    assert [r["channels_last"] for r in arms] == [False, True], rows
+    # The file says channels_last: false; the trials' own processes ran the choice, with the
+    # searched settings as searched (2 threads on a 1-CPU trial, eager).
+    assert len(trials) == 2, rows
+    assert all(r["channels_last"] and r["threads"] == 2 and not r["compiled"] for r in trials), rows
+
+    report = write_report(str(sweep)).markdown
+    assert "training.autotune measured" in report and "channels_last=true" in report, report
+
+    # Run on: autotune.json is read back, nothing measured (the cache is gone too), the new
+    # trial runs with the same choice.
+    (tmp_path / "cache" / "autotune.json").unlink()
+    again = extend_sweep(str(sweep), 1)
+    assert again.exit_code == 0, again.summary
+    assert "the choice this sweep made before" in capsys.readouterr().out
+    new = _rows(record)[len(rows) :]
+    assert new and all(r["actor"] is not None and r["channels_last"] for r in new), new
