@@ -20,6 +20,12 @@ def scalars(path: Path) -> dict[str, list[float]]:
     return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def steps(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each scalar tag's (step, value) pairs, in the order the run's files hold them."""
+    acc = load_run(path)
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
 def hparams(path: Path) -> dict[str, Any]:
     """{'experiment'|'session_start'|'session_end': parsed plugin data} found in the run."""
     acc = load_run(path)

@@ -126,13 +126,16 @@ def test_board_serves_every_trial_on_loopback_only(sweep) -> None:
     with board(sweep.sweep_dir) as (url, proc, _):
         assert urlparse(url).hostname == "127.0.0.1"
         runs = wait_for(lambda: (r := set(get(url + "data/runs"))) >= set(trials) and r)
-        assert runs == set(trials) | {"."}  # "." is the sweep root: the HParams experiment
+        # "." is the sweep root (the HParams experiment); "sweep" the sweep's own run
+        assert runs == set(trials) | {".", "sweep"}
         tags = get(url + "data/plugin/scalars/tags")
         for tid, t in trials.items():
             if t["epochs"]:
                 assert set(tags[tid]) >= {*METRICS, "lr", "samples_per_s", "epoch"}, tid
-            else:  # crashed before its first epoch: HParams records only, no scalars
-                assert tid not in tags and t["failure"].startswith("error")
+            else:  # crashed before its first epoch: no scalars of its own, the driver's outcome
+                assert set(tags[tid]) == {"trial/outcome", "trial/epochs"} and t["failure"].startswith(
+                    "error"
+                )
         exp = post(url + "data/plugin/hparams/experiment", {"experimentName": "", "includeMetrics": True})
         assert {h["name"] for h in exp["hparamInfos"]} == {"lr", "width", "optimizer"}
         assert {m["name"]["tag"] for m in exp["metricInfos"]} >= set(METRICS)
@@ -151,11 +154,14 @@ def test_board_serves_every_trial_on_loopback_only(sweep) -> None:
             final = {m["name"]["tag"]: m["value"] for m in g["metricValues"]}
             if t["failure"] == "diverged":
                 assert final["val_acc"] == "-Infinity" and final["train_loss"] == "NaN"
-            elif t["failure"]:
-                assert final == {}
+            elif t["failure"]:  # only what the driver wrote: how it ended, after 0 epochs
+                assert final == {"trial/outcome": 6.0, "trial/epochs": 0.0}
             else:
                 assert final["val_acc"] == pytest.approx(t["last_metrics"]["val_acc"], rel=1e-6)
                 assert final["train_loss"] == pytest.approx(t["last_metrics"]["train_loss"], rel=1e-6)
+                # tuner's own loop: the best it is ranked by, beside the last (tests/test_dashboard.py)
+                assert final["best/val_acc"] == pytest.approx(t["best_value"], rel=1e-6)
+                assert final["best_epoch/val_acc"] == t["best_epoch"]
         port, elsewhere = urlparse(url).port, other_ipv4()
         if elsewhere:
             with pytest.raises(urllib.error.URLError):

@@ -48,7 +48,8 @@ def test_a_comparison_report_shows_each_sweep_as_its_summary_says(two, tmp_path:
     out = tmp_path / "cmp"
     written = write_comparison([s.sweep_dir for s in two], str(out))
     html = Path(written.html).read_text()
-    assert "<script" not in html and html.count("data:image/png;base64,") == 2
+    assert "<script" not in html and html.count("data:image/png;base64,") == 3
+    assert "## Best so far as trials finished" in written.markdown
     for s in two:
         best = s.summary["best"]
         # Each sweep's best as its own summary.json has it, in the overview and its leaderboard.
@@ -91,7 +92,8 @@ def test_a_board_of_two_sweeps_serves_both_under_their_names(two) -> None:
     expected = {f"first/{t['trial_id']}" for t in two[0].summary["trials"]}
     expected |= {f"second/{t['trial_id']}" for t in two[1].summary["trials"]}
     runs = wait_for(lambda: (r := set(get(url + "data/runs"))) >= expected and r)
-    assert runs == expected | {"first/.", "second/."}  # each sweep's root: its HParams experiment
+    # each sweep's root (its HParams experiment) and its own run
+    assert runs == expected | {"first/.", "second/.", "first/sweep", "second/sweep"}
 
 
 def test_board_names_sweeps_apart_and_safely() -> None:

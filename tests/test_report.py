@@ -20,7 +20,14 @@ from tuner.view import plots
 from tuner.view.analysis import load, yaml_value
 from tuner.view.report import write_report
 
-PNGS = ("best_so_far.png", "curves.png", "parallel.png", "importance.png", "outcomes.png")
+PNGS = (
+    "best_so_far.png",
+    "best_by_trials.png",
+    "curves.png",
+    "parallel.png",
+    "importance.png",
+    "outcomes.png",
+)
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,17 @@ class Outcome(str, Enum):
     def failed(self) -> bool:
         return self in (Outcome.DIVERGED, Outcome.OOM, Outcome.TIMEOUT, Outcome.ERROR)
 
+    @property
+    def code(self) -> int:
+        """The outcome as a number, its place here (TensorBoard's HParams columns hold only
+        numbers): 0-2 ended well, 3-6 failed, 7 unfinished."""
+        return list(Outcome).index(self)
+
+    @classmethod
+    def legend(cls) -> str:
+        """What each code means: `0 completed, 1 stopped early, ...`."""
+        return ", ".join(f"{o.code} {o.value}" for o in cls)
+
 
 _OLD_WORDS = {"stopped_early": Outcome.STOPPED_EARLY.value}
 
@@ -84,6 +95,8 @@ class TrialRecord:
     best_metrics: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     outcome: Outcome = Outcome.UNFINISHED
+    started: Optional[float] = None  # when it first started (time.time()), if known
+    ended: Optional[float] = None  # when it ended; None while unfinished
 
     @property
     def finished(self) -> bool:
@@ -112,6 +125,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     config = info.get("config") or {}
     stopped = info.get("stopped") == TARGET
     stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs and not stopped
+    outcome = outcome_of(status, failure, stopped_early, stopped)
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
@@ -126,8 +140,19 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         path=trial_dir,
         best_metrics={} if best_row is None else {k: v for k, v in best_row.items() if k not in NOT_METRICS},
         history=rows,
-        outcome=outcome_of(status, failure, stopped_early, stopped),
+        outcome=outcome,
+        started=float(info["started"]) if finite(info.get("started")) else None,
+        ended=None if outcome is Outcome.UNFINISHED else _ended(info, rows),
     )
+
+
+def _ended(info: dict[str, Any], rows: list[dict[str, Any]]) -> Optional[float]:
+    """When a finished trial ended: as its record says, else (the driver died before it
+    recorded the end) when its last epoch did."""
+    for when in (info.get("ended"), rows[-1].get("wall_time") if rows else None, info.get("started")):
+        if finite(when):
+            return float(when)
+    return None
 
 
 def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> list[TrialRecord]:
@@ -135,13 +160,21 @@ def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: li
     return [record(d, metric, mode, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
 
 
-def best_row_of(rows: list[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
-    """The row (epoch) of a trial's best value of `metric`; None if no row has a finite one."""
+def best_row_of(rows: Sequence[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
+    """The row (epoch) of a trial's best value of `metric`; None if no row has a finite one.
+    Ties: the earliest row."""
     ok = [r for r in rows if finite(r.get(metric)) and "failure" not in r]
     if not ok:
         return None
     pick = max if mode == "max" else min
     return pick(ok, key=lambda r: r[metric])
+
+
+def best_of(trial: TrialRecord, metric: str, mode: str) -> Optional[tuple[float, int]]:
+    """A trial's best value of `metric` and the epoch it was reached, as the ranking counts
+    (of the first objective: `best_value`, `best_epoch`); None without a finite one."""
+    row = best_row_of(trial.history, metric, mode)
+    return None if row is None else (float(row[metric]), int(row.get("epoch", 0)))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -194,7 +227,7 @@ def summarize(
     errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
     if ended == FAILED and errors:  # (trials it cut off count as unfinished: resume runs them)
         status = FAILED
-    hidden = ("path", "best_metrics", "history", "outcome")
+    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended")
     return {
         "name": name,
         "metric": metric,

@@ -146,15 +146,22 @@ class HParamsCallback(Callback):
 
     The experiment (domains and metric columns) is written at the sweep's first result; the
     session start is written when a trial starts (so running and failed trials appear
-    in the HParams table), its end status when it ends; the trial's scalars come from the
-    trial itself.
+    in the HParams table), its end status when it ends. The columns: `first` (what tuner
+    ranks by: `dashboard.columns`, written by `dashboard.Dashboard`), then the values the trial
+    reported last (its own scalars).
     """
 
     def __init__(
-        self, sweep_dir: str, domains: dict[str, Any], metrics: Sequence[str], mirror: Optional[Mirror] = None
+        self,
+        sweep_dir: str,
+        domains: dict[str, Any],
+        metrics: Sequence[str],
+        mirror: Optional[Mirror] = None,
+        first: Optional[dict[str, tuple[str, str]]] = None,
     ):
         self.sweep_dir, self.domains, self.metrics = sweep_dir, domains, list(metrics)
         self.places = _Places(mirror)
+        self.first = dict(first or {})  # columns before the reported ones: tag -> (header, description)
         self._started: set[str] = set()
         self._described = False
 
@@ -168,8 +175,11 @@ class HParamsCallback(Callback):
         if os.path.exists(marker):  # resumed: the experiment is already described
             return
         os.makedirs(self.sweep_dir, exist_ok=True)
-        tags = metric_tags(self.metrics, result)
-        written = _write(self.sweep_dir, tb.experiment_summary(self.domains, tags), ".experiment")
+        last = metric_tags(self.metrics, result)
+        labels = {t: (f"{t} (last)", f"the {t} the trial reported last") for t in last}
+        labels.update(self.first)
+        summary = tb.experiment_summary(self.domains, [*self.first, *last], labels)
+        written = _write(self.sweep_dir, summary, ".experiment")
         open(marker, "w").close()
         self.places.saved(written, marker)
 

@@ -302,6 +302,7 @@ _LAUNCH_MODULES = (
     "ray.tune",
     "ray.tune.logger",
     "tuner.driver.callbacks",
+    "tuner.driver.dashboard",
     "tuner.driver.limits",
     "tuner.trial.launch.trainables",
 )
@@ -398,6 +399,7 @@ def _launch(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
 
+    from tuner.driver import dashboard
     from tuner.driver.callbacks import (
         HParamsCallback,
         Progress,
@@ -422,7 +424,8 @@ def _launch(
     if sweep_dir or mirror:
         root = sweep_dir or mirror.local  # type: ignore[union-attr]
         objectives = [n for n, _ in cfg.objectives]
-        callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror))
+        first = dashboard.columns(objectives) if sweep_dir else None  # (no Dashboard in object storage)
+        callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror, first))
     if not verbose:
         callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
     mlflow = cfg.tracking.mlflow
@@ -436,6 +439,8 @@ def _launch(
     fail_fast = FailFast.wanted(cfg.failure.fail_fast)
     if fail_fast is not None:
         callbacks.append(fail_fast)
+    if sweep_dir:  # (after TrialRecordCallback and SweepLimits: it reads the records they write)
+        callbacks.append(dashboard.Dashboard(sweep_dir, cfg.objectives, cfg.schedule.max_epochs))
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)

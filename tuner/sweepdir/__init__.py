@@ -3,6 +3,7 @@ write it: a name that stays inside output, one run at a time under a lock (claim
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
                                 autotune.json (training.autotune)
+      sweep/                    events.out.* (TensorBoard's run of the sweep as a whole)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
                                 (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
@@ -43,6 +44,7 @@ from tuner.sweepdir.files import (
     SCRIPT_REPORTS_PATTERN,
     SCRIPT_RUN,
     SUMMARY_FILE,
+    SWEEP_RUN,
     TRACEBACK_FILE,
     TRIAL_LOG,
     TUNE_ERROR_FILE,
@@ -104,6 +106,7 @@ __all__ = [
     "SCRIPT_CHECKPOINT_PATTERN",
     "SCRIPT_CHECKPOINTS",
     "SUMMARY_FILE",
+    "SWEEP_RUN",
     "TRACEBACK_FILE",
     "TRIAL_LOG",
     "TUNE_ERROR_FILE",

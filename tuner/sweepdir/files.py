@@ -3,6 +3,7 @@
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
                                 .tuner.lock  warm_start.json  .mlflow_run
                                 autotune.json (training.autotune)
+      sweep/                    events.out.*: TensorBoard's run of the sweep as a whole
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
@@ -59,6 +60,7 @@ MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (trac
 LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
+SWEEP_RUN = "sweep"  # TensorBoard's run of the sweep as a whole (the driver's; tuner.history)
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
 NOTICE = "notice"
 

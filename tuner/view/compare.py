@@ -1,8 +1,8 @@
 """`tuner report A B [C...] --output DIR`: several sweeps of one metric side by side.
 
 One self-contained compare.html (and compare.md, PNGs): each sweep's best so far against
-wall-clock time and against epochs spent, overlaid; each sweep's leaderboard head; their
-settings side by side, the ones that differ first.
+wall-clock time, against epochs spent and as its trials finished (tuner.history), overlaid;
+each sweep's leaderboard head; their settings side by side, the ones that differ first.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tuner import history
 from tuner.config import ConfigError
 from tuner.results import TrialRecord, finite, number, ranked, short
 from tuner.sweepdir import check_writable
@@ -73,6 +74,9 @@ def build(sweeps: list[SweepData], out: str) -> list[Block]:
     pairs = list(zip(names, sweeps, strict=True))
     by_time = {n: analysis.best_so_far(s)[1] for n, s in pairs}
     by_epochs = {n: [(float(e), v) for e, v in best_by_epochs(s.records, s.metric, s.mode)] for n, s in pairs}
+    by_trials = {
+        n: history.curve(history.replay(s.records, s.cfg.objectives).points, s.metric)[1] for n, s in pairs
+    }
     since = "seconds since the sweep's first epoch began"
     return [
         Text(_overview(sweeps, names)),
@@ -85,6 +89,13 @@ def build(sweeps: list[SweepData], out: str) -> list[Block]:
         Image(
             plots.overlaid(by_epochs, "epochs trained by the whole sweep", metric, png("compare_epochs.png")),
             "best so far against epochs",
+        ),
+        Heading("Best so far as trials finished"),
+        Image(
+            plots.overlaid(
+                by_trials, "trials finished (each with its best epoch)", metric, png("compare_trials.png")
+            ),
+            "best so far as trials finished",
         ),
         Heading("Leaderboards"),
         *[block for n, s in zip(names, sweeps, strict=True) for block in _head(n, s)],

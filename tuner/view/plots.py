@@ -48,19 +48,24 @@ def _empty(ax: Any, message: str) -> None:
 
 
 def best_so_far(
-    points: Sequence[tuple[float, float]], running: Sequence[tuple[float, float]], metric: str, path: str
+    points: Sequence[tuple[float, float]],
+    running: Sequence[tuple[float, float]],
+    metric: str,
+    path: str,
+    xlabel: str = "wall-clock seconds since the first trial started",
+    dots: str = "each epoch",
 ) -> str:
-    """Every reported value (dots) and the best so far (steps) against wall-clock seconds."""
+    """Every value (dots: `dots`) and the best so far (steps) against `xlabel`."""
     fig = _figure()
     ax = fig.add_subplot()
     if not points:
         _empty(ax, "no results yet")
         return _save(fig, path)
-    ax.scatter([t for t, _ in points], [v for _, v in points], s=9, color="#8c959f", label="each epoch")
+    ax.scatter([t for t, _ in points], [v for _, v in points], s=9, color="#8c959f", label=dots)
     xs = [t for t, _ in running] + [points[-1][0]]
     ys = [v for _, v in running] + [running[-1][1]]
     ax.step(xs, ys, where="post", color="#0969da", linewidth=2, label="best so far")
-    ax.set_xlabel("wall-clock seconds since the first trial started")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     ax.set_title(f"Best {metric} so far")
     ax.grid(alpha=0.3)

@@ -2,9 +2,9 @@
 
 Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
-time, learning curves of the top trials, parallel coordinates, hyperparameter importance
-(fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds); with several objectives,
-the Pareto front (drawn, and its trials listed) after the leaderboard.
+time and as trials finished, learning curves of the top trials, parallel coordinates,
+hyperparameter importance (fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds);
+with several objectives, the Pareto front (drawn, and its trials listed) after the leaderboard.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import autotune
+from tuner import autotune, history
 from tuner.results import (
     Outcome,
     clock,
@@ -31,6 +31,7 @@ from tuner.sweepdir import (
     AUTOTUNE_FILE,
     BEST_DIR,
     EXPORT_FILES,
+    SWEEP_RUN,
     check_writable,
     read_autotune,
     read_best_record,
@@ -79,6 +80,7 @@ def build(data: SweepData, out: str) -> list[Block]:
     blocks += [
         Heading("Best so far"),
         Image(plots.best_so_far(points, running, data.metric, png("best_so_far.png")), "best so far"),
+        *_as_trials_finished(data, png("best_by_trials.png")),
         Heading("Learning curves"),
         Image(_curves(data, png("curves.png")), "learning curves"),
         Heading("Hyperparameters vs metric"),
@@ -101,6 +103,29 @@ def _overview(data: SweepData) -> str:
         f"{res.workers_per_trial} worker(s) x {res.cpus_per_worker:g} CPU each. "
         f"Directory: {data.sweep_dir}. Report made {when}."
     )
+
+
+def _as_trials_finished(data: SweepData, path: str) -> list[Block]:
+    """The sweep as its trials finished (tuner.history, as TensorBoard's `sweep` run has it)."""
+    points = history.replay(data.records, data.cfg.objectives).points
+    dots, steps = history.curve(points, data.metric)
+    blocks: list[Block] = [Heading("As trials finished")]
+    if points:
+        last = points[-1]
+        best = last.best.get(data.metric)
+        blocks.append(
+            Text(
+                f"After {last.done} trials finished: best {data.metric} {number(best)}; "
+                f"{last.stopped_early} stopped early, {last.failed} failed, {last.running} running; "
+                f"{last.epochs} epochs spent. Each trial counts with its best epoch once it has "
+                f"finished (TensorBoard's run `{SWEEP_RUN}` has the same points)."
+            )
+        )
+    else:
+        blocks.append(Text("No trial has finished yet."))
+    xlabel, each = "trials finished", "each trial's best"
+    image = plots.best_so_far(dots, steps, data.metric, path, xlabel=xlabel, dots=each)
+    return [*blocks, Image(image, "best so far as trials finished")]
 
 
 def _objectives(data: SweepData) -> str:

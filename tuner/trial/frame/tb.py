@@ -19,6 +19,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tuner.sweepdir import finite
@@ -34,11 +35,7 @@ class EventWriter:
         self._writer = EventFileWriter(logdir, max_queue_size=64, flush_secs=5, filename_suffix=suffix)
 
     def scalars(self, values: dict[str, Any], step: int) -> None:
-        numbers = {tag: _as_float(v) for tag, v in values.items()}
-        summary = Summary(
-            value=[Summary.Value(tag=tag, simple_value=v) for tag, v in numbers.items() if v is not None]
-        )
-        self.summary(summary, step)
+        self.summary(scalars_summary(values), step)
 
     def text(self, tag: str, message: str, step: int) -> None:
         tensor = TensorProto(
@@ -63,6 +60,19 @@ class NullWriter:
     def text(self, tag: str, message: str, step: int) -> None: ...
     def summary(self, summary: Summary, step: int = 0) -> None: ...
     def close(self) -> None: ...
+
+
+def scalars_summary(values: dict[str, Any], descriptions: Optional[dict[str, str]] = None) -> Summary:
+    """Numbers as scalars (other values are left out); `descriptions`: what a tag means,
+    shown beside its chart (TensorBoard keeps the first it reads of each tag)."""
+    out = Summary()
+    for tag, raw in values.items():
+        v = _as_float(raw)
+        if v is not None:
+            about = (descriptions or {}).get(tag)
+            meta = scalar_metadata.create_summary_metadata(tag, about) if about else None
+            out.value.append(Summary.Value(tag=tag, simple_value=v, metadata=meta))
+    return out
 
 
 def _as_float(v: Any) -> Optional[float]:
@@ -110,8 +120,10 @@ def hparam_value(v: Any) -> Union[str, float, bool]:
 def experiment_summary(
     domains: dict[str, Union[tuple[Number, Number], list[Any], None]],
     metric_tags: Iterable[str],
+    labels: Optional[dict[str, tuple[str, str]]] = None,
 ) -> Summary:
-    """Hyperparameter infos (interval or discrete domain) and the metric columns."""
+    """Hyperparameter infos (interval or discrete domain) and the metric columns; `labels`:
+    a column's (header, description) where it is not its tag."""
     infos = []
     for name, domain in domains.items():
         info = api_pb2.HParamInfo(name=name)
@@ -133,7 +145,14 @@ def experiment_summary(
         infos.append(info)
     experiment = api_pb2.Experiment(
         hparam_infos=infos,
-        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=t)) for t in metric_tags],
+        metric_infos=[
+            api_pb2.MetricInfo(
+                name=api_pb2.MetricName(tag=t),
+                display_name=(labels or {}).get(t, ("", ""))[0],
+                description=(labels or {}).get(t, ("", ""))[1],
+            )
+            for t in metric_tags
+        ],
         time_created_secs=time.time(),
     )
     return _hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
