@@ -317,8 +317,10 @@ def log_tail(path: Path, lines: int = 30) -> str:
 
 
 def resumed_to_the_end(sweep: Path, trials: int) -> dict:
-    """`tuner resume` of `sweep` run to its end: its summary (every trial there)."""
-    out = run_cli("resume", str(sweep), timeout=600)
+    """`tuner resume` of `sweep` run to its end on the session's Ray (the test uses the
+    ray_session fixture; what a resume in a process of its own adds: tests/test_resume.py):
+    its summary (every trial there)."""
+    out = cli("resume", str(sweep), on_session=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     summary = json.loads((sweep / "summary.json").read_text())
     assert summary["status"] == "completed" and len(summary["trials"]) == trials

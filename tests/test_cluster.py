@@ -351,8 +351,10 @@ def test_submit_without_the_token_is_refused_and_runs_nothing(live: Live, tmp_pa
 
 @pytest.mark.slow
 def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_path: Path) -> None:
-    # Trials of a few seconds each: long enough to be caught mid-way, short enough to resume.
+    # Trials of a few seconds each: long enough to be caught mid-way, short enough to resume;
+    # two, one a node (both caught mid-way).
     sweep = ["--output", str(tmp_path), "--max-epochs", "25", "--set", "schedule.early_stopping=false"]
+    sweep += ["--num-samples", "2"]
     sweep += ["--set", "task.data_args.samples=8192"]
     ray_args = ["--submission-id", "long", "--no-wait"]
     out = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG.relative_to(ROOT)), *ray_args, "--", *sweep)
@@ -385,7 +387,7 @@ def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_pa
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and len(summary["trials"]) == 4  # debug.yaml's num_samples
+    assert summary["status"] == "completed" and len(summary["trials"]) == 2
     assert all(t["epochs"] == 25 for t in summary["trials"])
     for t in caught:
         assert "resumed at epoch" in (sweep_dir / t / "trial.log").read_text()  # not from epoch 0

@@ -152,6 +152,7 @@ def test_hyperband_pauses_and_resumes_a_checkpointing_script(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")  # the resume runs on it
 def test_kill_9_of_the_driver_leaves_no_script_and_resume_repeats_nothing(tmp_path: Path) -> None:
     raw = _raw(tmp_path, name="k9")
     raw["search"]["num_samples"] = 3

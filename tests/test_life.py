@@ -193,12 +193,13 @@ def test_extend_adds_the_trials_a_bigger_sweep_would_have_run(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")  # the CLI's sweep and extend run on it
 def test_extend_after_narrowing_a_bohb_range_by_hand(tmp_path: Path) -> None:
     # Issue 26: BOHB's ConfigSpace refused the earlier trials outside the narrowed range with
     # a traceback; they stay in the results, and the search goes on in the narrowed range.
-    first = run_cli(
+    first = cli(
         "sweep", str(DEBUG), "--output", str(tmp_path), "--algorithm", "bohb", "--num-samples", "4",
-        "--max-epochs", "2",
+        "--max-epochs", "2", on_session=True,
     )  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
     sweep_dir = tmp_path / "debug"
@@ -208,7 +209,7 @@ def test_extend_after_narrowing_a_bohb_range_by_hand(tmp_path: Path) -> None:
     text = stored.read_text()
     assert "low: 0.001\n" in text, text
     stored.write_text(text.replace("low: 0.001\n", f"low: {cut}\n", 1))
-    grown = run_cli("extend", str(sweep_dir), "--num-samples", "2")
+    grown = cli("extend", str(sweep_dir), "--num-samples", "2", on_session=True)
     assert grown.returncode == 0, grown.stdout[-2000:] + grown.stderr[-3000:]
     assert "Traceback" not in grown.stderr
     warned = [ln for ln in grown.stderr.splitlines() if "no longer allows" in ln]

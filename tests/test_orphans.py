@@ -130,6 +130,7 @@ def _stray(trial: Path, report: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.usefixtures("ray_session")  # the resume runs on it
 def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Path) -> None:
     raw = _silent_sweep(tmp_path, "fenced")
     raw["search"]["params"]["sleep"] = 2.0

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, SPACES, run_cli
+from tests.conftest import DEBUG, ROOT, SPACES, cli, run_cli
 from tuner.sweepdir import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -73,9 +73,11 @@ def test_a_script_sweep_s_sweep_yaml_lists_no_training_settings(script_sweep: di
 
 
 @pytest.fixture(scope="module")
-def loop_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("loop")
-    done = run_cli("sweep", str(DEBUG), "--output", str(out), "--num-samples", "2", "--max-epochs", "1")
+def loop_sweep(tmp_path_factory: pytest.TempPathFactory, ray_session: Any) -> Path:
+    out = tmp_path_factory.mktemp("loop")  # (a sweep to read: run on the session's Ray)
+    done = cli(
+        "sweep", str(DEBUG), "--output", str(out), "--num-samples", "2", "--max-epochs", "1", on_session=True
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return out / "debug"
 

@@ -26,12 +26,15 @@ from tuner.trial.frame.checkpoint import DirCheckpoints
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS = 8, 8
+CTRL_C_SAMPLES = 4  # caught with one finished, one mid-way and the rest to start: each kind resumed
 
 
-def _start(tmp_path: Path, algorithm: str, env: Optional[dict] = None) -> subprocess.Popen:
+def _start(
+    tmp_path: Path, algorithm: str, env: Optional[dict] = None, samples: int = SAMPLES
+) -> subprocess.Popen:
     args = [
         sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path),
-        "--algorithm", algorithm, "--num-samples", str(SAMPLES), "--max-epochs", str(EPOCHS),
+        "--algorithm", algorithm, "--num-samples", str(samples), "--max-epochs", str(EPOCHS),
         "--set", "training.batch_size=16",  # slower epochs: trials are caught mid-way
     ]  # fmt: skip
     if algorithm != "bohb":  # every trial runs long enough to be interrupted with checkpoints
@@ -88,10 +91,10 @@ def _snapshot(sweep: Path) -> tuple[dict, dict]:
     return finished, midway
 
 
-def _check_resumed(sweep: Path, finished: dict, midway: dict) -> dict:
+def _check_resumed(sweep: Path, finished: dict, midway: dict, samples: int = SAMPLES) -> dict:
     summary = json.loads((sweep / "summary.json").read_text())
     ids = [t["trial_id"] for t in summary["trials"]]
-    assert summary["status"] == "completed" and len(ids) == len(set(ids)) == SAMPLES, summary["counts"]
+    assert summary["status"] == "completed" and len(ids) == len(set(ids)) == samples, summary["counts"]
     for t, journal in finished.items():  # kept as they were: not rerun, not changed
         assert t in ids and read_metrics(str(sweep / t)) == journal
     for t, epoch in midway.items():
@@ -130,7 +133,7 @@ def test_ctrl_c_stops_gracefully_then_resume_with_rays_private_api_unused(tmp_pa
     ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
     env = {FALLBACKS_ENV: "1", "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
     try:
-        proc = _start(tmp_path, "random", env)
+        proc = _start(tmp_path, "random", env, samples=CTRL_C_SAMPLES)
         _interrupt_when_caught_midway(proc, sweep, signal.SIGINT)
         assert proc.returncode == 130
         log = (tmp_path / "driver.log").read_text()
@@ -144,10 +147,10 @@ def test_ctrl_c_stops_gracefully_then_resume_with_rays_private_api_unused(tmp_pa
         finished, midway = _snapshot(sweep)
         out = run_cli("resume", str(sweep), timeout=600, env=env)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-        summary = _check_resumed(sweep, finished, midway)
+        summary = _check_resumed(sweep, finished, midway, samples=CTRL_C_SAMPLES)
         assert summary["best"] is not None
         # Extend after resume: two more trials, the next two of the planned random sequence,
-        # the eight before kept as they were.
+        # the four before kept as they were.
         journals = {t["trial_id"]: read_metrics(str(sweep / t["trial_id"])) for t in summary["trials"]}
         grown = run_cli("extend", str(sweep), "--num-samples", "2", timeout=600, env=env)
         assert grown.returncode == 0, grown.stdout[-2000:] + grown.stderr[-2000:]
@@ -155,14 +158,14 @@ def test_ctrl_c_stops_gracefully_then_resume_with_rays_private_api_unused(tmp_pa
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     after = json.loads((sweep / "summary.json").read_text())
-    assert after["status"] == "completed" and len(after["trials"]) == SAMPLES + 2
+    assert after["status"] == "completed" and len(after["trials"]) == CTRL_C_SAMPLES + 2
     assert all(read_metrics(str(sweep / t)) == j for t, j in journals.items())
     cfg = read_config(str(sweep))
     searched = [k for k, p in cfg.search.params.items() if not isinstance(p, Fixed)]
-    planned = random_configs(cfg.hyperparameters(), SAMPLES + 2, cfg.search.seed)
+    planned = random_configs(cfg.hyperparameters(), CTRL_C_SAMPLES + 2, cfg.search.seed)
     new = [t["config"] for t in after["trials"] if t["trial_id"] not in journals]
     assert sorted(key({k: c[k] for k in searched}) for c in new) == sorted(
-        key({k: c[k] for k in searched}) for c in planned[SAMPLES:]
+        key({k: c[k] for k in searched}) for c in planned[CTRL_C_SAMPLES:]
     )
     # Resuming a finished sweep says so and changes nothing.
     before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()}

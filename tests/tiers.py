@@ -133,6 +133,8 @@ def _uses(fn: types.FunctionType, depth: int = 0) -> frozenset[str]:
             words = [a.value for a in node.args if isinstance(a, ast.Constant)]
             if words and words[0] in RAY_COMMANDS and "--help" not in words:
                 found.add("ray")
+        if isinstance(node, ast.Call) and any(k.arg == "on_session" for k in node.keywords):
+            found.add("ray")  # cli(..., on_session=True): a sweep on the session's Ray
         if id(node) not in asserted:
             if isinstance(node, (ast.List, ast.Tuple)) and _starts_a_process_that_starts_ray(fn, node):
                 found.add("ray")

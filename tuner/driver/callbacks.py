@@ -208,7 +208,11 @@ def _write(logdir: str, summary: Any, suffix: str) -> str:
     writer = tb.EventWriter(logdir, suffix=suffix)
     writer.summary(summary)
     writer.close()
-    new = sorted(set(os.listdir(logdir)) - before)
+    # (Only event files of this suffix: in the sweep's root Tune may make a trial's
+    # directory at the same moment.)
+    new = sorted(
+        n for n in set(os.listdir(logdir)) - before if n.startswith("events.out.") and n.endswith(suffix)
+    )
     assert len(new) == 1, new  # one event file per writer
     return os.path.join(logdir, new[0])
 
