@@ -29,6 +29,7 @@ ROWS: list[set[str]] = [
     {"tuner"},  # the package's face: what `import tuner` gives a user
     {"driver"},
     {"search", "view"},
+    {"history"},
     {"results"},
     {"cluster", "trial", "trial.launch"},
     {"trial.userloop", "trial.script"},
