@@ -156,7 +156,7 @@ class TuneSession(Session):
             return state
         from ray import tune
 
-        return _load_ray_checkpoint(tune.get_checkpoint() or self.stored, map_location)
+        return _load_ray_checkpoint(tune.get_checkpoint() or self.stored, map_location, self.trial_dir)
 
     def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         from ray import tune
@@ -167,7 +167,7 @@ class TuneSession(Session):
             self.own.save(state, int(metrics["epoch"]))
             tune.report(metrics)
         else:
-            with _temp_checkpoint(state) as d:
+            with _temp_checkpoint(state, self.trial_dir) as d:
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
@@ -218,7 +218,7 @@ class GroupSession(Session):
             state = self.own.load(map_location)
             self.notice = self.own.notice
         elif self.is_main:
-            state = _load_ray_checkpoint(self._tune_checkpoint, map_location)
+            state = _load_ray_checkpoint(self._tune_checkpoint, map_location, self.trial_dir)
         if self.world_size > 1:
             import torch.distributed as dist
 
@@ -234,8 +234,11 @@ class GroupSession(Session):
         if state is not None and self.own is not None:
             self.own.save(state, int(metrics["epoch"]))
         elif state is not None:  # the trial actor reports it to Tune, then removes it
+            from tuner.trial.frame.stored import journal_into
+
             path = tempfile.mkdtemp(prefix="tuner-ckpt-")
             save_to_dir(state, path)
+            journal_into(path, self.trial_dir)
         self._send(dict(metrics), path)
 
 
@@ -275,16 +278,28 @@ def cuda_index(ray_gpu_ids: Sequence[Any], visible: Optional[str]) -> int:
 
 
 @contextmanager
-def _temp_checkpoint(state: dict[str, Any]) -> Iterator[str]:
-    """A temporary directory holding `state`; Ray copies it into storage during report."""
+def _temp_checkpoint(state: dict[str, Any], trial_dir: Optional[str] = None) -> Iterator[str]:
+    """A temporary directory holding `state` (and the trial's journal, from `trial_dir`); Ray
+    copies it into storage during report."""
+    from tuner.trial.frame.stored import journal_into
+
     with tempfile.TemporaryDirectory(prefix="tuner-ckpt-") as d:
         save_to_dir(state, d)
+        if trial_dir:
+            journal_into(d, trial_dir)
         yield d
 
 
-def _load_ray_checkpoint(ckpt: Any, map_location: Any) -> Optional[dict[str, Any]]:
-    """The state in a checkpoint Ray handed back (Tune's or Train's), or None without one."""
+def _load_ray_checkpoint(
+    ckpt: Any, map_location: Any, trial_dir: Optional[str] = None
+) -> Optional[dict[str, Any]]:
+    """The state in a checkpoint Ray handed back (Tune's or Train's), or None without one; the
+    journal it carries into `trial_dir` where that goes further than the trial's own."""
+    from tuner.trial.frame.stored import journal_from
+
     if ckpt is None:
         return None
     with ckpt.as_directory() as d:
+        if trial_dir:
+            journal_from(d, trial_dir)
         return load_from_dir(d, map_location)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from typing import Any, Optional
 
-from tuner.sweepdir import BEST_RECORD, METRICS_FILE, TRIAL_LOG, read_best_record
+from tuner.sweepdir import BEST_RECORD, METRICS_FILE, TRIAL_LOG, read_best_record, read_metrics
 from tuner.sweepdir.remote import is_s3, ray_storage
 
 _CHECKPOINT_DIR = re.compile(r"^(checkpoint_\d{6})/")  # Ray's, in the trial's directory
@@ -56,3 +57,26 @@ def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
     if not newest[1]:
         return None
     return tune.Checkpoint(path=f"{remote}/{newest[1]}", filesystem=filesystem)
+
+
+def journal_into(checkpoint_dir: str, trial_dir: str) -> None:
+    """Put the trial's journal (this epoch's line already in it) into the checkpoint Ray is
+    about to upload. Ray uploads the checkpoint as part of the report, but the trial's other
+    files in the background: a trial killed between the two (its driver killed, say) left a
+    checkpoint of epoch 3 beside a journal ending at epoch 2, and continued at epoch 4 with
+    epoch 3 missing from its history."""
+    journal = os.path.join(trial_dir, METRICS_FILE)
+    if os.path.isfile(journal):
+        shutil.copyfile(journal, os.path.join(checkpoint_dir, METRICS_FILE))
+
+
+def journal_from(checkpoint_dir: str, trial_dir: str) -> None:
+    """A trial continuing from a checkpoint in storage: the journal it carries replaces the
+    trial's when it goes further (the trial's is trimmed back to the checkpoint's epoch
+    afterwards, as a local trial's is)."""
+    if _last_epoch(checkpoint_dir) > _last_epoch(trial_dir):
+        shutil.copyfile(os.path.join(checkpoint_dir, METRICS_FILE), os.path.join(trial_dir, METRICS_FILE))
+
+
+def _last_epoch(directory: str) -> int:
+    return max((int(r.get("epoch", 0)) for r in read_metrics(directory)), default=0)
