@@ -101,15 +101,18 @@ def test_a_script_does_not_outlive_its_actor_killed_by_ray(tmp_path: Path) -> No
     assert not _alive([script]), "the script outlived its actor"
 
 
-def test_a_silent_script_does_not_outlive_its_driver_stopped_with_sigterm(tmp_path: Path) -> None:
-    """SIGTERM: what `ray job stop` and a scheduler's preemption send. (Killed with -9: the
-    first half of test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer.)"""
-    raw = _silent_sweep(tmp_path, "orphan-sigterm")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_a_silent_script_does_not_outlive_its_driver(tmp_path: Path, sig: int) -> None:
+    """kill -9 (nothing of the driver runs) and SIGTERM (what `ray job stop` and a scheduler's
+    preemption send)."""
+    raw = _silent_sweep(tmp_path, f"orphan-{int(sig)}")
     # Stopped in its 2nd epoch; a script left running would train 10 more of 5 s, past the
-    # 30 s the check waits (with 3, an orphan would have ended by itself in time).
+    # 30 s the check waits (with 3, an orphan would have ended by itself in time, and the
+    # check could not fail: so the kill -9 half of the resume test below proves nothing alone).
     raw["schedule"]["max_epochs"] = 12
-    sweep = kill_9_when(raw, tmp_path, _mid_epoch, sig=signal.SIGTERM)
-    assert "status interrupted" in (tmp_path / "driver.log").read_text()
+    sweep = kill_9_when(raw, tmp_path, _mid_epoch, sig=sig)
+    if sig == signal.SIGTERM:
+        assert "status interrupted" in (tmp_path / "driver.log").read_text()
     _no_script_left(sweep)
 
 
