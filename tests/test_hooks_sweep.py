@@ -103,7 +103,8 @@ def test_ddp_metrics_are_exact_weighted_means_over_uneven_batches_and_ranks(
     run = Path(out.sweep_dir) / trial["trial_id"]
     assert scalars(run)["val_abserr"] == [pytest.approx(got["val_abserr"], rel=1e-6)]
     tags = [m.name.tag for m in hparams(Path(out.sweep_dir))["experiment"].metric_infos]
-    assert tags[0] == "val_ymean" and {"val_loss", "val_abserr", "train_loss"} <= set(tags)
+    # (The columns of what the sweep ranks by come first: the objective's best, issue 33.)
+    assert tags[0] == "best/val_ymean" and {"val_ymean", "val_loss", "val_abserr", "train_loss"} <= set(tags)
     assert "val_acc" not in tags
 
 

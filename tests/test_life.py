@@ -18,7 +18,7 @@ from tuner.config.schedule import redacted, seconds
 from tuner.driver.sweep import AlreadyFinished, extend_sweep, resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
-from tuner.sweepdir import read_metrics, read_record, trial_dirs
+from tuner.sweepdir import SWEEP_RUN, read_metrics, read_record, trial_dirs
 
 SEARCHED = ("lr", "optimizer", "width")
 
@@ -102,10 +102,10 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
     for t in out.summary["trials"]:
         rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
         assert sum(1 for r in rows if r["wall_time"] > first + budget) <= 1, rows
-    # Trials removed unstarted leave no directory behind (best/: the best trial's weights).
-    assert sorted(p.name for p in Path(out.sweep_dir).iterdir() if p.is_dir()) == sorted(
-        [*(t["trial_id"] for t in trials), "best"]
-    )
+    # Trials removed unstarted leave no directory behind (best/: the best trial's weights;
+    # sweep/: TensorBoard's run of the sweep as a whole).
+    kept = sorted(p.name for p in Path(out.sweep_dir).iterdir() if p.is_dir() and p.name != SWEEP_RUN)
+    assert kept == sorted([*(t["trial_id"] for t in trials), "best"])
     assert wall < budget + 60
 
 
@@ -121,7 +121,7 @@ def test_a_spent_budget_leaves_no_directory_of_the_trials_it_removed(tmp_path: P
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
     assert summary["status"] == "budget" and len(summary["trials"]) < 12
-    kept = {p.name for p in (tmp_path / "debug").iterdir() if p.is_dir()}
+    kept = {p.name for p in (tmp_path / "debug").iterdir() if p.is_dir()} - {SWEEP_RUN}
     assert kept == {t["trial_id"] for t in summary["trials"]} | {"best"}, kept
 
 
