@@ -118,13 +118,20 @@ def slow(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int)
 
 
 class _Hang(_Chaos):
-    """Hangs for good at training step `hang_at_step` when its width is `hang_width`."""
+    """Hangs for good at training step `hang_at_step` when its width is `hang_width`; with
+    `hang_rank` set, only that DDP rank hangs (the others then wait for it in a collective)."""
 
     def trip(self, x: torch.Tensor) -> None:
         if (
             self.steps == int(self.config["hang_at_step"])
             and self.config["width"] == self.config["hang_width"]
         ):
+            rank = int(self.config.get("hang_rank", -1))
+            if rank >= 0:
+                import torch.distributed as dist
+
+                if dist.get_rank() != rank:
+                    return
             threading.Event().wait()  # blocked in C, like a deadlock: nothing Python can interrupt
 
 

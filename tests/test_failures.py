@@ -196,3 +196,31 @@ def test_a_trial_that_hangs_ends_as_timeout_and_the_sweep_goes_on(tmp_path: Path
     assert out.summary["best"]["trial_id"] == best["trial_id"]
     log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
     assert "no epoch finished within 8 s" in log and "in trip" in log  # where it hung
+
+
+def test_a_ddp_rank_that_hangs_ends_its_trial_as_timeout_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    """Rank 1 hangs (it does not die): rank 0 waits for it in the gradients' all-reduce. The
+    trial ends within schedule.trial_timeout (not gloo's 30 or NCCL's 10 minutes), both ranks'
+    CPUs come back, and the next trial trains over 2 ranks."""
+    params = {"hang_at_step": 2 * STEPS_PER_EPOCH + 1, "hang_width": 8, "hang_rank": 1, "width": [8, 16]}
+    cfg = _one_trial(
+        tmp_path,
+        params,
+        task__model="tests.chaos:hang",
+        resources__workers_per_trial=2,
+        schedule__max_epochs=3,
+        schedule__trial_timeout=8,
+    )
+    out = run_sweep(cfg)
+    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    hung, other = by_width[8], by_width[16]
+    assert hung["failure"] == "timeout" and hung["epochs"] == 2, hung
+    rows = read_metrics(str(Path(out.sweep_dir) / hung["trial_id"]))
+    assert rows[2]["failure"] == "timeout"
+    # Ended 8 s after its last epoch, give or take the watchdog's second and a loaded machine.
+    assert 8 <= rows[2]["wall_time"] - rows[1]["wall_time"] < 20, rows
+    assert other["failure"] is None and other["epochs"] == 3, other
+    assert other["last_metrics"]["world_size"] == 2
+    log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
+    assert "no epoch finished within 8 s" in log
+    assert_resources_returned()
