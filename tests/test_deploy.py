@@ -3,10 +3,13 @@ in them are valid commands on the shipped sweep files, and their versions are th
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -109,3 +112,92 @@ def test_recipes_are_named_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     for recipe in ("deploy/kuberay/rayjob.yaml", "deploy/slurm/tuner.sbatch", "Dockerfile"):
         assert recipe in readme, recipe
+
+
+def _verified(cert_path: Path, ca_path: Path) -> list[str]:
+    """The IP addresses a certificate names, after checking the CA signed it."""
+    from cryptography import x509
+
+    ca = x509.load_pem_x509_certificate(ca_path.read_bytes())
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    cert.verify_directly_issued_by(ca)  # raises if another key signed it
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+
+
+def test_every_pod_of_the_rayjob_makes_its_certificate_and_speaks_tls(tmp_path: Path) -> None:
+    """Each pod's init container runs `tuner cluster cert` (run here for real, on a CA made by
+    `tuner cluster ca` as the recipe's header says) into the volume whose files the Ray
+    container's RAY_TLS_* variables name."""
+    cluster = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]]
+    pods += [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    ca_dir = tmp_path / "ca"
+    made = subprocess.run([sys.executable, "-m", "tuner", "cluster", "ca", str(ca_dir)], capture_output=True)
+    assert made.returncode == 0, made.stderr
+    for i, pod in enumerate(pods):
+        (init,) = pod["initContainers"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+        ca_volume = volumes[next(n for n, p in mounts.items() if p.endswith("/ca"))]
+        assert ca_volume["secret"]["secretName"] == "tuner-ray-ca"
+        tls_dir = next(p for n, p in mounts.items() if "emptyDir" in volumes[n])
+        assert volumes["ray-tls"]["emptyDir"] == {"medium": "Memory"}  # the key never on a disk
+        words = init["command"]
+        _ = build_parser().parse_args(words[3:])  # a valid tuner command
+        here = tmp_path / f"pod{i}"
+        local = [str(ca_dir) if w.endswith("/ca") else str(here) if w == tls_dir else w for w in words]
+        local = ["10.2.3.4" if w == "$(POD_IP)" else w for w in local]
+        done = subprocess.run([sys.executable, *local[1:]], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        for container in pod["containers"]:
+            env = {e["name"]: e["value"] for e in container["env"]}
+            assert env["RAY_USE_TLS"] == "1"
+            assert {m["mountPath"] for m in container["volumeMounts"]} == {tls_dir}
+            files = {k: here / Path(env[k]).relative_to(tls_dir) for k in env if k.startswith("RAY_TLS_")}
+            assert files["RAY_TLS_SERVER_KEY"].stat().st_mode & 0o777 == 0o600
+            assert "10.2.3.4" in _verified(files["RAY_TLS_SERVER_CERT"], files["RAY_TLS_CA_CERT"])
+            assert files["RAY_TLS_CA_CERT"].read_bytes() == (ca_dir / "ca.crt").read_bytes()
+
+
+@pytest.mark.parametrize("tls", ["1", "0"])
+def test_the_sbatch_script_gives_each_node_and_the_driver_a_certificate_of_its_ca(
+    tmp_path: Path, tls: str
+) -> None:
+    """The script's TLS part (from `on_node=()` to its `fi`) run for real in bash, then a node's
+    wrapper (on_node) around `env` in place of `ray start`: the node's variables name its own
+    certificate, signed by the job's CA; the driver's names the head's address. TLS=0: none."""
+    text = SBATCH.read_text()
+    block = re.search(r"^on_node=\(\)\n.*?^fi\n", text, re.S | re.M)
+    assert block, "no TLS block in the sbatch script"
+    job = f"t{os.getpid()}{tls}"
+    script = (
+        f"set -euo pipefail\nexport PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"
+        f"head_ip=10.9.8.7\n{block.group(0)}"
+        '"${on_node[@]}" env | grep "^RAY_TLS\\|^RAY_USE" | sed "s/^/NODE /" || true\n'
+        'env | grep "^RAY_TLS\\|^RAY_USE" | sed "s/^/DRIVER /" || true\n'
+    )
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home), "SLURM_JOB_ID": job, "TLS": tls}
+    env = {k: v for k, v in env.items() if not k.startswith("RAY_TLS") and k != "RAY_USE_TLS"}
+    try:
+        done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        seen: dict[str, dict[str, str]] = {"NODE": {}, "DRIVER": {}}
+        for line in done.stdout.splitlines():
+            who, kv = line.split(" ", 1)
+            seen[who][kv.split("=", 1)[0]] = kv.split("=", 1)[1]
+        if tls == "0":
+            assert seen == {"NODE": {}, "DRIVER": {}}
+            return
+        ca_dir = home / ".tuner" / f"ca-{job}"
+        assert ca_dir.stat().st_mode & 0o777 == 0o700 and (ca_dir / "ca.key").stat().st_mode & 0o777 == 0o600
+        for who, where in (("NODE", "tls-node"), ("DRIVER", "tls-driver")):
+            files = seen[who]
+            assert files["RAY_USE_TLS"] == "1"
+            assert files["RAY_TLS_SERVER_CERT"] == f"/tmp/ray-{job}/{where}/node.crt"
+            assert Path(files["RAY_TLS_SERVER_KEY"]).stat().st_mode & 0o777 == 0o600
+            ips = _verified(Path(files["RAY_TLS_SERVER_CERT"]), ca_dir / "ca.crt")
+            assert ("10.9.8.7" in ips) == (who == "DRIVER"), ips  # the driver's names the head
+    finally:
+        shutil.rmtree(f"/tmp/ray-{job}", ignore_errors=True)
