@@ -24,12 +24,12 @@ def _bench():
 
 
 def _rows(text: str) -> dict[str, tuple[float, str]]:
-    """The report's table: run -> (samples/s, note)."""
+    """The report's table: "section: run" -> (samples/s, note)."""
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0] in ("amp", "pipeline", "packing", "mfu"):
-            rows[cells[1]] = (float(cells[2]), cells[4])
+            rows[f"{cells[0]}: {cells[1]}"] = (float(cells[2]), cells[4])
     return rows
 
 
@@ -45,19 +45,20 @@ def test_smoke_mode_runs_every_section_and_writes_nothing(tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = _rows(out.stdout)
-    # Smoke sizes: the GPU's ViT-S/16 rows (amp, GPU-bound packing) at the smallest that runs.
-    ref, small, mfu = "tiny ViT 32px", "tiny ViT 32px", "small ViT 32px bf16"
+    # Smoke sizes: the GPU's ViT-S/16 rows (amp, GPU-bound packing) at the smallest that runs;
+    # the MFU rows at the reference's size (their compiled graph is the pipeline row's).
+    ref, small, mfu = "tiny ViT 32px", "tiny ViT 32px", "mfu: tiny ViT 32px bf16"
     expected = [
-        f"{ref} fp32 (IEEE)",
-        f"{ref} fp32 (TF32)",
-        f"{ref} bf16",
-        f"{ref} bf16 + torch.compile",
-        "bf16, DataLoader(0), no prefetch",
-        "bf16, DataLoader(0), prefetch",
-        f"1 x {small} on the CPU, together (launch-bound)",
-        f"2 x {small} on the CPU, together (launch-bound)",
-        f"1 x {small} on the CPU, together (GPU-bound)",
-        f"2 x {small} on the CPU, together (GPU-bound)",
+        f"amp: {ref} fp32 (IEEE)",
+        f"amp: {ref} fp32 (TF32)",
+        f"amp: {ref} bf16",
+        f"pipeline: {ref} bf16 + torch.compile",
+        "pipeline: bf16, DataLoader(0), no prefetch",
+        "pipeline: bf16, DataLoader(0), prefetch",
+        f"packing: 1 x {small} on the CPU, together (launch-bound)",
+        f"packing: 2 x {small} on the CPU, together (launch-bound)",
+        f"packing: 1 x {small} on the CPU, together (GPU-bound)",
+        f"packing: 2 x {small} on the CPU, together (GPU-bound)",
         mfu,
         f"{mfu} + torch.compile",
     ]
@@ -92,7 +93,7 @@ def test_smoke_mode_writes_when_asked(tmp_path: Path) -> None:
     assert _bench().main(args) == 0
     text = target.read_text()
     assert text.startswith("kept\n") and "### CPU (smoke)" in text
-    runs = {"tiny ViT 32px fp32 (IEEE)", "tiny ViT 32px fp32 (TF32)", "tiny ViT 32px bf16"}
+    runs = {f"amp: tiny ViT 32px {kind}" for kind in ("fp32 (IEEE)", "fp32 (TF32)", "bf16")}
     assert set(_rows(text)) == runs and all(rate > 0 for rate, _ in _rows(text).values())
 
 
