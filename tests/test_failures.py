@@ -218,7 +218,7 @@ def test_a_ddp_rank_that_hangs_ends_its_trial_as_timeout_and_the_sweep_goes_on(t
     rows = read_metrics(str(Path(out.sweep_dir) / hung["trial_id"]))
     assert rows[2]["failure"] == "timeout"
     # Ended 8 s after its last epoch, give or take the watchdog's second and a loaded machine.
-    assert 8 <= rows[2]["wall_time"] - rows[1]["wall_time"] < 20, rows
+    assert 7.9 <= rows[2]["wall_time"] - rows[1]["wall_time"] < 20, rows
     assert other["failure"] is None and other["epochs"] == 3, other
     assert other["last_metrics"]["world_size"] == 2
     log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
