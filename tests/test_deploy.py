@@ -170,10 +170,12 @@ def test_the_sbatch_script_gives_each_node_and_the_driver_a_certificate_of_its_c
     text = SBATCH.read_text()
     block = re.search(r"^on_node=\(\)\n.*?^fi\n", text, re.S | re.M)
     assert block, "no TLS block in the sbatch script"
+    ca_dir_line = re.search(r"^CA_DIR=.*$", text, re.M)
+    assert ca_dir_line, "no CA_DIR in the sbatch script"
     job = f"t{os.getpid()}{tls}"
     script = (
         f"set -euo pipefail\nexport PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"
-        f"head_ip=10.9.8.7\n{block.group(0)}"
+        f"head_ip=10.9.8.7\n{ca_dir_line.group(0)}\n{block.group(0)}"
         '"${on_node[@]}" env | grep "^RAY_TLS\\|^RAY_USE" | sed "s/^/NODE /" || true\n'
         'env | grep "^RAY_TLS\\|^RAY_USE" | sed "s/^/DRIVER /" || true\n'
     )
