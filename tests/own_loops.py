@@ -5,7 +5,9 @@ appends `ctx.epoch` to `starts.txt` in the trial's directory (where it began: 0,
 it resumed at), and each epoch trained its number to `trained.txt`. `config["behave"]` makes
 one configuration misbehave at epoch 2: "oom" (torch.OutOfMemoryError), "nan" (a non-finite
 val_loss), "boom" (a ValueError), "text" (val_loss "abc"); "slow" sleeps `epoch_s` per epoch so
-a test can catch it mid-way; "final" reports a test_loss for the last epoch after the loop.
+a test can catch it mid-way; "final" reports a test_loss for the last epoch after the loop;
+"linger" takes `linger_s` to wind down however the loop ends (a user's loop saving its work in
+a `finally`, also when the scheduler stops it).
 """
 
 from __future__ import annotations
@@ -44,6 +46,16 @@ def regress(config: dict[str, Any], ctx: Any) -> None:
     train = ctx.loader(_data(256), int(config["batch_size"]))
     val = ctx.loader(_data(64, seed=1), 64, shuffle=False)
     behave = config.get("behave", "ok")
+    try:
+        _epochs(config, ctx, model, opt, train, val, behave)
+    finally:
+        if behave == "linger":
+            time.sleep(float(config.get("linger_s", 3.0)))
+
+
+def _epochs(
+    config: dict[str, Any], ctx: Any, model: Any, opt: Any, train: Any, val: Any, behave: str
+) -> None:
     for epoch in range(ctx.epoch, ctx.max_epochs):
         if behave == "slow":
             time.sleep(float(config.get("epoch_s", 0.5)))

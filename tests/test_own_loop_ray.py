@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
-from tests.conftest import ROOT, cli
+from tests.conftest import ROOT, cli, run_cli
 from tests.own_loops import _data, hyperband_resumes
 from tests.test_own_loop import own
 from tuner.config import TrainingSection, parse_sweep
@@ -61,6 +62,46 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     assert (Path(out.sweep_dir) / "best" / "model.pt").is_file()
     script = cli("export", out.sweep_dir, "--format", "torchscript")
     assert script.returncode == 2 and script.stderr.count("\n") == 1 and "model=YourModel" in script.stderr
+
+
+def test_a_stopped_trial_that_takes_seconds_to_wind_down_does_not_fail_the_next_in_its_actor(
+    tmp_path: Path,
+) -> None:
+    # ASHA stops trials at their reports; each loop then takes 3 s in its `finally` (a user's
+    # loop saving its work). The next trial reuses the actor only once that thread has ended:
+    # Tune waits 2 s by default, then failed the next trial ("Could not re-use actor"), which
+    # never got a record, and the sweep ended "interrupted" (first seen on an H200, where a
+    # packed trial's wind-down took over 2 s). Two trials at a time, the default.
+    from tuner.driver.sweep import run_sweep
+
+    raw = own(output=str(tmp_path), schedule={"max_epochs": 3, "grace_epochs": 1, "reduction_factor": 2})
+    lrs = [0.1, 0.08, 0.001, 0.0005]  # the last two far behind at every rung: stopped
+    raw["search"] = {
+        "algorithm": "random",  # (with ASHA; a grid parameter takes each value once)
+        "num_samples": len(lrs),
+        "params": {"lr": {"type": "grid", "values": lrs}, "behave": "linger", "linger_s": 3.0},
+    }
+    out = run_sweep(parse_sweep(raw))
+    trials = out.summary["trials"]
+    assert sorted(t["config"]["lr"] for t in trials) == sorted(lrs)
+    assert [t for t in trials if t["status"] == "ERROR"] == []
+    assert not list(Path(out.sweep_dir).glob("*/error.txt"))
+    assert out.summary["counts"].get("stopped early", 0) >= 1, out.summary["counts"]
+    assert out.summary["status"] == "completed"
+
+    # Where the reuse does fail (a user's own TUNE_FUNCTION_THREAD_TIMEOUT_S of 1 s is kept),
+    # the trial Tune failed before it started is one of the sweep's, ended in error, and the
+    # sweep completes with exit 1, a failed trial (it said "interrupted", exit 130, leaving
+    # that trial out).
+    path = tmp_path / "linger.yaml"
+    path.write_text(yaml.safe_dump({**raw, "name": "short"}))
+    ran = run_cli("sweep", str(path), env={"TUNE_FUNCTION_THREAD_TIMEOUT_S": "1"})
+    assert ran.returncode == 1, ran.stdout[-2000:] + ran.stderr[-2000:]
+    summary = json.loads((tmp_path / "short" / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["trials"]) == len(lrs)
+    failed = [t for t in summary["trials"] if t["status"] == "ERROR"]
+    assert failed and all("reset_config" in t["failure"] for t in failed), summary["trials"]
+    assert all(t["epochs"] == 0 for t in failed)
 
 
 @pytest.mark.slow

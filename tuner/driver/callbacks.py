@@ -99,12 +99,7 @@ class TrialRecordCallback(Callback):
         path = self.places.trial(trial)
         if not path:
             return
-        record = read_record(path) or {
-            "trial_id": os.path.basename(path.rstrip("/")),
-            "config": json_safe(trial.config),
-            "resources": self.resources,
-            "started": time.time(),
-        }
+        record = read_record(path) or self._new(path, trial)
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
         self.places.saved(write_record(path, record))
 
@@ -122,12 +117,31 @@ class TrialRecordCallback(Callback):
             raise DiskFull(os.path.dirname(path.rstrip("/")), "No space left on device")
         self._end(trial, "ERROR")
 
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        # A trial Tune failed before it started (a reused actor that could not be reset,
+        # Ray 2.60) gets no on_trial_error: recorded here as ended with Tune's error.txt, not
+        # left out of the sweep's trials (which made a finished sweep "interrupted").
+        for trial in trials:
+            path = self.places.trial(trial)
+            if trial.status == "ERROR" and path and read_record(path) is None:
+                record = {**self._new(path, trial), "status": "ERROR", "ended": time.time()}
+                self.places.saved(write_record(path, record))
+
     def _end(self, trial: Any, status: str) -> None:
         path = self.places.trial(trial)
         record = read_record(path) if path else None
         if path and record is not None:
             record.update(status=status, ended=time.time())
             self.places.saved(write_record(path, record))
+
+    def _new(self, path: str, trial: Any) -> dict[str, Any]:
+        return {
+            "trial_id": os.path.basename(path.rstrip("/")),
+            "config": json_safe(trial.config),
+            "resources": self.resources,
+            "started": time.time(),
+            "tune_trial_id": trial.trial_id,
+        }
 
 
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,11 +79,15 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
         traceback.clear_frames(err.__traceback__)
         raise
     finally:
+        began = time.perf_counter()
         watchdog.stop()
         forget_compiled()
         # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
         # by now, so this returns their memory before the actor runs its next trial.
         release(device)
+        took = time.perf_counter() - began
+        if took > 1.0:  # (a reused actor's next trial waits for this: trainables.WIND_DOWN_S)
+            log.info("clean-up after the trial took %.1f s", took)
         _close_files(logging.getLogger(_log_name(session)))  # also when the build failed
 
 

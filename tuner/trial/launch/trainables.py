@@ -11,11 +11,21 @@ forwards rank 0's (already reduced) metrics to Tune.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec
+
+# How long a reused trial actor waits for a stopped trial's loop to end before it starts the
+# next trial: the loop unwinds from its report (the scheduler's stop) through its `finally`
+# blocks and the frame's clean-up (the GPU memory handed back). Tune waits 2 s
+# (TUNE_FUNCTION_THREAD_TIMEOUT_S), then fails the *next* trial ("Could not re-use actor"):
+# on an H200 a packed trial's wind-down took longer, and a user's loop that saves its work in
+# a `finally` may take seconds anywhere. Read by Tune in this process at each reuse; a value
+# the user set in the environment is kept.
+WIND_DOWN_S = 300
 
 # The mode's function (and torch) are imported inside the trainables: they run in the trial processes,
 # and the driver, which only names these functions, then starts without importing torch.
@@ -24,6 +34,8 @@ from tuner.trial.frame.spec import TrialSpec
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
     from tuner.trial.frame.session import TuneSession
+
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(WIND_DOWN_S))
 
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
