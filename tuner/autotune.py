@@ -62,8 +62,11 @@ LOSS_STEPS = 5
 LOSS_TOLERANCE = 0.05
 # A setting moves off its current value only for more than this gain in samples/s.
 MIN_GAIN = 0.03
-# The settings measured, in the order tried (earlier ones matter most on a GPU).
-DIMENSIONS = ("amp", "compile", "channels_last", "threads", "loader_workers")
+# The settings measured, in the order tried. The input pipeline first: while it cannot keep
+# up, every compute setting measures the loader's rate (H200, ViT-S/16 at 224 px, 3 loader
+# workers: the reference 2386 samples/s, bf16 2685, fp16 3209, so fp16 was kept, though bf16
+# is 27% faster than fp16 when fed from memory; 8 workers then gave 5311; BENCHMARKS.md).
+DIMENSIONS = ("loader_workers", "amp", "compile", "channels_last", "threads")
 # Model parameters that do not change speed (dropout) are no size.
 NOT_SIZES = {"dropout"}
 # Training settings that change speed per step and are not measured here.
