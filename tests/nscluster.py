@@ -263,7 +263,13 @@ class NsCluster:
         _sh("ip", "-n", node.netns, "link", "set", "eth0", "up")
         _sh("ip", "-n", node.netns, "link", "set", "lo", "up")
 
-    def _boot(self, node: Node, hosts: dict[str, str], tls_pem: Optional[tuple[bytes, ...]] = None) -> None:
+    def _boot(
+        self,
+        node: Node,
+        hosts: dict[str, str],
+        tls_pem: Optional[tuple[bytes, ...]] = None,
+        extra_env: Optional[dict[str, str]] = None,
+    ) -> None:
         """Start `node`'s PID 1 and its `ray start`; `tls_pem` (certificate, key, CA) replaces
         the node's own from the cluster's CA (`()`: no TLS at all)."""
         assert self.base is not None
@@ -289,7 +295,7 @@ class NsCluster:
             ]
         else:
             args.append(f"--address={self.gcs}")
-        env = {**self.node_env(), **self.env}
+        env = {**self.node_env(), **self.env, **(extra_env or {})}
         if not tls_pem:
             env = {k: v for k, v in env.items() if not k.startswith(("RAY_USE_TLS", "RAY_TLS_"))}
         spec = {
@@ -374,15 +380,17 @@ class NsCluster:
                 if attempt == tries:
                     raise
 
-    def boot_stranger(self, name: str, tls_pem: tuple[bytes, ...]) -> Node:
+    def boot_stranger(
+        self, name: str, tls_pem: tuple[bytes, ...], env: Optional[dict[str, str]] = None
+    ) -> Node:
         """Boot one more machine on the cluster's network whose `ray start` tries to join the
-        head with these TLS files (certificate, key, CA; `()`: without TLS); returns at once,
-        joined or not: the caller looks."""
+        head with these TLS files (certificate, key, CA; `()`: without TLS) and `env` added to
+        its processes' environment; returns at once, joined or not: the caller looks."""
         i = len(self.nodes) + len(self.others)
         node = Node(name, f"{self.subnet}.{i + 2}", f"{PREFIX}-{self.tag}-{name}", f"tnv{self.tag}x{i}")
         self._network(node)
         self.others.append(node)
-        self._boot(node, {n.name: n.ip for n in [*self.nodes, node]}, tls_pem)
+        self._boot(node, {n.name: n.ip for n in [*self.nodes, node]}, tls_pem, env)
         return node
 
     def revive(self, node: Node) -> None:

@@ -86,21 +86,27 @@ def test_a_sweep_on_a_tls_cluster_sends_nothing_in_clear(tls_cluster: nscluster.
 def test_a_machine_without_the_clusters_certificate_cannot_join(tls_cluster: nscluster.NsCluster) -> None:
     c = tls_cluster
     assert c.head.alive()
-    # Both strangers know the token: only TLS stands in their way.
+    # Both strangers know the token: only TLS stands in their way. Each gives up after 15 s
+    # without the head's GCS (Ray's default: 60 s), so the test need not watch them a minute.
     foreign = tls.new_authority("another CA")
+    give_up = {"RAY_gcs_rpc_server_reconnect_timeout_s": "15"}
     strangers = [
-        c.boot_stranger("plain", ()),
-        c.boot_stranger("foreign", (*foreign.issue_pem("foreign", [], ["foreign"]), foreign.cert_pem)),
+        c.boot_stranger("plain", (), give_up),
+        c.boot_stranger(
+            "foreign", (*foreign.issue_pem("foreign", [], ["foreign"]), foreign.cert_pem), give_up
+        ),
     ]
     target = join.target(c.gcs)
     assert target is not None
-    deadline = time.monotonic() + 60
+    began = time.monotonic()
+    deadline = began + 60
     while time.monotonic() < deadline and any(s.alive() for s in strangers):
         ips = {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
         assert ips == {n.ip for n in c.nodes}, ips  # never joined
         time.sleep(2)
     ips = {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
     assert ips == {n.ip for n in c.nodes}, ips
+    print(f"strangers gave up after {time.monotonic() - began:.1f} s")
     # A driver here without TLS is told so in one line, before Ray starts.
     with pytest.raises(ConfigError, match="speaks TLS and this process does not"):
         join.probe(target, c.token)
