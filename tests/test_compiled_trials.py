@@ -55,13 +55,14 @@ def test_a_compiled_trial_past_dynamos_recompile_limit_in_a_reused_actor_still_r
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: real(self, backend="eager", **kw))
     # The limit at 2 instead of Dynamo's 8: the same cache and the same fall-back to eager past
     # it, met by the 4th trial instead of the 10th (a trial's graphs are traced in seconds).
+    # (Dynamo's own patch: monkeypatch's undo hides a key of Dynamo's config module for good.)
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(torch._dynamo.config, limit, 2)
-    # 4 trials of one process, one model size each: each its own graph of the same forward.
-    for width in range(8, 12):
-        if MODULE in sys.modules:
-            sys.modules[MODULE].TRACED.clear()
-        train(tmp_path / f"w{width}", spec, hp(width=width, compile=True, batch_size=50))
+    with torch._dynamo.config.patch({limit: 2}):
+        # 4 trials of one process, one model size each: each its own graph of the same forward.
+        for width in range(8, 12):
+            if MODULE in sys.modules:
+                sys.modules[MODULE].TRACED.clear()
+            train(tmp_path / f"w{width}", spec, hp(width=width, compile=True, batch_size=50))
     traced = sys.modules[MODULE].TRACED
     # A compiled forward appends when Dynamo traces it (True), then runs its graph; past the
     # recompile limit it runs eagerly and appends False at every call.
