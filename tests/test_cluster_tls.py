@@ -98,15 +98,13 @@ def test_a_machine_without_the_clusters_certificate_cannot_join(tls_cluster: nsc
     ]
     target = join.target(c.gcs)
     assert target is not None
-    began = time.monotonic()
-    deadline = began + 60
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(s.alive() for s in strangers):
         ips = {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
         assert ips == {n.ip for n in c.nodes}, ips  # never joined
         time.sleep(2)
     ips = {n.node_manager_address for n in join.gcs_nodes(target, c.token, c.host_tls)}
     assert ips == {n.ip for n in c.nodes}, ips
-    print(f"strangers gave up after {time.monotonic() - began:.1f} s")
     # A driver here without TLS is told so in one line, before Ray starts.
     with pytest.raises(ConfigError, match="speaks TLS and this process does not"):
         join.probe(target, c.token)
