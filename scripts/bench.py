@@ -1,6 +1,7 @@
 """tuner against the hand-written peers, measured side by side in one run on this machine.
 
 usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCHMARKS.md] [--smoke]
+                              [--address GCS]
 
 Sections (issues 7 and 16):
   fixed       issue 16's command (digits_mlp, random, 30 trials, <= 27 epochs, seed 1) against
@@ -21,7 +22,11 @@ Sections (issues 7 and 16):
 Every figure is a median over repeats; ratios compare runs of the same repeat set. --smoke
 runs every section at toy sizes (tuner's bohb and random only) in a few minutes
 (tests/test_bench.py keeps it from rotting); its numbers mean nothing and it writes
-BENCHMARKS.md only if --write is given.
+BENCHMARKS.md only if --write is given. --address runs tuner's sweeps on a Ray cluster that is
+already running (`tuner cluster start`; its token as for `tuner sweep --address`) instead of each
+starting its own Ray: their walls then leave out Ray's start, so their ratios against the peers
+(which start theirs) are not the issue's. The fixed-cost section always starts its own, since
+that start is what it measures.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ PEERS = Path(os.environ.get("TUNER_PEERS", ROOT.parent / "shared" / "peers"))
 PY = sys.executable
 TARGET_ACC = 0.975
 DEFAULT_SECTIONS = "fixed,throughput,overhead,ddp,parity,makespan,search,compute"
+JOIN: list[str] = []  # ["--address", GCS] with --address: every sweep but the fixed cost's joins it
 
 
 def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
@@ -73,7 +79,7 @@ def records(sweep: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
 
 
 def tuner_sweep(work: Path, name: str, *args: str) -> tuple[float, Path]:
-    wall, _ = run([PY, "-m", "tuner", "sweep", *args, "--output", str(work), "--name", name])
+    wall, _ = run([PY, "-m", "tuner", "sweep", *args, *JOIN, "--output", str(work), "--name", name])
     return wall, work / name
 
 
@@ -365,6 +371,11 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
         f" (all sections in one run, repeats alternating).",
         "",
     ]
+    if getattr(cfg, "address", None):  # the address itself is the user's: not written
+        lines += [
+            "tuner's sweeps ran on a running Ray cluster (--address): Ray's start is not in their walls.",
+            "",
+        ]
     if "fixed" in res:
         lines += bench_fixed.report(res["fixed"], cfg)
     if "throughput" in res:
@@ -464,7 +475,13 @@ def main() -> None:
     p.add_argument("--write", metavar="FILE", help="append the tables to this Markdown file")
     p.add_argument("--smoke", action="store_true", help="toy sizes: checks every section runs")
     p.add_argument("--keep", action="store_true", help="keep the sweep directories")
+    p.add_argument(
+        "--address",
+        metavar="GCS",
+        help="run the sweeps on this running Ray cluster, not a Ray of their own (fixed cost excepted)",
+    )
     cfg = p.parse_args()
+    JOIN[:] = ["--address", cfg.address] if cfg.address else []
     sizes = dict(
         trials=30,
         max_epochs=27,
