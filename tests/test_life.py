@@ -85,8 +85,7 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
         schedule__max_epochs=max_epochs,
         schedule__early_stopping=False,
         schedule__time_budget=budget,
-        resources__max_concurrent_trials=2,
-    )
+    )  # at the default concurrency (2 on 2 CPUs), where Tune queues trials it may never start
     began = time.time()
     out = run_sweep(cfg)
     wall = time.time() - began
@@ -103,26 +102,11 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
         rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
         assert sum(1 for r in rows if r["wall_time"] > first + budget) <= 1, rows
     # Trials removed unstarted leave no directory behind (best/: the best trial's weights;
-    # sweep/: TensorBoard's run of the sweep as a whole).
+    # sweep/: TensorBoard's run of the sweep as a whole). Issue 26: at the default concurrency
+    # each queued trial the budget removed kept one (Tune made it as it queued the trial).
     kept = sorted(p.name for p in Path(out.sweep_dir).iterdir() if p.is_dir() and p.name != SWEEP_RUN)
     assert kept == sorted([*(t["trial_id"] for t in trials), "best"])
     assert wall < budget + 60
-
-
-@pytest.mark.slow
-def test_a_spent_budget_leaves_no_directory_of_the_trials_it_removed(tmp_path: Path) -> None:
-    # Issue 26: from the CLI, at the default concurrency, each queued trial the budget removed
-    # kept a directory (Tune made it as it queued the trial; its end was written into it).
-    done = run_cli(
-        "sweep", str(DEBUG), "--output", str(tmp_path), "--num-samples", "12", "--max-epochs", "300",
-        "--set", "task.model=tests.chaos:slow", "--set", "search.params.step_sleep_s=0.02",
-        "--set", "schedule.time_budget=20", "--set", "schedule.early_stopping=false",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
-    assert summary["status"] == "budget" and len(summary["trials"]) < 12
-    kept = {p.name for p in (tmp_path / "debug").iterdir() if p.is_dir()} - {SWEEP_RUN}
-    assert kept == {t["trial_id"] for t in summary["trials"]} | {"best"}, kept
 
 
 @pytest.mark.slow
@@ -234,6 +218,7 @@ class _Hook(BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")  # the second sweep runs on it (its words are tuner's)
 def test_a_webhook_gets_the_outcome_and_its_secret_is_never_printed(tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -269,8 +254,9 @@ def test_a_webhook_gets_the_outcome_and_its_secret_is_never_printed(tmp_path: Pa
         assert "s3cret" not in stored and "hookuser" not in stored
         assert "notify.webhook: the sweep directory keeps its URL without the user:password" in done.stderr
         # A webhook that fails: a warning naming only its host, and the sweep's own exit code.
+        # (What a whole process prints, Ray's lines too, is checked above.)
         _Hook.answer = 500
-        again = run_cli(
+        again = cli(
             "sweep",
             str(DEBUG),
             "--output",
@@ -283,6 +269,7 @@ def test_a_webhook_gets_the_outcome_and_its_secret_is_never_printed(tmp_path: Pa
             "1",
             "--notify",
             secret_url,
+            on_session=True,
         )
         assert again.returncode == 0
         assert f"warning: notify.webhook http://127.0.0.1:{port}/...: not notified (HTTP 500)" in again.stderr
