@@ -69,17 +69,27 @@ def _configs(outcome: SweepOutcome, algorithm: str) -> list[str]:
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.parametrize("algorithm", list(SEARCHED))
 def test_resumed_sweep_runs_what_an_uninterrupted_one_runs(tmp_path: Path, algorithm: str) -> None:
-    reference = _sweep(tmp_path / "whole", algorithm, interrupt_at=0)
-    assert reference.exit_code == 0 and reference.summary["status"] == "completed"
-    expected = _configs(reference, algorithm)
-    assert len(expected) == TRIALS
+    """Interrupted twice (INTERRUPT_AT), each resumed. Grid and random: the very trials of the
+    same sweep run uninterrupted. Model-based: as many trials, none run twice (what they would
+    have proposed uninterrupted depends on the results, so no reference sweep is run).
+    Random's second interruption is resumed from a copy of its directory: the copy resumes
+    into itself, and the original is left as it was."""
+    expected: list[str] = []
+    if algorithm in ("grid", "random"):  # lists fixed by the seed
+        reference = _sweep(tmp_path / "whole", algorithm, interrupt_at=0)
+        assert reference.exit_code == 0 and reference.summary["status"] == "completed"
+        expected = _configs(reference, algorithm)
+        assert len(expected) == TRIALS
     for at in INTERRUPT_AT:
         stopped = _sweep(tmp_path / f"at{at}", algorithm, interrupt_at=at)
         assert stopped.exit_code == 130, (at, stopped.summary["counts"])
-        resumed = resume_sweep(stopped.sweep_dir)
+        if algorithm == "random" and at == TRIALS - 1:
+            resumed = _resume_a_copy(Path(stopped.sweep_dir))
+        else:
+            resumed = resume_sweep(stopped.sweep_dir)
         assert resumed.summary["status"] == "completed", (at, resumed.summary["counts"])
         got = _configs(resumed, algorithm)
-        if algorithm in ("grid", "random"):  # lists fixed by the seed: the very same trials
+        if expected:  # the very same trials
             assert got == expected, at
         if algorithm == "grid":  # no early stopping: every trial trains to the end, the one a
             # Ctrl-C stopped at its next report too (continued by resume, not counted finished)
@@ -96,11 +106,9 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_a_copied_sweep_resumes_into_itself_and_leaves_the_original_alone(tmp_path: Path) -> None:
-    stopped = _sweep(tmp_path / "runs", "random", interrupt_at=2)
-    assert stopped.exit_code == 130
-    original = Path(stopped.sweep_dir)
+def _resume_a_copy(original: Path) -> SweepOutcome:
+    """Resume a copy of an interrupted sweep's directory: it resumes into itself and leaves the
+    original alone; a damaged summary.json of the finished copy is rewritten, not a traceback."""
     copy = original.with_name("debug-moved")
     subprocess.run(["cp", "-a", str(original), str(copy)], check=True)
     before = _tree(original)
@@ -115,6 +123,7 @@ def test_a_copied_sweep_resumes_into_itself_and_leaves_the_original_alone(tmp_pa
     with pytest.raises(AlreadyFinished, match="completed; its damaged summary.json is rewritten"):
         resume_sweep(str(copy))
     assert json.loads((copy / "summary.json").read_text())["status"] == "completed"
+    return resumed
 
 
 @pytest.mark.parametrize("name", ["..", "."])
