@@ -137,3 +137,24 @@ class _Hang(_Chaos):
 
 def hang(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return _Hang(config, input_shape, num_classes)
+
+
+class _Diverging(_Chaos):
+    """Outputs infinities from its first training step: the loss is not finite (diverged)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * float("inf")
+
+
+def fault(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The failure the trial's `fault` names, for one sweep of several failures side by side:
+    `error` (a user bug: the model cannot be built), `oom` (out of memory above `oom_above`
+    samples a batch), `diverge` (non-finite outputs), `none` (the built-in MLP)."""
+    kind = config["fault"]
+    if kind == "error":
+        raise ValueError(f"cannot build a layer of width {config['width']}")
+    if kind == "oom":
+        return _OutOfMemory(config, input_shape, num_classes)
+    if kind == "diverge":
+        return _Diverging(config, input_shape, num_classes)
+    return mlp(config, input_shape, num_classes)

@@ -95,48 +95,41 @@ def test_ddp_trial_whose_ranks_raise_fails_alone_and_hands_its_workers_back(tmp_
     assert_resources_returned()
 
 
-def test_user_error_ends_that_trial_only_and_the_exit_code_says_so(
+def test_a_user_error_oom_and_divergence_each_end_their_trial_only(
     tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:
-    params = {"broken_width": 12, "width": [8, 12, 16]}
-    cfg = _one_trial(tmp_path, params, task__model="tests.chaos:broken_width", schedule__max_epochs=2)
+    """One sweep, a trial for each way to fail (tests.chaos:fault) beside a healthy one, ASHA on:
+    the user's error ends its trial (status ERROR, exit 1); out of memory below the minimum
+    micro-batch and a diverged loss end theirs as results (never ERROR: alone they exit 0);
+    the healthy trial is the best and trains to its last epoch."""
+    params = {"fault": ["none", "error", "oom", "diverge"], "min_micro_batch": 8, "oom_above": 2}
+    over = {"task__model": "tests.chaos:fault", "schedule__max_epochs": 2, "schedule__early_stopping": True}
+    cfg = _one_trial(tmp_path, params, **over)
     out = run_sweep(cfg)
-    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
-    # One line for the failed trial, naming its error and its traceback's file; no traceback.
+    by_fault = {t["config"]["fault"]: t for t in out.summary["trials"]}
+    error, oom, bad, healthy = (by_fault[f] for f in ("error", "oom", "diverge", "none"))
+    # The user's error: one line naming it and its traceback's file; no traceback printed.
     printed = capfd.readouterr()
-    trace = Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt"
-    said = f"failed: ValueError: cannot build a layer of width 12 (full traceback: {trace})"
+    trace = Path(out.sweep_dir) / error["trial_id"] / "traceback.txt"
+    said = f"failed: ValueError: cannot build a layer of width 16 (full traceback: {trace})"
     assert said in printed.out
     assert "Traceback" not in printed.out + printed.err, printed.err
-    assert by_width[12]["status"] == "ERROR"
-    assert by_width[12]["failure"] == "error: ValueError: cannot build a layer of width 12"
-    assert "ValueError" in (Path(out.sweep_dir) / by_width[12]["trial_id"] / "traceback.txt").read_text()
-    assert by_width[8]["status"] == by_width[16]["status"] == "TERMINATED"
-    assert out.summary["best"]["trial_id"] != by_width[12]["trial_id"]
+    assert error["status"] == "ERROR"
+    assert error["failure"] == "error: ValueError: cannot build a layer of width 16"
+    assert "ValueError" in trace.read_text()
     assert out.exit_code == 1  # an error left fewer finished trials than planned
-
-
-def test_diverged_trial_is_marked_never_best_never_promoted(tmp_path: Path) -> None:
-    cfg = _one_trial(tmp_path, {"optimizer": "sgd", "lr": [1e9, 0.05]}, schedule__early_stopping=True)
-    out = run_sweep(cfg)
-    by_lr = {t["config"]["lr"]: t for t in out.summary["trials"]}
-    bad = by_lr[1e9]
-    assert bad["failure"] == "diverged" and bad["epochs"] == 1 and bad["best_value"] is None
-    assert out.summary["best"]["trial_id"] == by_lr[0.05]["trial_id"]
-    assert out.summary["counts"].get("diverged") == 1 and out.exit_code == 0
-    # What the scheduler saw was -inf, never NaN (ASHA's rung cut-offs do not guard against NaN).
+    # Out of memory below min_micro_batch: a result, not an error.
+    assert oom["failure"] == "oom" and oom["status"] != "ERROR", oom
+    assert out.summary["counts"]["oom"] == 1
+    # Diverged: ended after its first epoch, never best; the scheduler saw -inf, never NaN
+    # (ASHA's rung cut-offs do not guard against NaN).
+    assert bad["failure"] == "diverged" and bad["epochs"] == 1 and bad["best_value"] is None, bad
+    assert bad["status"] != "ERROR" and out.summary["counts"].get("diverged") == 1
     reported = [json.loads(line) for line in (Path(out.sweep_dir) / bad["trial_id"] / "result.json").open()]
     assert reported[-1]["val_acc"] == -math.inf and not any(math.isnan(r["val_acc"]) for r in reported)
-
-
-def test_out_of_memory_below_the_minimum_fails_that_trial_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    params = {"min_micro_batch": 8, "oom_above": [2, 1000]}
-    cfg = _one_trial(tmp_path, params, task__model="tests.chaos:oom_above", schedule__max_epochs=2)
-    out = run_sweep(cfg)
-    by_limit = {t["config"]["oom_above"]: t for t in out.summary["trials"]}
-    assert by_limit[2]["failure"] == "oom" and by_limit[1000]["failure"] is None
-    assert by_limit[1000]["epochs"] == 2
-    assert out.summary["counts"]["oom"] == 1 and out.exit_code == 0
+    # The healthy one goes on to the end and is the best.
+    assert healthy["status"] == "TERMINATED" and healthy["failure"] is None and healthy["epochs"] == 2
+    assert out.summary["best"]["trial_id"] == healthy["trial_id"]
 
 
 def test_autoscaling_cluster_waits_for_what_a_node_type_can_hold(capsys: pytest.CaptureFixture) -> None:
