@@ -158,3 +158,10 @@ def fault(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int
     if kind == "diverge":
         return _Diverging(config, input_shape, num_classes)
     return mlp(config, input_shape, num_classes)
+
+
+def broken_or_hang(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """`broken_width`'s user bug at that width, else `hang`'s model (hangs at `hang_width`)."""
+    if int(config["width"]) == int(config["broken_width"]):
+        raise ValueError(f"cannot build a layer of width {config['width']}")
+    return _Hang(config, input_shape, num_classes)

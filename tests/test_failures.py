@@ -74,27 +74,6 @@ def test_ddp_trial_whose_rank1_dies_is_retried_from_its_checkpoint(tmp_path: Pat
     assert_resources_returned()
 
 
-@pytest.mark.slow
-def test_ddp_trial_whose_ranks_raise_fails_alone_and_hands_its_workers_back(tmp_path: Path) -> None:
-    params = {"broken_width": 12, "width": [12, 8]}
-    cfg = _one_trial(
-        tmp_path,
-        params,
-        task__model="tests.chaos:broken_width",
-        resources__workers_per_trial=2,
-        schedule__max_epochs=2,
-    )
-    out = run_sweep(cfg)
-    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
-    assert by_width[12]["status"] == "ERROR"
-    assert by_width[12]["failure"] == "error: ValueError: cannot build a layer of width 12"
-    # The next trial got both CPUs back while the sweep ran, and trained over both ranks.
-    assert by_width[8]["status"] == "TERMINATED" and by_width[8]["epochs"] == 2
-    assert by_width[8]["last_metrics"]["world_size"] == 2
-    assert out.exit_code == 1
-    assert_resources_returned()
-
-
 def test_a_user_error_oom_and_divergence_each_end_their_trial_only(
     tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:
@@ -191,28 +170,39 @@ def test_a_trial_that_hangs_ends_as_timeout_and_the_sweep_goes_on(tmp_path: Path
     assert "no epoch finished within 8 s" in log and "in trip" in log  # where it hung
 
 
-def test_a_ddp_rank_that_hangs_ends_its_trial_as_timeout_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    """Rank 1 hangs (it does not die): rank 0 waits for it in the gradients' all-reduce. The
-    trial ends within schedule.trial_timeout (not gloo's 30 or NCCL's 10 minutes), both ranks'
-    CPUs come back, and the next trial trains over 2 ranks."""
-    params = {"hang_at_step": 2 * STEPS_PER_EPOCH + 1, "hang_width": 8, "hang_rank": 1, "width": [8, 16]}
+def test_ddp_trials_whose_ranks_raise_or_hang_fail_alone_and_hand_their_workers_back(tmp_path: Path) -> None:
+    """Two workers a trial, so one trial at a time on 2 CPUs, in the grid's order. Width 12:
+    both ranks raise building the model (a user's bug), the trial ends in ERROR. Width 8: rank 1
+    hangs (it does not die) and rank 0 waits for it in the gradients' all-reduce; the trial
+    ends within schedule.trial_timeout (not gloo's 30 or NCCL's 10 minutes). Width 16, after
+    both, gets both ranks' CPUs back and trains over 2 ranks to its end."""
+    params = {
+        "broken_width": 12,
+        "hang_at_step": 2 * STEPS_PER_EPOCH + 1,
+        "hang_width": 8,
+        "hang_rank": 1,
+        "width": [12, 8, 16],
+    }
     cfg = _one_trial(
         tmp_path,
         params,
-        task__model="tests.chaos:hang",
+        task__model="tests.chaos:broken_or_hang",
         resources__workers_per_trial=2,
         schedule__max_epochs=3,
         schedule__trial_timeout=8,
     )
     out = run_sweep(cfg)
     by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
-    hung, other = by_width[8], by_width[16]
+    raised, hung, other = by_width[12], by_width[8], by_width[16]
+    assert raised["status"] == "ERROR"
+    assert raised["failure"] == "error: ValueError: cannot build a layer of width 12"
+    assert out.exit_code == 1
     assert hung["failure"] == "timeout" and hung["epochs"] == 2, hung
     rows = read_metrics(str(Path(out.sweep_dir) / hung["trial_id"]))
     assert rows[2]["failure"] == "timeout"
     # Ended 8 s after its last epoch, give or take the watchdog's second and a loaded machine.
     assert 7.9 <= rows[2]["wall_time"] - rows[1]["wall_time"] < 20, rows
-    assert other["failure"] is None and other["epochs"] == 3, other
+    assert other["status"] == "TERMINATED" and other["failure"] is None and other["epochs"] == 3, other
     assert other["last_metrics"]["world_size"] == 2
     log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
     assert "no epoch finished within 8 s" in log
