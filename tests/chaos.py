@@ -71,10 +71,15 @@ def oom_above(config: dict[str, Any], input_shape: tuple[int, ...], num_classes:
     return _OutOfMemory(config, input_shape, num_classes)
 
 
-def broken_width(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """A user bug: this model cannot be built for width == `broken_width`."""
+def _refuse_broken_width(config: dict[str, Any]) -> None:
+    """A user bug: the model cannot be built for width == `broken_width`."""
     if int(config["width"]) == int(config["broken_width"]):
         raise ValueError(f"cannot build a layer of width {config['width']}")
+
+
+def broken_width(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A user bug: this model cannot be built for width == `broken_width`."""
+    _refuse_broken_width(config)
     return mlp(config, input_shape, num_classes)
 
 
@@ -152,7 +157,7 @@ def fault(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int
     samples a batch), `diverge` (non-finite outputs), `none` (the built-in MLP)."""
     kind = config["fault"]
     if kind == "error":
-        raise ValueError(f"cannot build a layer of width {config['width']}")
+        _refuse_broken_width({**config, "broken_width": config["width"]})  # whatever its width
     if kind == "oom":
         return _OutOfMemory(config, input_shape, num_classes)
     if kind == "diverge":
@@ -162,6 +167,5 @@ def fault(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int
 
 def broken_or_hang(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """`broken_width`'s user bug at that width, else `hang`'s model (hangs at `hang_width`)."""
-    if int(config["width"]) == int(config["broken_width"]):
-        raise ValueError(f"cannot build a layer of width {config['width']}")
+    _refuse_broken_width(config)
     return _Hang(config, input_shape, num_classes)

@@ -194,6 +194,24 @@ def assert_resources_returned(within_s: float = 10.0) -> None:
     assert not any(held.values()), f"still held after the sweep: {held}"
 
 
+# What points Ray's CLI and tuner at some other cluster: dropped from a test cluster's environment.
+OTHER_CLUSTER = (
+    "RAY_ADDRESS",
+    "RAY_API_SERVER_ADDRESS",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_MODE",
+    "RAY_JOB_CONFIG_JSON_ENV_VAR",
+)
+
+
+def cluster_env(base: Path) -> dict[str, str]:
+    """The environment for a `tuner cluster` of a test: its state and token under `base`
+    (never ~/.ray or the user's state directory), nothing pointing at another cluster."""
+    env = {k: v for k, v in os.environ.items() if k not in OTHER_CLUSTER}
+    env.update(TUNER_CLUSTER_DIR=str(base / "state"), RAY_AUTH_TOKEN_PATH=str(base / "token"))
+    return env
+
+
 def debug_config(tmp_path: Path, **overrides: Any):
     """debug.yaml with results under tmp_path and dotted overrides ("search.algorithm")."""
     from tuner.config import load_sweep

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cluster_env
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
@@ -87,8 +87,7 @@ def test_bench_smoke_runs_every_section(tmp_path: Path) -> None:
     and state in tmp_path) rather than each starting a Ray: 7 Ray starts fewer. The fixed-cost
     section still starts its own (the embedded start it times), so that path runs here too."""
     out_md = tmp_path / "bench.md"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(TUNER_CLUSTER_DIR=str(tmp_path / "state"), RAY_AUTH_TOKEN_PATH=str(tmp_path / "token"))
+    env = cluster_env(tmp_path)
     env["TUNER_PEERS"] = str(stand_in_peers(tmp_path / "p"))
     cluster = [sys.executable, "-m", "tuner", "cluster"]
     started = subprocess.run(

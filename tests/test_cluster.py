@@ -8,7 +8,6 @@ user's ~/.ray) and stop only the processes it started.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import DEBUG, ROOT
+from tests.conftest import DEBUG, ROOT, cluster_env
 from tuner.cluster import join as cluster
 from tuner.cluster import submit
 from tuner.config import ConfigError
@@ -229,16 +228,7 @@ RAY = str(Path(sys.executable).with_name("ray"))
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("cluster")
-    drop = {
-        "RAY_ADDRESS",
-        "RAY_API_SERVER_ADDRESS",
-        "RAY_AUTH_TOKEN",
-        "RAY_AUTH_MODE",
-        "RAY_JOB_CONFIG_JSON_ENV_VAR",
-    }
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(TUNER_CLUSTER_DIR=str(base / "state"), RAY_AUTH_TOKEN_PATH=str(base / "token"))
-    live = Live(env, {}, "")
+    live = Live(cluster_env(base), {}, "")
     start = live.run(
         str(SCRIPTS / "cluster.sh"), "start", "--workers", "1", "--num-cpus", "1", "--object-store-mb", "256"
     )
