@@ -101,7 +101,23 @@ def test_a_stopped_trial_that_takes_seconds_to_wind_down_does_not_fail_the_next_
     assert summary["status"] == "completed" and len(summary["trials"]) == len(lrs)
     failed = [t for t in summary["trials"] if t["status"] == "ERROR"]
     assert failed and all("reset_config" in t["failure"] for t in failed), summary["trials"]
-    assert all(t["epochs"] == 0 for t in failed)
+    assert all(t["epochs"] == 0 and t["never_started"] for t in failed)
+    assert all("never_started" not in t for t in summary["trials"] if t["status"] != "ERROR")
+    assert f"{len(failed)} trial(s) Ray Tune could not start" in ran.stdout
+    # None of the user's code ran in those: `resume` runs them, in their own directories,
+    # and they train as the same configurations did in the sweep above (where reuse held).
+    resumed = cli("resume", str(tmp_path / "short"), on_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    summary = json.loads((tmp_path / "short" / "summary.json").read_text())
+    after = {t["trial_id"]: t for t in summary["trials"]}
+    assert len(after) == len(lrs) and all(t["status"] == "TERMINATED" for t in after.values()), after
+    first = {t["config"]["lr"]: t for t in trials}
+    for t in failed:
+        again = after[t["trial_id"]]
+        assert "never_started" not in again and again["epochs"] >= 1
+        rows = read_metrics(str(tmp_path / "short" / t["trial_id"]))
+        same = read_metrics(str(Path(out.sweep_dir) / first[t["config"]["lr"]]["trial_id"]))
+        assert rows[0]["val_loss"] == pytest.approx(same[0]["val_loss"], rel=1e-6), (rows[0], same[0])
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
 from tuner.results import number
-from tuner.sweepdir import EXPORT_FILES
+from tuner.sweepdir import EXPORT_FILES, NEVER_STARTED
 
 __all__ = ["build_parser", "main", "overrides_from"]
 
@@ -136,6 +136,12 @@ def _print_outcome(outcome: Any) -> int:
     )
     if s["status"] == "interrupted":
         print(f"interrupted; continue with: python -m tuner resume {outcome.sweep_dir}")
+    never = sum(1 for t in s["trials"] if t.get(NEVER_STARTED))
+    if never:
+        print(
+            f"{never} trial(s) Ray Tune could not start (none of your code ran); "
+            f"run them with: python -m tuner resume {outcome.sweep_dir}"
+        )
     if s["status"] == "failed":  # failure.fail_fast
         print(
             f"stopped: its first trials all failed with {s['error']}; "

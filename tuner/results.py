@@ -16,7 +16,15 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-from tuner.sweepdir import NOTICE, error_line, finite, read_metrics, recovered_record, trial_dirs
+from tuner.sweepdir import (
+    NEVER_STARTED,
+    NOTICE,
+    error_line,
+    finite,
+    read_metrics,
+    recovered_record,
+    trial_dirs,
+)
 
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
@@ -97,10 +105,16 @@ class TrialRecord:
     outcome: Outcome = Outcome.UNFINISHED
     started: Optional[float] = None  # when it first started (time.time()), if known
     ended: Optional[float] = None  # when it ended; None while unfinished
+    never_started: bool = False  # Tune failed it before it started (no code of the user's ran)
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def to_run(self) -> bool:
+        """Whether `resume` (and `extend`) run it: unfinished, or failed before it started."""
+        return not self.finished or self.never_started
 
 
 # ----------------------------------------------------------------------------- records
@@ -143,6 +157,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         outcome=outcome,
         started=float(info["started"]) if finite(info.get("started")) else None,
         ended=None if outcome is Outcome.UNFINISHED else _ended(info, rows),
+        never_started=status == "ERROR" and bool(info.get(NEVER_STARTED)),
     )
 
 
@@ -222,12 +237,12 @@ def summarize(
     top = best(trials, mode)
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
-    if ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
-        status = ended
     errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
-    if ended == FAILED and errors:  # (trials it cut off count as unfinished: resume runs them)
-        status = FAILED
-    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended")
+    if ended == FAILED:  # (trials it cut off count as unfinished: resume runs them)
+        status = FAILED if errors else status  # (no error among them: interrupted, as it stands)
+    elif ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
+        status = ended
+    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended", "never_started")
     return {
         "name": name,
         "metric": metric,
@@ -250,7 +265,13 @@ def summarize(
             else {}
         ),
         **({"error": max(errors, key=errors.count)} if status == FAILED else {}),
-        "trials": [{k: v for k, v in asdict(r).items() if k not in hidden} for r in trials],
+        "trials": [
+            {
+                **{k: v for k, v in asdict(r).items() if k not in hidden},
+                **({NEVER_STARTED: True} if r.never_started else {}),
+            }
+            for r in trials
+        ],
     }
 
 

@@ -174,9 +174,7 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         cfg.search.num_samples += more
         cfg, text = settled(cfg)
         held.write_config(text, cfg.code_dirs)
-        trials = _records(cfg, sweep_dir)
-        finished = [t for t in trials if t.finished]
-        unfinished = [t for t in trials if not t.finished]
+        finished, unfinished = _split(_records(cfg, sweep_dir))
         start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
         if mirror is not None:
             mirror.push(*sweepdir.config_files(sweep_dir))
@@ -186,9 +184,7 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
 
 def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
     """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
-    trials = _records(cfg, sweep_dir)
-    finished = [t for t in trials if t.finished]
-    unfinished = [t for t in trials if not t.finished]
+    finished, unfinished = _split(_records(cfg, sweep_dir))
     status = _status(sweep_dir) if not unfinished else None
     if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
@@ -203,6 +199,12 @@ def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], lis
             f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
         )
     return finished, unfinished
+
+
+def _split(trials: list[TrialRecord]) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """(kept as they are, to run): unfinished trials, and those Tune failed before they
+    started (no code of the user's ran: their error says nothing of the configuration), run."""
+    return [t for t in trials if not t.to_run], [t for t in trials if t.to_run]
 
 
 def _status(sweep_dir: str) -> Optional[str]:
@@ -445,7 +447,6 @@ def _launch(
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
     names = TrialNames(start.resumed_dirs)
-    reuse = cfg.trial_mode.in_actor(res.workers)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )
@@ -456,10 +457,9 @@ def _launch(
             search_alg=plan.search_alg,
             scheduler=plan.scheduler if limits is None else Budgeted(plan.scheduler, limits),
             num_samples=plan.num_samples,
-            # Reused actors keep data and imports warm between 1-worker trials. A DDP trial's
-            # actor drives its own ranks, which a reset would leave holding the placement
-            # group: no reuse for those.
-            reuse_actors=reuse,
+            # Reused actors keep data and imports warm between trials; a DDP trial's actor
+            # also keeps its ranks when its trial ended cleanly (trial/launch/ranks.py).
+            reuse_actors=True,
             trial_name_creator=names,
             trial_dirname_creator=names,
         ),

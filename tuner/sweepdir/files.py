@@ -35,6 +35,9 @@ CODE_FILE = "code.json"  # where the sweep imports its own modules from (resume 
 SUMMARY_FILE = "summary.json"
 AUTOTUNE_FILE = "autotune.json"  # training.autotune: the choice, its arms, what it cost (the driver's)
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
+# A record's key: Tune failed the trial before it started (its reused actor could not be reset),
+# so it ended in error without running any code of yours, and `resume` runs it.
+NEVER_STARTED = "never_started"
 METRICS_FILE = "metrics.jsonl"  # a trial's epochs (the trial's)
 TRACEBACK_FILE = "traceback.txt"  # the trial's own traceback when its code raised
 TUNE_ERROR_FILE = "error.txt"  # Tune's, written by the driver
