@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from tests.conftest import DEBUG, ROOT, cluster_env
+from tuner.cluster import _ray_internals, submit
 from tuner.cluster import join as cluster
-from tuner.cluster import submit
 from tuner.config import ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -176,6 +176,46 @@ def test_submit_command_checks_first_and_sets_up_a_clean_stop(monkeypatch: pytes
         ["search_spaces/debug.yaml", "--address", "http://10.0.0.5:8265", submit.INSECURE]
     )
     assert env == {} and cmd[-1] == submit.INSECURE  # the driver is told too
+
+
+def test_submit_refuses_a_working_directory_past_one_upload_and_names_its_largest_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Counted as Ray packs it, a working directory past what a cluster takes in one upload
+    (its dashboard answers HTTP 413, a traceback from `ray job submit`) is one line naming
+    --working-dir and the largest files, before any cluster is asked anything (none runs
+    here). Left out by .rayignore or .gitignore, the file no longer counts: the submit goes
+    on to its next check, which cluster."""
+    limit = _ray_internals.upload_limit()
+    assert limit == 100 * 2**20  # Ray 2.60's dashboard
+    monkeypatch.setenv("TUNER_CLUSTER_DIR", str(tmp_path / "no-cluster"))
+    for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"):
+        monkeypatch.delenv(name, raising=False)
+    work = tmp_path / "project"
+    (work / "data").mkdir(parents=True)
+    shutil.copy(DEBUG, work / "sweep.yaml")
+    monkeypatch.chdir(work)
+    (work / "data" / "weights.bin").write_bytes(bytes(limit))
+    (work / "notes.txt").write_bytes(bytes(2**20))
+    (work / ".venv").mkdir()  # never packed by Ray: not counted
+    (work / ".venv" / "big.so").write_bytes(bytes(limit))
+    with pytest.raises(ConfigError) as refused:
+        submit.command(["sweep.yaml"])
+    message = str(refused.value)
+    assert refused.value.path == "--working-dir" and "\n" not in message, message
+    assert f"directory {work} packs to 101 MiB, past the 100 MiB a Ray cluster takes" in message
+    assert "(largest: data/weights.bin (100 MiB), notes.txt (1 MiB));" in message, message
+    for ignore in (".rayignore", ".gitignore"):
+        (work / ignore).write_text("data/\n")
+        with pytest.raises(ConfigError, match="no cluster to submit to"):
+            submit.command(["sweep.yaml"])
+        (work / ignore).unlink()
+    # Data linked in from elsewhere is packed whole (Ray follows the link): counted too.
+    elsewhere = tmp_path / "disk"
+    (work / "data").rename(elsewhere)
+    (work / "data").symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=r"\(largest: data/weights.bin \(100 MiB\)"):
+        submit.command(["sweep.yaml"])
 
 
 # ---------------------------------------------------------------------------------------

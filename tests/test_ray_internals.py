@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tuner.cluster import _ray_internals
+from tuner.cluster import _ray_internals, submit
 
 # (module, attribute path) of every private name _ray_internals uses.
 PRIVATE = [
@@ -32,6 +32,11 @@ PRIVATE = [
     ("ray._raylet", "Config.health_check_failure_threshold"),
     ("ray._private.authentication.authentication_token_setup", "_enable_token_auth"),
     ("ray._private.ray_constants", "ENABLE_RAY_CLUSTER"),
+    ("ray._private.ray_constants", "DASHBOARD_CLIENT_MAX_SIZE"),
+    ("ray._private.ray_constants", "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"),
+    ("ray._private.ray_constants", "get_runtime_env_default_excludes"),
+    ("ray._private.runtime_env.packaging", "_dir_travel"),
+    ("ray._private.runtime_env.packaging", "_get_excludes"),
     ("ray._private.state", "state.get_cluster_config"),
     ("ray._private.node", "Node.start_api_server"),
     ("ray._private.worker", "_global_node"),
@@ -56,6 +61,31 @@ def _get(module: str, path: str) -> object:
 @pytest.mark.parametrize("module, path", PRIVATE, ids=[f"{m}.{p}" for m, p in PRIVATE])
 def test_every_private_name_exists_in_the_installed_ray(module: str, path: str) -> None:
     _get(module, path)
+
+
+def test_the_files_counted_for_a_job_are_those_ray_packs(tmp_path: Path) -> None:
+    """What `tuner submit` counts (working_dir_files) is what Ray zips for the job, file for
+    file and byte for byte: its zip stores them uncompressed, and the ignore files and
+    excludes leave out the same files."""
+    import zipfile
+
+    from ray._private.runtime_env import packaging
+
+    root = tmp_path / "project"
+    made = {"a.py": 10, "data/x.bin": 5000, "data/skip.tmp": 7, "logs/l.txt": 3, ".git/c": 9}
+    for name, size in made.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(bytes(size))
+    (root / ".gitignore").write_text("*.tmp\n")
+    (root / "data" / ".rayignore").write_text("nothing-here\n")
+    files = _ray_internals.working_dir_files(str(root), ["logs/"])
+    assert files is not None
+    zipped = tmp_path / "p.zip"
+    packaging.create_package(str(root), zipped, include_gitignore=True, excludes=["logs/", ".git"])
+    with zipfile.ZipFile(zipped) as z:
+        packed = {i.filename: i.compress_size for i in z.infolist() if not i.is_dir()}
+    assert dict(files) == packed == {"a.py": 10, "data/x.bin": 5000, ".gitignore": 6, "data/.rayignore": 13}
+    assert 0 <= submit.packed_size(files) - zipped.stat().st_size < 100  # headers, near enough
 
 
 def test_the_private_behaviour_relied_on_is_as_checked() -> None:
@@ -138,6 +168,7 @@ def test_the_gate_takes_the_fallbacks_on_another_ray_or_when_asked(monkeypatch: 
     # Each function then takes its public way.
     assert _ray_internals.local_init_options(20) == {}
     assert os.environ["RAY_health_check_failure_threshold"] == "20"
+    assert _ray_internals.upload_limit() is None and _ray_internals.working_dir_files(".", []) is None
     assert _ray_internals.node_process_ids() == [] and _ray_internals.find_bootstrap_address() is None
     assert _ray_internals.autoscaler_node_groups() is None and not _ray_internals.imports_beside_init()
     assert list(_ray_internals.asha_rungs(object())) == []

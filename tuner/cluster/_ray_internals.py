@@ -375,5 +375,51 @@ def import_for_init() -> None:
             continue
 
 
+def upload_limit() -> Optional[int]:
+    """The most bytes a Ray cluster's dashboard takes in one upload (a job's working directory,
+    zipped); None where not checked. Checked Ray: ray_constants.DASHBOARD_CLIENT_MAX_SIZE, the
+    dashboard's aiohttp client_max_size (a bigger upload is answered with HTTP 413, which
+    `ray job submit` prints as a traceback). Fallback: None; the caller checks nothing."""
+    if not checked():
+        return None
+    from ray._private import ray_constants
+
+    return int(ray_constants.DASHBOARD_CLIENT_MAX_SIZE)
+
+
+def working_dir_files(root: str, excludes: list[str]) -> Optional[list[tuple[str, int]]]:
+    """The files (path inside `root`, bytes) that `ray job submit` packs into the job's
+    working directory: its zip stores them uncompressed. None where not checked.
+
+    Checked Ray: ray._private.runtime_env.packaging._zip_files, walked as it walks
+    (`_dir_travel` with `_get_excludes`): .gitignore unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1,
+    .rayignore at every level, the runtime env's `excludes` after
+    ray_constants.get_runtime_env_default_excludes(); files only (an empty directory adds a
+    name). Fallback: None; the caller checks nothing and Ray answers as it does."""
+    if not checked():
+        return None
+    import logging
+    from pathlib import Path
+
+    from ray._private import ray_constants
+    from ray._private.runtime_env import packaging
+
+    include_gitignore = os.environ.get(ray_constants.RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1"
+    top = Path(root).absolute()
+    every = ray_constants.get_runtime_env_default_excludes() + list(excludes)
+    found: list[tuple[str, int]] = []
+
+    def add(path: Path) -> None:
+        if path.is_file():
+            found.append((str(path.relative_to(top)), path.stat().st_size))
+
+    quiet = logging.getLogger("tuner.working_dir_files")  # Ray logs which ignore files it read
+    quiet.setLevel(logging.CRITICAL + 1)
+    quiet.propagate = False
+    excluded = [packaging._get_excludes(top, every)]
+    packaging._dir_travel(top, excluded, add, include_gitignore=include_gitignore, logger=quiet)
+    return found
+
+
 if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
     ray_start_on_loopback(sys.argv[1:])

@@ -2,9 +2,11 @@
 
     python -m tuner submit SWEEP.yaml [ray job submit options] [-- tuner sweep options]
 
-Before anything is sent, the sweep file and flags are validated, and the cluster's dashboard
-is asked its authentication mode (it answers anyone): a cluster without authentication that
-other machines can reach is refused unless --allow-insecure-cluster is given. The job gets
+Before anything is sent, the sweep file and flags are validated, a working directory bigger
+than a cluster takes in one upload (counted as Ray packs it: .gitignore, .rayignore and
+excludes honoured) is refused naming its largest files, and the cluster's dashboard is asked
+its authentication mode (it answers anyone): a cluster without authentication that other
+machines can reach is refused unless --allow-insecure-cluster is given. The job gets
 - the working directory (default: this one), with the sweep file's path inside it;
 - RAY_JOB_STOP_SIGNAL=SIGINT and a grace period (TUNER_STOP_GRACE_S, default 60 s): the job
   supervisor then interrupts the sweep on `ray job stop`, and Tune saves a resumable state
@@ -29,6 +31,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from tuner.cluster import _ray_internals
 from tuner.cluster import join as cluster
 from tuner.cluster.connect import add_runtime_flags
 from tuner.config import ConfigError, load_sweep
@@ -138,6 +141,43 @@ def validate(sweep: str, tuner_args: list[str], working_dir: Path) -> None:
         refuse_existing(str(working_dir / os.path.expanduser(cfg.output) / cfg.name))
 
 
+def check_size(working_dir: Path, excludes: Sequence[str]) -> None:
+    """Refuse a working directory bigger than a Ray cluster takes in one upload, in one line
+    naming its largest files, before anything is sent: the cluster would answer `ray job
+    submit` with HTTP 413, a traceback. Counted as Ray packs it (.gitignore, .rayignore and
+    excludes honoured, links followed, files stored uncompressed); a directory Ray could not
+    walk either (a link loop) is left for Ray to report."""
+    limit = _ray_internals.upload_limit()
+    if limit is None:
+        return
+    try:
+        files = _ray_internals.working_dir_files(str(working_dir), list(excludes))
+    except OSError:
+        return
+    if files is None or (size := packed_size(files)) <= limit:
+        return
+    by_size = sorted(files, key=lambda f: f[1], reverse=True)
+    largest = [f for f in by_size[:3] if f[1] >= 2**20] or by_size[:1]
+    named = ", ".join(f"{name} ({_mib(n)})" for name, n in largest)
+    raise ConfigError(
+        "--working-dir",
+        f"the job's working directory {working_dir} packs to {_mib(size)}, past the {_mib(limit)} a "
+        f"Ray cluster takes in one upload (largest: {named}); list what the job does not need in "
+        f"{working_dir / '.rayignore'} (or .gitignore, or the runtime env's excludes), or give "
+        "--working-dir a smaller directory",
+    )
+
+
+def packed_size(files: Sequence[tuple[str, int]]) -> int:
+    """Bytes of a zip storing `files` (name, bytes) uncompressed: each file's bytes, its name
+    twice and ~80 bytes of headers, and the archive's 22-byte end record."""
+    return sum(n + 2 * len(name.encode()) + 80 for name, n in files) + 22
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f}".removesuffix(".0") + " MiB"
+
+
 def command(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
     """(the `ray job submit` command, its extra environment, a line describing it)."""
     if not argv or argv[0].startswith("-"):
@@ -154,6 +194,8 @@ def command(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
     if not inside.is_relative_to(working_dir):
         raise ConfigError("", f"{sweep} is not inside the working directory {working_dir} that the job gets")
     validate(sweep, tuner_args, working_dir)
+    job_env = runtime_env(ray_args, working_dir)
+    check_size(working_dir, job_env.get("excludes") or [])
     address = take(ray_args, "--address") or default_address()
     if "://" not in address:
         address = "http://" + address
@@ -161,7 +203,6 @@ def command(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
     entrypoint = ["python", "-m", "tuner", "sweep", str(inside.relative_to(working_dir)), *tuner_args]
     ray = Path(sys.executable).with_name("ray")
     cmd = [str(ray) if ray.exists() else "ray", "job", "submit", "--address", address]
-    job_env = runtime_env(ray_args, working_dir)
     cmd += ["--runtime-env-json", json.dumps(job_env), *ray_args, "--"]
     cmd += [_shell_safe(a) for a in entrypoint]
     grace = job_env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
