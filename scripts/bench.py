@@ -12,7 +12,9 @@ Sections (issues 7 and 16):
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
   overhead    100 one-epoch trials of a tiny task: a trial's start (Tune starts it) to its
               first report, and a slot's idle time between one trial and the next
-  ddp         a 2-worker gloo DDP trial: its start to its first report
+  ddp         2-worker gloo DDP trials, one sweep of 3 per repeat, one trial at a time: a
+              trial's start to its first report, trials on new rank processes (the
+              sweep's first) apart from those on the ranks the trial before left
   parity      samples/s of tuner's loop vs a hand-written DDP loop under torchrun, same work
   makespan    trials of 1-10 s, TensorBoard on: trials' span / (sum of epoch compute / slots)
   search      epochs each algorithm needs to reach val_acc 0.975 on digits, median of 5 seeds
@@ -49,6 +51,7 @@ from typing import Any, Optional
 import bench_fixed
 
 from tuner import sweepdir
+from tuner.trial.launch.ranks import KEPT_NOTE
 
 ROOT = Path(__file__).resolve().parents[1]
 # The hand-written peers live beside the repository (../shared/peers) unless TUNER_PEERS says.
@@ -70,12 +73,17 @@ def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.Comple
     return wall, out
 
 
-def records(sweep: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """(record, epochs) of every trial, by directory name, read through tuner.sweepdir."""
+def trials(sweep: Path) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """(directory, record, epochs) of every trial, by directory name, read through tuner.sweepdir."""
     return [
-        (sweepdir.read_record(d) or {}, sweepdir.read_metrics(d))
+        (d, sweepdir.read_record(d) or {}, sweepdir.read_metrics(d))
         for d in sorted(sweepdir.trial_dirs(str(sweep)))
     ]
+
+
+def records(sweep: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(record, epochs) of every trial, by directory name."""
+    return [(rec, rows) for _, rec, rows in trials(sweep)]
 
 
 def tuner_sweep(work: Path, name: str, *args: str) -> tuple[float, Path]:
@@ -231,23 +239,30 @@ def _slot_idle(recs: list, slots: int) -> list[float]:
 
 
 def ddp(cfg: argparse.Namespace, work: Path) -> dict[str, Any]:
-    firsts = []
+    cold, warm = [], []
     for rep in range(cfg.repeats):
         _, sweep = tuner_sweep(
             work,
             f"ddp-{rep}-{time.monotonic_ns()}",
             str(ROOT / "search_spaces" / "debug.yaml"),
             "--num-samples",
-            "1",
+            str(DDP_TRIALS),
             "--max-epochs",
             "1",
             "--set",
             "resources.workers_per_trial=2",
+            "--set",
+            "resources.max_concurrent_trials=1",  # one actor, whatever the cores: one cold start
         )
-        ((rec, rows),) = records(sweep)
-        firsts.append(rows[0]["wall_time"] - rec["started"])
-        print(f"  [ddp] start to first report: {firsts[-1]:.2f}s")
-    return {"first_report_s": firsts}
+        for d, rec, rows in trials(sweep):
+            first = rows[0]["wall_time"] - rec["started"]
+            kept = KEPT_NOTE in Path(d, sweepdir.TRIAL_LOG).read_text()
+            (warm if kept else cold).append(first)
+            print(f"  [ddp] start to first report: {first:.2f} s{' (ranks kept)' * kept}")
+    return {"first_report_s": cold, "kept_ranks_first_report_s": warm}
+
+
+DDP_TRIALS = 3
 
 
 # ----------------------------------------------------------------------------- parity
@@ -398,12 +413,14 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
             "",
         ]
     if "ddp" in res:
-        f = res["ddp"]["first_report_s"]
+        f, w = res["ddp"]["first_report_s"], res["ddp"]["kept_ranks_first_report_s"]
         lines += [
-            "### DDP trial start-up (2 gloo workers)",
+            f"### DDP trial start-up (2 gloo workers; sweeps of {DDP_TRIALS} trials, one at a time)",
             "",
-            f"- start to first report: median {statistics.median(f):.2f} s "
-            f"({', '.join(f'{x:.2f}' for x in f)})",
+            f"- a sweep's first trial (new rank processes), start to first report: median "
+            f"{statistics.median(f):.2f} s ({', '.join(f'{x:.2f}' for x in f)})",
+            "- the later trials (on the ranks the trial before left), start to first report: "
+            + (f"median {statistics.median(w):.2f} s ({', '.join(f'{x:.2f}' for x in w)})" if w else "none"),
             "",
         ]
     if "parity" in res:

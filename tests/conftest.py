@@ -65,6 +65,45 @@ def ray_session():
     ray.shutdown()
 
 
+# How long a test's trial actors may take to hand the shared Ray's CPUs back after its sweep
+# returned (Tune ends them gracefully: a stopped script has its grace, a loop its `finally`).
+SHARED_RAY_IDLE_S = 60.0
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray_handed_back(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the shared Ray starts with all of its CPUs free, and hands them all back.
+
+    A sweep's trial actors end after `fit` returns; one that never ends would leave the next
+    in-process sweep waiting for a CPU until its timeout, with nothing to say why. So each
+    such test first waits for the CPUs, and after it, the test whose actors kept them fails
+    here, naming the processes left (a teardown error, its own result kept)."""
+    if "ray_session" not in request.fixturenames:
+        yield
+        return
+    _wait_for_idle_ray(f"before {request.node.nodeid}: an earlier test's")
+    yield
+    _wait_for_idle_ray(f"{request.node.nodeid}'s")
+
+
+def _wait_for_idle_ray(whose: str) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        return
+    total = ray.cluster_resources().get("CPU", 0.0)
+    deadline = time.monotonic() + SHARED_RAY_IDLE_S
+    while (free := ray.available_resources().get("CPU", 0.0)) < total:
+        if time.monotonic() > deadline:
+            left = subprocess.run(["ps", "-eo", "pid,etimes,args"], capture_output=True, text=True).stdout
+            actors = [ln.strip() for ln in left.splitlines() if "ray::" in ln and "Agent" not in ln]
+            pytest.fail(
+                f"{whose} trial actors still held {total - free:g} of the shared Ray's {total:g} CPUs "
+                f"{SHARED_RAY_IDLE_S:g} s after its sweep; its Ray processes: {actors}"
+            )
+        time.sleep(0.2)
+
+
 # `python -m tuner ARGS` as a user runs it, reporting (on the line DRIVER_MODULES) whether the
 # driver had imported Ray and torch once the sweep was over, just before it ends its Ray.
 CLI_PROBE = """

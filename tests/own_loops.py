@@ -101,6 +101,19 @@ def no_report(config: dict[str, Any], ctx: Any) -> None:
     """Returns without reporting anything."""
 
 
+HYPERBAND_BUDGET_S = 240
+
+
+def _where_trials_stood(sweep: Path) -> str:
+    """Each trial directory's last trial.log lines: where a stalled sweep's trials were."""
+    out = [f"the HyperBand sweep ran past its {HYPERBAND_BUDGET_S} s budget"]
+    for trial in sorted(p for p in sweep.iterdir() if p.is_dir()):
+        log = trial / "trial.log"
+        tail = log.read_text().splitlines()[-6:] if log.exists() else ["(no trial.log)"]
+        out.append(f"{trial.name}: " + " | ".join(tail))
+    return "\n".join(out)
+
+
 def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
     """Run trials of `task` (TrialSpec fields: trial_mode="train", train=..., or
     trial_mode="command", command=...) for 6 epochs, a grid
@@ -132,10 +145,17 @@ def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(in_actor_trial, spec=spec), {"cpu": 1}),
         param_space=space,
-        tune_config=tune.TuneConfig(metric="val_loss", mode="min", scheduler=scheduler),
+        # A budget well past the ~30-60 s these take: a sweep that stalls ends with what each
+        # trial last logged, not with the test's timeout and no word of where it stood.
+        tune_config=tune.TuneConfig(
+            metric="val_loss", mode="min", scheduler=scheduler, time_budget_s=HYPERBAND_BUDGET_S
+        ),
         run_config=tune.RunConfig(storage_path=str(storage), name="hb", verbose=0),
     )
-    assert not tuner.fit().errors
+    began = time.monotonic()
+    grid = tuner.fit()
+    assert time.monotonic() - began < HYPERBAND_BUDGET_S, _where_trials_stood(storage / "hb")
+    assert not grid.errors
     resumed = 0
     for trial in sorted(p for p in (storage / "hb").iterdir() if (p / "trained.txt").exists()):
         trained, starts = lines(trial / "trained.txt"), lines(trial / "starts.txt")

@@ -145,7 +145,9 @@ def check_smoke_report(text: str) -> None:
         assert float(_row(fixed, step)[1]) > 0, step
     overhead = section["Per-trial overhead"]
     assert re.search(r"first report: median \d+ ms, p95 \d+ ms over 4 trials", overhead)
-    assert _number(section["DDP trial start-up"], r"start to first report: median ([\d.]+) s") > 0
+    ddp = section["DDP trial start-up"]
+    assert _number(ddp, r"first trial \(new rank processes\), start to first report: median ([\d.]+) s") > 0
+    assert _number(ddp, r"later trials \(on the ranks .*?\), start to first report: median ([\d.]+) s") > 0
     parity = section["Loop parity under torchrun"]
     assert _number(parity, r"tuner's loop (\d+) samples/s") > 0
     assert _number(parity, r"hand-written (\d+) samples/s") > 0

@@ -224,7 +224,9 @@ def _tune_results(trial_dir: Path) -> list[dict[str, Any]]:
 
 def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path) -> None:
     """Real training on Ray: grace 2, rungs at 2 and 6, 9 epochs at most, 8 trials (the same
-    for every N up to 100, with the same scheduler and searcher, is simulated above)."""
+    for every N up to 100, with the same scheduler and searcher, is simulated above); and what
+    test_sweep checks every algorithm's sweep for (summary, Tune's records, TensorBoard)."""
+    from tests.test_sweep import check_completed
     from tuner.driver.sweep import run_sweep
 
     n = 8
@@ -237,7 +239,7 @@ def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path)
         schedule__reduction_factor=3,
     )
     out = run_sweep(cfg)
-    assert out.exit_code == 0 and out.summary["status"] == "completed", out.summary
+    check_completed(out, cfg, "bohb")  # what every algorithm's sweep is checked for
     trials = out.summary["trials"]
     assert len(trials) == n
     epochs = {t["trial_id"]: t["epochs"] for t in trials}

@@ -4,6 +4,7 @@ error stops with it in one line, instead of running every trial into it."""
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -115,3 +116,31 @@ def test_an_error_naming_the_trial_s_own_directory_is_the_same_error(tmp_path: P
         trial = _trial(tmp_path, name, f"OSError: cannot write {path}/scratch/{name}.bin")
         watch.on_trial_error(0, [], trial)
     assert watch.stop_all()
+
+
+def test_trials_that_timed_out_are_no_error_of_the_code_and_never_make_the_sweep_failed(
+    tmp_path: Path,
+) -> None:
+    """A trial whose watchdog ended it (schedule.trial_timeout) reaches Tune as an error with
+    no traceback of ours: three of them used to read as three alike 'unknown error's, stop
+    the sweep as failed, and then crash the driver's summary (status failed with no error to
+    name). They ran; the sweep goes on; a summary ended 'failed' without an error among its
+    trials stands as it is (resume runs the rest)."""
+    from tuner.driver.failfast import FailFast
+    from tuner.results import FAILED, record, summarize
+    from tuner.trial.frame.journal import MetricsLog
+
+    watch = FailFast(3)
+    for name in ("t0", "t1", "t2"):
+        trial = _trial(tmp_path, name, None)  # Tune's error.txt only: the process was ended
+        (Path(trial.path) / "error.txt").write_text("ray.exceptions.ActorDiedError: the actor died\n")
+        MetricsLog(trial.path).append({"epoch": 1, "val_loss": 0.5})
+        MetricsLog(trial.path).append({"epoch": 1, "val_loss": math.inf, "failure": "timeout"})
+        watch.on_trial_error(0, [], trial)
+    assert not watch.stop_all()
+    trials = [record(str(tmp_path / name), "val_loss", "min", 2, ["lr"]) for name in ("t0", "t1", "t2")]
+    assert [r.failure for r in trials] == ["timeout"] * 3
+    summary = summarize(
+        trials, name="x", metric="val_loss", mode="min", algorithm="random", expected_trials=8, ended=FAILED
+    )
+    assert summary["status"] == "interrupted" and "error" not in summary, summary

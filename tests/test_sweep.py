@@ -10,8 +10,10 @@ from tensorboard.plugins.hparams import api_pb2
 
 from tests.conftest import DEBUG, CliSweep, assert_resources_returned, cli, debug_config
 from tests.tbread import hparams, scalars
-from tuner.driver.sweep import run_sweep
+from tuner.config import SweepConfig
+from tuner.driver.sweep import SweepOutcome, run_sweep
 from tuner.search import algorithms
+from tuner.sweepdir import RECORD_FILE, read_metrics
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -20,10 +22,17 @@ def _trial_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(p for p in sweep_dir.iterdir() if p.is_dir())
 
 
-@pytest.mark.parametrize("name", list(algorithms.ALGORITHMS))
+# bohb's real sweep is tests/test_bohb.py::test_a_bohb_sweep_trains_its_best_to_max_epochs,
+# which makes these checks of it too (one sweep fewer).
+@pytest.mark.parametrize("name", [a for a in algorithms.ALGORITHMS if a != "bohb"])
 def test_every_algorithm_runs_debug_to_completion(name: str, tmp_path: Path) -> None:
     cfg = debug_config(tmp_path, search__algorithm=name, search__num_samples=5)
-    out = run_sweep(cfg)
+    check_completed(run_sweep(cfg), cfg, name)
+
+
+def check_completed(out: SweepOutcome, cfg: SweepConfig, name: str) -> None:
+    """A sweep of `name` on debug.yaml completed, and its summary, Tune's own records and
+    TensorBoard agree on every trial."""
     s = out.summary
     assert out.exit_code == 0, s
     assert s["status"] == "completed" and s["algorithm"] == name
@@ -36,7 +45,7 @@ def test_every_algorithm_runs_debug_to_completion(name: str, tmp_path: Path) -> 
     sweep_dir = Path(out.sweep_dir)
     assert json.loads((sweep_dir / "summary.json").read_text()) == json.loads(json.dumps(s, default=str))
     assert (sweep_dir / "sweep.yaml").is_file()
-    _summary_matches_tune(sweep_dir, s)
+    _summary_matches_tune(sweep_dir, s, cfg.schedule.max_epochs)
     _tensorboard_has_every_trial(sweep_dir, s, cfg.schedule.max_epochs)
 
 
@@ -45,7 +54,7 @@ def _tune_results(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line]
 
 
-def _summary_matches_tune(sweep_dir: Path, s: dict) -> None:
+def _summary_matches_tune(sweep_dir: Path, s: dict, max_epochs: int) -> None:
     """Every trial's last_metrics and epochs are the last result Tune recorded for it."""
     for t in s["trials"]:
         rows = _tune_results(sweep_dir / t["trial_id"])
@@ -55,7 +64,7 @@ def _summary_matches_tune(sweep_dir: Path, s: dict) -> None:
         for key in ("val_acc", "val_loss", "train_loss", "samples_per_s", "world_size"):
             assert t["last_metrics"][key] == last[key]
         assert t["best_value"] == max(r["val_acc"] for r in rows)
-        assert t["stopped_early"] == (last["epoch"] < 3)
+        assert t["stopped_early"] == (last["epoch"] < max_epochs)
         assert {k: t["config"][k] for k in ("lr", "optimizer", "width")} == {
             k: last["config"][k] for k in ("lr", "optimizer", "width")
         }
@@ -79,29 +88,61 @@ def _tensorboard_has_every_trial(sweep_dir: Path, s: dict, max_epochs: int) -> N
         assert hp["session_end"].status == api_pb2.STATUS_SUCCESS
 
 
-def test_ddp_trial_runs_two_workers(tmp_path: Path) -> None:
+def test_ddp_trials_run_two_workers_and_each_next_trial_keeps_them(tmp_path: Path) -> None:
+    # 2 workers on the 2 CPUs: one trial at a time, each on the ranks the trial before left
+    # (Tune reuses the trial actor), after a trial that ran to its end or one ASHA stopped
+    # (lr 1e-5 learns nothing). The evaluation batch size changes no training, so the two
+    # trials of an lr must train exactly alike, the first of them on fresh processes.
     cfg = debug_config(
         tmp_path,
         name="ddp",
-        search__num_samples=1,
+        search__algorithm="grid",
+        search__params={
+            "lr": {"type": "choice", "values": [0.05, 1e-5]},
+            "eval_batch_size": {"type": "choice", "values": [64, 128]},
+            "optimizer": "adam",
+            "width": 16,
+            "depth": 1,
+        },
         resources__workers_per_trial=2,
-        schedule__max_epochs=2,
-        schedule__grace_epochs=2,
+        schedule__max_epochs=30,
+        schedule__grace_epochs=1,
+        schedule__early_stopping=True,
         training__batch_size=64,
     )
     out = run_sweep(cfg)
     assert out.exit_code == 0, out.summary
-    (trial,) = out.summary["trials"]
-    assert trial["last_metrics"]["world_size"] == 2
-    assert trial["epochs"] == 2
-    assert trial["last_metrics"]["val_acc"] > 0.4
-    run = Path(out.sweep_dir) / trial["trial_id"]
-    # Workers on one node are the trial actor's own (no Ray Train): rank 0 keeps the
-    # checkpoints in the trial's directory, as a 1-worker trial does.
-    kept = sorted(p.name for p in run.glob("checkpoint_e*.pt"))
-    assert kept == ["checkpoint_e000001.pt", "checkpoint_e000002.pt"]
-    assert not (run / "train").exists()
-    assert len(scalars(run)["val_acc"]) == 2  # rank 0 only: one value per epoch
+    sweep = Path(out.sweep_dir)
+    record = lambda t: json.loads((sweep / t["trial_id"] / RECORD_FILE).read_text())  # noqa: E731
+    trials = sorted(out.summary["trials"], key=lambda t: record(t)["started"])
+    losses: dict[float, list[list[float]]] = {0.05: [], 1e-5: []}
+    ranks = []
+    for trial in trials:
+        run = sweep / trial["trial_id"]
+        assert trial["last_metrics"]["world_size"] == 2
+        rows = _tune_results(run)
+        losses[trial["config"]["lr"]].append([r["train_loss"] for r in rows])
+        # Rank 0's own journal ends where Tune stopped the trial: no rank trained on.
+        assert [r["epoch"] for r in read_metrics(str(run))] == [r["epoch"] for r in rows]
+        if trial["config"]["lr"] == 1e-5:
+            assert trial["stopped_early"], trial
+            continue
+        assert trial["epochs"] == 30 and trial["last_metrics"]["val_acc"] > 0.4
+        # Workers are the trial actor's own (no Ray Train): rank 0 keeps the checkpoints in
+        # the trial's directory, as a 1-worker trial does.
+        assert max(p.name for p in run.glob("checkpoint_e*.pt")) == "checkpoint_e000030.pt"
+        assert not (run / "train").exists()
+        assert len(scalars(run)["val_acc"]) == 30  # rank 0 only: one value per epoch
+        (line,) = [x for x in (run / "trial.log").read_text().splitlines() if " ranks: processes " in x]
+        ranks.append(line.split(" ranks: processes ")[1])
+    for lr, (first, second) in losses.items():
+        common = min(len(first), len(second))
+        assert common >= 1 and first[:common] == second[:common], lr
+    for trial in trials[1:]:
+        log = (sweep / trial["trial_id"] / "trial.log").read_text()
+        assert "(kept from the actor's last trial)" in log, trial["trial_id"]
+    pids = ranks[0].removesuffix(" (kept from the actor's last trial)")
+    assert all(r.startswith(pids) for r in ranks)
     assert_resources_returned()
 
 

@@ -99,8 +99,8 @@ class Mode:
 
     def in_actor(self, workers: int) -> bool:
         """Whether a trial runs in its Tune actor alone, on the actor's one bundle: one worker,
-        or an actor that holds every worker itself. Tune then reuses actors (data and imports
-        kept warm); a DDP trial's actor drives its own ranks, which a reset would leave behind."""
+        or an actor that holds every worker itself. Else the actor starts the trial's ranks
+        (trial/launch/ranks.py)."""
         return workers == 1 or self.actor_holds_workers
 
 

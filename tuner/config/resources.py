@@ -21,7 +21,8 @@ class ResourcesSection(Section):
         1,
         ge=1,
         description="1: train inside the Tune trial; >1: DDP (or FSDP) workers, started by the "
-        "trial on one node when one holds them all, else on as few nodes as can.",
+        "trial on one node when one holds them all, else on as few nodes as can, and kept for the "
+        "next trial Tune runs in the same trial actor.",
     )
     cpus_per_worker: float = Field(1, gt=0, description="CPUs per worker (torch threads).")
     gpus_per_worker: Union[Literal["auto", "pack"], float] = Field(

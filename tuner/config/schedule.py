@@ -62,8 +62,8 @@ class ScheduleSection(Section):
         None,
         gt=0,
         description="Seconds a trial may go without finishing an epoch (counted from its start, "
-        "then from each epoch) before it is ended as failure: timeout; the sweep goes on. "
-        "Default: no limit.",
+        "then from each epoch; not while it waits in its report for the sweep's driver) before it "
+        "is ended as failure: timeout; the sweep goes on. Default: no limit.",
     )
     time_budget: Optional[float] = Field(
         None,

@@ -20,6 +20,7 @@ from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
+    NEVER_STARTED,
     NOTICE,
     error_file,
     error_line,
@@ -101,6 +102,7 @@ class TrialRecordCallback(Callback):
             return
         record = read_record(path) or self._new(path, trial)
         record.update(status="RUNNING", tune_trial_id=trial.trial_id)
+        record.pop(NEVER_STARTED, None)  # (one Tune failed before it started, run by a resume)
         self.places.saved(write_record(path, record))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -120,11 +122,13 @@ class TrialRecordCallback(Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         # A trial Tune failed before it started (a reused actor that could not be reset,
         # Ray 2.60) gets no on_trial_error: recorded here as ended with Tune's error.txt, not
-        # left out of the sweep's trials (which made a finished sweep "interrupted").
+        # left out of the sweep's trials (which made a finished sweep "interrupted"), and
+        # marked as never started: no code of the user's ran, so `resume` runs it.
         for trial in trials:
             path = self.places.trial(trial)
             if trial.status == "ERROR" and path and read_record(path) is None:
                 record = {**self._new(path, trial), "status": "ERROR", "ended": time.time()}
+                record[NEVER_STARTED] = True
                 self.places.saved(write_record(path, record))
 
     def _end(self, trial: Any, status: str) -> None:

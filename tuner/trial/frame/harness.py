@@ -25,7 +25,7 @@ import torch
 from tuner import autotune
 from tuner.sweepdir import TRIAL_LOG, finite
 from tuner.trial.frame.gpu import NoGpu, make_gpu
-from tuner.trial.frame.journal import NOTICE, MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.frame.journal import LOG_FORMAT, NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.frame.memory import release
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.settings import Settings
@@ -58,6 +58,7 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
     watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
+    session.held = watchdog.held  # a wait in the report for the driver is no epoch's time
     try:
         # The training settings, typed, once; with training.autotune's choice for this size.
         settings = Settings.of(autotune.applied(hp, spec.autotune))
@@ -227,7 +228,7 @@ def trial_logger(session: Session) -> logging.Logger:
     _close_files(log)
     if session.is_main and session.trial_dir:
         handler = logging.FileHandler(os.path.join(session.trial_dir, TRIAL_LOG))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
         log.addHandler(handler)
     return log
 

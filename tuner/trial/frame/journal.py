@@ -1,4 +1,5 @@
-"""Files a trial writes about itself: its metrics, one JSON line per epoch, and tracebacks.
+"""Files a trial writes about itself: its metrics, one JSON line per epoch, tracebacks, and
+the format of its log (trial.log: rank 0's logger, `harness.trial_logger`, and `log_line`).
 
 Written by the trial (rank 0) and flushed each epoch, these are what `tuner.results` reads
 (through tuner.sweepdir, which names the files): Ray's own result.json is written by the
@@ -9,14 +10,36 @@ tail.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import traceback
 from typing import Any, Optional
 
-from tuner.sweepdir import METRICS_FILE, NOTICE, TRACEBACK_FILE, read_metrics, write_atomic
+from tuner.sweepdir import METRICS_FILE, NOTICE, TRACEBACK_FILE, TRIAL_LOG, read_metrics, write_atomic
 
-__all__ = ["NOTICE", "MetricsLog", "NullMetricsLog", "read_metrics", "write_atomic", "write_traceback"]
+__all__ = [
+    "LOG_FORMAT",
+    "NOTICE",
+    "MetricsLog",
+    "NullMetricsLog",
+    "log_line",
+    "read_metrics",
+    "write_atomic",
+    "write_traceback",
+]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"  # a line of trial.log
+
+
+def log_line(trial_dir: str, message: str) -> None:
+    """One INFO line in the trial's log, from a process other than the one whose logger
+    writes it (rank 0's); nothing where the trial has no directory here."""
+    if not os.path.isdir(trial_dir):
+        return
+    record = logging.makeLogRecord({"msg": message, "levelname": "INFO"})
+    with open(os.path.join(trial_dir, TRIAL_LOG), "a") as f:
+        f.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
 
 
 class MetricsLog:

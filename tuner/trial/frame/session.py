@@ -8,10 +8,11 @@ imported only by the session that needs them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Optional
 
 import torch
@@ -33,6 +34,9 @@ class Session:
     metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
     best: Optional[BestCheckpoint] = None  # the best epoch's weights (trials in a sweep directory)
     also: tuple[str, ...] = ()  # the other objectives' metrics, with several: likewise
+    # Around the wait for the driver in a report: the trial's watchdog has no deadline there
+    # (harness.guarded sets it; see Watchdog.held).
+    held: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     _reported: bool = False
 
     @property
@@ -162,12 +166,14 @@ class TuneSession(Session):
         from ray import tune
 
         if state is None:
-            tune.report(metrics)
+            with self.held():
+                tune.report(metrics)
         elif self.own is not None:
             self.own.save(state, int(metrics["epoch"]))
-            tune.report(metrics)
+            with self.held():
+                tune.report(metrics)
         else:
-            with _temp_checkpoint(state, self.trial_dir) as d:
+            with _temp_checkpoint(state, self.trial_dir) as d, self.held():
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
@@ -182,6 +188,11 @@ class GroupSession(Session):
     Every rank resumes from rank 0's newest checkpoint (its own, or `tune_checkpoint`): rank 0
     reads it and sends it to the others over the process group (`objects`: a CPU group where
     the main one is NCCL), since they may be on nodes that cannot read it.
+    A trial stops at its report, as a 1-worker trial does inside Tune's report: `send` returns
+    once the trial actor has handed the epoch to Tune, with whether Tune lets the trial go
+    on; rank 0 passes that to every rank (`objects`, else the process group), and on a stop
+    every rank raises SystemExit there (`stopped` then says so). No rank trains or writes an
+    epoch Tune has not let it, and the processes stay fit for another trial.
     """
 
     def __init__(
@@ -191,7 +202,7 @@ class GroupSession(Session):
         rank: int,
         world_size: int,
         keep: int,
-        send: Callable[[dict[str, Any], Optional[str]], None],
+        send: Callable[[dict[str, Any], Optional[str]], bool],
         metric: Optional[str] = None,
         mode: str = "max",
         also: Sequence[str] = (),
@@ -206,8 +217,21 @@ class GroupSession(Session):
         self.own = DirCheckpoints(trial_dir, keep) if own_dir else None
         self._tune_checkpoint, self._objects = tune_checkpoint, objects
         self._send = send
+        self._go = True  # rank 0: what the trial actor said of the last report
+        self.stopped = False  # Tune stopped the trial at a report (SystemExit was raised)
         if self.is_main:
             self.keep_best(metric, mode)
+
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        super().report(metrics, state)
+        go = torch.tensor([1 if self._go else 0])
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.broadcast(go, src=0, group=self._objects)
+        if not go.item():
+            self.stopped = True
+            raise SystemExit(0)
 
     def device(self, use_gpu: bool) -> torch.device:
         return ray_actor_device(use_gpu)
@@ -239,7 +263,8 @@ class GroupSession(Session):
             path = tempfile.mkdtemp(prefix="tuner-ckpt-")
             save_to_dir(state, path)
             journal_into(path, self.trial_dir)
-        self._send(dict(metrics), path)
+        with self.held():  # until the trial actor has handed the epoch to Tune, and back
+            self._go = self._send(dict(metrics), path)
 
 
 CPU = torch.device("cpu")

@@ -11,12 +11,16 @@ cannot be interrupted from Python (it may be blocked in C), hence the process ex
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, Optional
 
 from tuner.trial.frame.journal import MetricsLog, read_metrics
@@ -29,6 +33,10 @@ class NoWatchdog:
 
     def kick(self) -> None: ...
     def stop(self) -> None: ...
+
+    def held(self) -> AbstractContextManager[None]:
+        """Around the wait in the scheduler's report (`Session.held`)."""
+        return contextlib.nullcontext()
 
 
 class Watchdog(NoWatchdog):
@@ -56,6 +64,19 @@ class Watchdog(NoWatchdog):
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=5)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No deadline while the trial waits in its report for the sweep's driver (Tune hands
+        the report to the scheduler before the trial goes on: milliseconds, unless the driver
+        is busy or stopped, or a scheduler pauses the trial at a rung, as Tune's synchronous
+        HyperBand does): that time is not the epoch's, and a stalled driver is no hung trial.
+        The next epoch gets `timeout_s` from the report's return."""
+        self._deadline = math.inf
+        try:
+            yield
+        finally:
+            self.kick()
 
     def _watch(self) -> None:
         while not self._stopped.wait(max(0.0, min(self._deadline - time.monotonic(), 1.0))):

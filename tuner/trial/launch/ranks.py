@@ -16,9 +16,21 @@ runs the same loop as a 1-worker trial. What we relied on Ray Train for, kept:
 - retries: a rank that raises or dies fails the trial, Tune retries it up to
   `failure.max_failures`; a rank that hangs in a collective fails it after
   `schedule.trial_timeout` (the process group's timeout), not NCCL's 10 minutes;
-- resources returned: the rank actors are killed when the trial ends however it ends, and
-  they are this actor's and live in the trial's placement group, so Ray ends them as well
-  when Tune stops the trial or removes the group.
+- resources returned: the rank actors are killed when the trial fails (or they do not stop
+  when Tune stops it, below), and they are this actor's and live in the trial's placement
+  group, so Ray ends them as well when Tune stops the actor or removes the group;
+- stops: rank 0 waits at each report for this actor's word that Tune took it (`verdict`),
+  and passes it to the other ranks (`GroupSession.report`): a trial Tune stops (the
+  scheduler, a stop rule) ends at that report on every rank, as a 1-worker trial does in
+  Tune's report, and writes no epoch past it.
+
+Warm ranks: Tune reuses the trial actor for the sweep's next trial (with its placement
+group), and a trial whose ranks all returned, having run out or been stopped, leaves them to
+it (`_KEPT`): the next trial's ranks are the same processes, their imports done
+(torch.distributed, and `torch._dynamo`, which DDP's constructor imports), and form a new
+process group. Only the first trial of each actor pays the processes' start. A trial that
+failed, or whose ranks did not end within STOP_GRACE_S of the stop, kills them: what they
+hold is not known to be clean.
 
 This saves Ray Train's controller actor, its worker-group set-up and its 2-second report
 polling. Nothing here imports torch at module level: the trial actor never needs it.
@@ -33,12 +45,21 @@ from datetime import timedelta
 from typing import Any, Optional
 
 from tuner.config.modes import MODES
+from tuner.trial.frame.journal import log_line
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
 END = None  # rank 0's last item: its loop has returned or raised
 Report = tuple[dict[str, Any], Optional[str]]  # rank 0's metrics, and a checkpoint directory for Tune
 POLL_S = 30.0  # how long one call for rank 0's reports waits for one
+# How long a trial Tune stopped waits for its ranks, stopped at the report, to unwind (their
+# `finally` blocks, the GPU memory handed back) before it kills them; a new trial then
+# starts new ones (~7 s on 2 cores).
+STOP_GRACE_S = 30.0
+KEPT_NOTE = " (kept from the actor's last trial)"  # trial.log's ranks line, for ranks kept
+# The rank actors a trial that ended cleanly left to the next trial of this (reused) actor:
+# (what they were started for: placement group, workers, CPUs and GPUs each; the actors).
+_KEPT: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
 
 
 class Rank:
@@ -49,9 +70,11 @@ class Rank:
 
         self._reports: queue.Queue[Optional[Report]] = queue.Queue()
         self._store: Any = None
+        self._verdicts: queue.Queue[tuple[str, bool]] = queue.Queue()  # rank 0: (trial, go on)
 
-    def where(self) -> tuple[str, str, list[str], Optional[str]]:
-        """(node id, node address, GPU ids, the network interface of that address) of this rank."""
+    def where(self) -> tuple[str, str, list[str], Optional[str], int]:
+        """(node id, node address, GPU ids, the network interface of that address, process id)
+        of this rank."""
         import ray
 
         ip = ray.util.get_node_ip_address()
@@ -60,6 +83,7 @@ class Rank:
             ip,
             [str(g) for g in ray.get_gpu_ids()],
             _interface_of(ip),
+            os.getpid(),
         )
 
     def open_store(self, host: str, world: int, timeout_s: float) -> int:
@@ -79,7 +103,7 @@ class Rank:
         checkpoint (rank 0, URI storage: Tune's checkpoint to resume from)."""
         import torch.distributed as dist
 
-        from tuner.trial.frame.session import GroupSession
+        from tuner.trial.frame.session import GroupSession, ray_actor_device
 
         rank, world = job["rank"], spec.workers
         env = dict(
@@ -101,21 +125,47 @@ class Rank:
             store = self._store or dist.TCPStore(
                 job["host"], job["port"], world, is_master=False, timeout=timeout
             )
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+            # NCCL: the communicator bound to this rank's GPU now (not guessed at its first
+            # collective), which also makes it the current device.
+            device = ray_actor_device(True) if backend == "nccl" else None
+            dist.init_process_group(
+                backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                device_id=device if device is not None and device.type == "cuda" else None,
+            )  # fmt: skip
             # Checkpoints go from rank 0 to the others as objects: over gloo, not NCCL's GPUs.
             objects = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
-            send = lambda *item: self._reports.put(item)  # noqa: E731 - (metrics, checkpoint dir)
+
+            def send(metrics: dict[str, Any], path: Optional[str]) -> bool:
+                self._reports.put((metrics, path))
+                return self._verdict_on(job["trial_id"])
+
             session = GroupSession(
                 job["trial_dir"], job["trial_id"], rank, world, spec.keep_checkpoints, send,
                 spec.metric, spec.mode, spec.also, local_rank=job["local_rank"],
                 own_dir=spec.sweep_dir is not None, tune_checkpoint=job.get("checkpoint"), objects=objects,
             )  # fmt: skip
-            MODES[spec.trial_mode].function()(hp, spec, session)
+            try:
+                MODES[spec.trial_mode].function()(hp, spec, session)
+            except SystemExit:
+                if not session.stopped:
+                    raise  # the user's code exited: Ray ends this process, the trial fails
         finally:
             self._reports.put(END)
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._store = None
+
+    def verdict(self, trial_id: str, go: bool) -> None:
+        """Rank 0: Tune took the report of `trial_id` it waits on, and goes on or stops it."""
+        self._verdicts.put((trial_id, go))
+
+    def _verdict_on(self, trial_id: str) -> bool:
+        """Wait for this trial's verdict (one for another trial, a stopped one's that came
+        late, is dropped). No time limit: the trial actor owns this one and ends it."""
+        while True:
+            trial, go = self._verdicts.get()
+            if trial == trial_id:
+                return go
 
     def next_reports(self, timeout: float) -> list[Optional[Report]]:
         """Rank 0's reports not yet taken, waiting up to `timeout` for the first."""
@@ -141,24 +191,31 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
 
     ctx = tune.get_context()
     group = ray.util.get_current_placement_group()
-    actor = ray.remote(Rank)
-    ranks = [
-        actor.options(
-            num_cpus=spec.cpus_per_worker,
-            num_gpus=spec.gpus_per_worker,
-            max_concurrency=2,  # run, and the calls that fetch rank 0's reports
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
-        ).remote()
-        for i in range(spec.workers)
-    ]
+    shape = (group.id.hex() if group else None, spec.workers, spec.cpus_per_worker, spec.gpus_per_worker)
+    ranks, where = _warm_ranks(shape)
+    kept = bool(ranks)
+    if not kept:
+        actor = ray.remote(Rank)
+        ranks = [
+            actor.options(
+                num_cpus=spec.cpus_per_worker,
+                num_gpus=spec.gpus_per_worker,
+                max_concurrency=3,  # run, the calls that fetch rank 0's reports, and verdict
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
+            ).remote()
+            for i in range(spec.workers)
+        ]
+    clean = False
     try:
-        where = ray.get([r.where.remote() for r in ranks])
+        where = where or ray.get([r.where.remote() for r in ranks])
         nodes = [w[0] for w in where]
         one_node = len(set(nodes)) == 1
         host = LOOPBACK if one_node else where[0][1]
         timeout_s = spec.trial_timeout or DEFAULT_TIMEOUT_S
         port = ray.get(ranks[0].open_store.remote(host, spec.workers, timeout_s))
         trial_dir = trial_dir_for(ctx.get_trial_dir(), spec.sweep_dir)
+        pids = ", ".join(str(w[4]) for w in where)
+        log_line(trial_dir, f"ranks: processes {pids}" + KEPT_NOTE * kept)
         checkpoint = None
         if spec.sweep_dir is None:  # URI storage: Tune's checkpoint (a retry), else the bucket's
             from tuner.trial.frame.stored import continue_from_storage
@@ -176,10 +233,36 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
                 checkpoint=checkpoint if i == 0 else None,
             )  # fmt: skip
             runs[r.run.remote(config, spec, job)] = i
-        _forward(ranks[0], runs, _reporter(tune))
+        forward = _Forward(ranks[0], runs, ctx.get_trial_id())
+        try:
+            forward.run(_reporter(tune))
+            clean = True  # every rank returned
+        except SystemExit:  # Tune stopped the trial (from tune.report)
+            clean = forward.stop()
+            raise
     finally:
-        for r in ranks:
-            ray.kill(r)
+        if clean:
+            _KEPT["ranks"] = (shape, ranks)
+        else:  # failed, or stopped and not ended in time: a rank may still train or wait
+            for r in ranks:
+                ray.kill(r)
+
+
+def _warm_ranks(shape: tuple[Any, ...]) -> tuple[list[Any], Optional[list[Any]]]:
+    """The ranks the last trial of this actor left, with their `where`, if they were started
+    for the same placement group and sizes and are still alive; else none (and any others
+    killed)."""
+    import ray
+
+    shape_then, ranks = _KEPT.pop("ranks", (None, []))
+    if ranks and shape_then == shape:
+        try:
+            return ranks, ray.get([r.where.remote() for r in ranks], timeout=60)
+        except Exception:  # noqa: BLE001 - one died (its node, Ray): start them again
+            pass
+    for r in ranks:
+        ray.kill(r)
+    return [], None
 
 
 def _interface_of(ip: str) -> Optional[str]:
@@ -211,31 +294,73 @@ def _reporter(tune: Any) -> Any:
     return report
 
 
-def _forward(rank0: Any, runs: dict[Any, int], report: Any) -> None:
-    """Report rank 0's metrics as they come until every rank has returned; the first rank to
-    fail (raise or die) fails the trial, after what rank 0 had already reported is passed on."""
-    import ray
+class _Forward:
+    """Rank 0's reports to Tune as they come, each answered with Tune's verdict, until every
+    rank has returned (`run`); the first rank to fail (raise or die) fails the trial, after
+    what rank 0 had already reported is passed on."""
 
-    pending = rank0.next_reports.remote(POLL_S)
-    ended = False
-    while not ended or runs:
-        ready, _ = ray.wait(([] if ended else [pending]) + list(runs), num_returns=1)
-        if ready[0] in runs:
-            runs.pop(ready[0])
-            try:
-                ray.get(ready[0])
-            except Exception:
-                if not ended:
-                    _report_left(pending, report)
-                raise
-            continue
-        for item in ray.get(pending):
+    def __init__(self, rank0: Any, runs: dict[Any, int], trial_id: str) -> None:
+        self.rank0, self.runs, self.trial_id = rank0, runs, trial_id
+        self.pending = rank0.next_reports.remote(POLL_S)  # the one call for reports out
+        self.ended = False  # rank 0 has put END
+
+    def run(self, report: Any) -> None:
+        while not self.ended or self.runs:
+            self._step(report)
+
+    def stop(self) -> bool:
+        """Tune stopped the trial at the report rank 0 waits on: tell it, and wait for every
+        rank to return. Whether all did within STOP_GRACE_S, with no call for reports left
+        out (it would take the next trial's): then they can run another trial."""
+        import time
+
+        self.rank0.verdict.remote(self.trial_id, False)
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            while not self.ended or self.runs:
+                # (no report should come: rank 0 stopped at its report)
+                if not self._step(None, max(0.0, deadline - time.monotonic())):
+                    return False
+        except Exception:  # noqa: BLE001 - a rank failed: the trial is over, its ranks not kept
+            return False
+        return True
+
+    def _step(self, report: Optional[Any], timeout: Optional[float] = None) -> bool:
+        """Take what comes first: a rank returning (its error raised, after what rank 0 had
+        reported is passed on) or rank 0's reports (`_take`). False if nothing came within
+        `timeout`."""
+        import ray
+
+        waiting = ([] if self.ended else [self.pending]) + list(self.runs)
+        ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+        if not ready:
+            return False
+        if ready[0] not in self.runs:
+            self._take(report)
+            return True
+        self.runs.pop(ready[0])
+        try:
+            ray.get(ready[0])
+        except Exception:
+            if not self.ended and report is not None:
+                _report_left(self.pending, report)
+            raise
+        return True
+
+    def _take(self, report: Optional[Any]) -> None:
+        """The reports the call out returned, each to Tune and its verdict back to rank 0
+        (`report` None: the trial is stopped, they go nowhere); a new call unless END was
+        among them."""
+        import ray
+
+        for item in ray.get(self.pending):
             if item is END:
-                ended = True
-            else:
-                report(item)
-        if not ended:
-            pending = rank0.next_reports.remote(POLL_S)
+                self.ended = True
+            elif report is not None:
+                report(item)  # SystemExit: Tune stopped the trial (see `stop`)
+                self.rank0.verdict.remote(self.trial_id, True)
+        if not self.ended:
+            self.pending = self.rank0.next_reports.remote(POLL_S)
 
 
 def _report_left(pending: Any, report: Any) -> None:

@@ -5,8 +5,9 @@ whose function is imported here, in the trial's processes, by the name its recor
 whose trial actor holds every worker (a script under torchrun) always runs in the actor.
 
 One worker: the loop runs right here, in the (reused) Tune actor. More workers, on one node
-or several, with any output: this actor starts the workers itself (`trial.launch.ranks`) and
-forwards rank 0's (already reduced) metrics to Tune.
+or several, with any output: this (reused) actor starts the workers itself, or takes those
+its last trial left (`trial.launch.ranks`), and forwards rank 0's (already reduced) metrics
+to Tune.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for several workers, started by this actor."""
     from tuner.trial.launch.ranks import run_group
 
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(WIND_DOWN_S))
     run_group(config, spec)
 
 
