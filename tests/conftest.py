@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests import tiers
+from tests import stall, tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces"
@@ -32,6 +32,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"the quick tier only: no Ray, no browser, nothing marked slow; a test over "
         f"{tiers.QUICK_LIMIT_S:g} s fails ({tiers.LIMIT_ENV} changes the limit)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stall.start()  # a test stuck in C code gets its native stacks printed (tests/stall.py)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
+    stall.mark(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        stall.mark(None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marks added here
