@@ -4,6 +4,7 @@ credentials sent to another host), the answer's size capped; credentials never s
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -66,6 +67,10 @@ class RawServer:
 
     def close(self) -> None:
         self.stop.set()
+        # shutdown wakes the accept() of the serving thread (close alone leaves it blocked,
+        # and the thread alive, for the rest of the test session)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
 
