@@ -30,7 +30,7 @@ from tests.test_command import _raw
 from tests.test_own_loop import own
 from tuner import history, results
 from tuner.config import parse_sweep
-from tuner.sweepdir import read_config
+from tuner.sweepdir import read_config, read_metrics
 
 # In the order they start (grid order): the best so far changes as each finishes.
 CURVES = ["crashes", "diverges", "fails", "rises", "peaks"]
@@ -64,11 +64,15 @@ def _by_curve(out: Any) -> dict[str, dict[str, Any]]:
 
 def _running_best(sweep_dir: str, trials: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """(trials finished, best so far) at each finish, in the order the trials' records say
-    they ended; steps where no finished trial has a value yet are left out."""
-    ended = sorted(
-        trials,
-        key=lambda t: json.loads((Path(sweep_dir) / t["trial_id"] / "tuner_trial.json").read_text())["ended"],
-    )
+    they ended (a trial that finished as the sweep was stopped has no end recorded: its last
+    epoch's time); steps where no finished trial has a value yet are left out."""
+
+    def ended_at(t: dict[str, Any]) -> float:
+        path = Path(sweep_dir) / t["trial_id"]
+        record = json.loads((path / "tuner_trial.json").read_text())
+        return record["ended"] if "ended" in record else read_metrics(str(path))[-1]["wall_time"]
+
+    ended = sorted(trials, key=ended_at)
     out, best = [], None
     for done, t in enumerate(ended, 1):
         if t["best_value"] is not None:
