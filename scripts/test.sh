@@ -12,4 +12,5 @@ if [[ " $* " != *" --quick "* ]]; then
   scripts/setup_browser.sh   # chromium + Playwright for the TensorBoard UI and report tests
 fi
 .venv/bin/ruff check tuner tests scripts
-exec .venv/bin/python -m pytest -q -ra --durations=25 "$@"
+
+exec scripts/pytest_resuming.sh -q -ra --durations=25 "$@"

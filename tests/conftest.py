@@ -47,8 +47,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
         stall.mark(None)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        stall.record("failed", report.nodeid)
+    if report.when == "teardown":
+        stall.record("done", report.nodeid)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if done := stall.done_before():  # the tests a stalled process of this run had finished
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in done])
+        items[:] = [i for i in items if i.nodeid not in done]
     tiers.mark(items)
     if config.getoption("--quick"):
         keep = [i for i in items if tiers.quick(i)]

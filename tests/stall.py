@@ -5,7 +5,12 @@ is out of pytest-timeout's reach, and faulthandler (`faulthandler_timeout` in py
 which ends the run) prints Python frames only: such a stall shows as a test whose own frame is
 missing. DUMP_AFTER_S into a test (past its timeout, before faulthandler's limit), this prints
 the native stacks of every thread of pytest's process (py-spy, which Ray installs beside
-Python), and whether a garbage collection was under way, to the terminal."""
+Python), and whether a garbage collection was under way, to the terminal.
+
+Under scripts/test.sh (STALLED_ENV set) the process then ends at once with STALL_EXIT, the
+stalled test's id in that file, and test.sh runs the tests not yet run in a new process
+(PROGRESS_ENV: every finished test, and every failure, of the first): one stall costs its
+11 minutes, not the rest of the run, and still fails nothing silently."""
 
 from __future__ import annotations
 
@@ -19,7 +24,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-DUMP_AFTER_S = 660.0  # pytest-timeout's 600 s, then a minute for its teardown
+DUMP_AFTER_S = float(os.environ.get("TUNER_TEST_STALL_S", "660"))  # timeout 600 s, a minute more
+STALL_EXIT = 75  # the process's exit status after a stall (sysexits' EX_TEMPFAIL)
+STALLED_ENV = "TUNER_TEST_STALLED"  # a file: the stalled test's id is written there
+PROGRESS_ENV = "TUNER_TEST_PROGRESS"  # a file: "done <id>" / "failed <id>" lines, appended
+RESUME_ENV = "TUNER_TEST_RESUME"  # "1": deselect the tests PROGRESS_ENV lists as done
 _now: dict[str, Any] = {"test": None, "since": 0.0, "gc": None}
 
 
@@ -48,6 +57,25 @@ def _watch(fd: int, dump_after_s: float) -> None:
             continue
         dumped = (test, since)
         os.write(fd, report(test, time.monotonic() - since).encode(errors="replace"))
+        if stalled := os.environ.get(STALLED_ENV):
+            Path(stalled).write_text(test + "\n")
+            os._exit(STALL_EXIT)
+
+
+def record(kind: str, test: str) -> None:
+    """Append "`kind` `test`" ("done": its teardown ended; "failed": a phase of it failed) to
+    PROGRESS_ENV's file, when set."""
+    if path := os.environ.get(PROGRESS_ENV):
+        with open(path, "a") as f:
+            f.write(f"{kind} {test}\n")
+
+
+def done_before() -> set[str]:
+    """The tests an earlier process of this run finished (RESUME_ENV set), to deselect."""
+    path = os.environ.get(PROGRESS_ENV)
+    if os.environ.get(RESUME_ENV) != "1" or not path or not os.path.exists(path):
+        return set()
+    return {ln[5:] for ln in Path(path).read_text().splitlines() if ln.startswith("done ")}
 
 
 def report(test: str, for_s: float) -> str:
