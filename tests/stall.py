@@ -1,65 +1,58 @@
-"""What a stalled test was doing below Python: its process's native stacks.
+"""What a stalled test was doing below Python, and a run that goes on past it.
 
 A test stuck inside C code (a lock in a C++ library, a destructor the garbage collector ran)
 is out of pytest-timeout's reach, and faulthandler (`faulthandler_timeout` in pyproject.toml,
 which ends the run) prints Python frames only: such a stall shows as a test whose own frame is
-missing. DUMP_AFTER_S into a test (past its timeout, before faulthandler's limit), this prints
-the native stacks of every thread of pytest's process (py-spy, which Ray installs beside
-Python), and whether a garbage collection was under way, to the terminal.
+missing. A watcher process (a process, not a thread: a thread would need the GIL, which a stuck
+thread may hold) reads which test runs since when; DUMP_AFTER_S into one (past its timeout,
+before faulthandler's limit) it prints the native stacks of every thread of pytest's process
+(py-spy, which Ray installs beside Python) to the terminal.
 
-Under scripts/test.sh (STALLED_ENV set) the process then ends at once with STALL_EXIT, the
-stalled test's id in that file, and test.sh runs the tests not yet run in a new process
-(PROGRESS_ENV: every finished test, and every failure, of the first): one stall costs its
-11 minutes, not the rest of the run, and still fails nothing silently."""
+Under scripts/pytest_resuming.sh (STALLED_ENV set) the watcher then writes the stalled test's
+id there and kills pytest's process and everything it started, and the script runs the tests
+not yet finished in a new process (PROGRESS_ENV: every finished test, and every failure, of
+the first): one stall costs its 11 minutes, not the rest of the run, and hides no failure."""
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 DUMP_AFTER_S = float(os.environ.get("TUNER_TEST_STALL_S", "660"))  # timeout 600 s, a minute more
-STALL_EXIT = 75  # the process's exit status after a stall (sysexits' EX_TEMPFAIL)
 STALLED_ENV = "TUNER_TEST_STALLED"  # a file: the stalled test's id is written there
 PROGRESS_ENV = "TUNER_TEST_PROGRESS"  # a file: "done <id>" / "failed <id>" lines, appended
 RESUME_ENV = "TUNER_TEST_RESUME"  # "1": deselect the tests PROGRESS_ENV lists as done
-_now: dict[str, Any] = {"test": None, "since": 0.0, "gc": None}
+_state: dict[str, Optional[Path]] = {"path": None}
 
 
-def start(dump_after_s: float = DUMP_AFTER_S) -> None:
-    """Watch the tests of this process from now on (pytest_configure)."""
-    fd = os.dup(sys.stderr.fileno())  # the terminal: a test's own stderr is captured
-    gc.callbacks.append(_on_gc)
-    threading.Thread(target=_watch, args=(fd, dump_after_s), name="stall-watch", daemon=True).start()
+def start() -> None:
+    """Start the watcher of this pytest process (pytest_configure)."""
+    fd, path = tempfile.mkstemp(prefix="tuner-test-now-")
+    os.close(fd)
+    _state["path"] = Path(path)
+    terminal = os.dup(sys.stderr.fileno())  # a test's own stderr is captured; this is not
+    subprocess.Popen(
+        [sys.executable, __file__, str(os.getpid()), path, str(DUMP_AFTER_S)],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        pass_fds=(terminal,),
+        start_new_session=True,  # a Ctrl-C of the run is not its
+    )
+    os.close(terminal)
 
 
 def mark(test: Optional[str]) -> None:
     """`test` starts now (None: between tests)."""
-    _now.update(test=test, since=time.monotonic())
-
-
-def _on_gc(phase: str, info: dict[str, Any]) -> None:
-    _now["gc"] = (time.monotonic(), info["generation"]) if phase == "start" else None
-
-
-def _watch(fd: int, dump_after_s: float) -> None:
-    dumped = None
-    while True:
-        time.sleep(5.0)
-        test, since = _now["test"], _now["since"]
-        if test is None or (test, since) == dumped or time.monotonic() - since < dump_after_s:
-            continue
-        dumped = (test, since)
-        os.write(fd, report(test, time.monotonic() - since).encode(errors="replace"))
-        if stalled := os.environ.get(STALLED_ENV):
-            Path(stalled).write_text(test + "\n")
-            os._exit(STALL_EXIT)
+    if (path := _state["path"]) is not None:
+        path.write_text(f"{time.time()} {test or ''}")
 
 
 def record(kind: str, test: str) -> None:
@@ -78,23 +71,74 @@ def done_before() -> set[str]:
     return {ln[5:] for ln in Path(path).read_text().splitlines() if ln.startswith("done ")}
 
 
-def report(test: str, for_s: float) -> str:
-    """The native stacks of this process's threads, under a line naming the test."""
-    collecting = _now["gc"]
-    head = f"\n[stall] {test} has run {for_s:.0f} s; " + (
-        f"a garbage collection (generation {collecting[1]}) started "
-        f"{time.monotonic() - collecting[0]:.0f} s ago"
-        if collecting
-        else "no garbage collection under way"
-    )
+# ----------------------------------------------------------------------------- the watcher
+
+
+def watch(pid: int, now_file: Path, dump_after_s: float) -> None:
+    """Until `pid` ends: dump its native stacks when one test has run `dump_after_s`; then,
+    under STALLED_ENV, end it and its descendants."""
+    dumped = None
+    try:
+        while _alive(pid):
+            time.sleep(2.0)
+            try:
+                since, _, test = now_file.read_text().partition(" ")
+                started = float(since)
+            except (OSError, ValueError):
+                continue
+            if not test or (test, started) == dumped or time.time() - started < dump_after_s:
+                continue
+            dumped = (test, started)
+            sys.stdout.write(f"\n[stall] {test} has run {time.time() - started:.0f} s; {_stacks(pid)}\n")
+            sys.stdout.flush()
+            if stalled := os.environ.get(STALLED_ENV):
+                Path(stalled).write_text(test + "\n")
+                _kill_tree(pid)
+                return
+    finally:
+        now_file.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stacks(pid: int) -> str:
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
-        return head + "; no py-spy to show native stacks\n"
+        return "no py-spy to show its native stacks"
     try:
         out = subprocess.run(
-            [spy, "dump", "--native", "--pid", str(os.getpid())], capture_output=True, text=True, timeout=120
+            [spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=120
         )
-        stacks = out.stdout + out.stderr
+        return "native stacks of pytest's process (py-spy):\n" + out.stdout + out.stderr
     except (OSError, subprocess.SubprocessError) as e:
-        stacks = f"py-spy failed: {e}\n"
-    return f"{head}; native stacks (py-spy):\n{stacks}\n"
+        return f"py-spy failed: {e}"
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process below it (Ray's, servers', the browser's)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    for p in [p for p in tree if p != os.getpid()]:  # (this watcher is one of pytest's)
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
