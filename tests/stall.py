@@ -5,8 +5,8 @@ is out of pytest-timeout's reach, and faulthandler (`faulthandler_timeout` in py
 which ends the run) prints Python frames only: such a stall shows as a test whose own frame is
 missing. A watcher process (a process, not a thread: a thread would need the GIL, which a stuck
 thread may hold) reads which test runs since when; DUMP_AFTER_S into one (past its timeout,
-before faulthandler's limit) it prints the native stacks of every thread of pytest's process
-(py-spy, which Ray installs beside Python) to the terminal.
+before faulthandler's limit) it prints the native stacks of pytest's process to the terminal:
+its Python threads' (py-spy, which Ray installs beside Python), then every thread's (gdb).
 
 Under scripts/pytest_resuming.sh (STALLED_ENV set) the watcher then writes the stalled test's
 id there and kills pytest's process and everything it started, and the script runs the tests
@@ -106,17 +106,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gdb_args(pid: int) -> list[str]:
+    return ["-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 25"]
+
+
 def _stacks(pid: int) -> str:
+    """py-spy's native stacks of the Python threads, then gdb's of every thread (the C++
+    threads of Ray and torch have no Python state, and py-spy skips them), where installed."""
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        return "no py-spy to show its native stacks"
-    try:
-        out = subprocess.run(
-            [spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=120
-        )
-        return "native stacks of pytest's process (py-spy):\n" + out.stdout + out.stderr
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"py-spy failed: {e}"
+    gdb = shutil.which("gdb")
+    runs = [
+        ("native stacks of pytest's Python threads (py-spy)", spy, ["dump", "--native", "--pid", str(pid)]),
+        ("every thread's stack (gdb)", gdb, _gdb_args(pid)),
+    ]
+    out = []
+    for title, tool, args in runs:
+        if tool is None:
+            out.append(f"{title}: not installed\n")
+            continue
+        try:
+            done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=180)
+            out.append(f"{title}:\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.SubprocessError) as e:
+            out.append(f"{title}: failed: {e}\n")
+    return "\n".join(out)
 
 
 def _kill_tree(pid: int) -> None:

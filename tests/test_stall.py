@@ -5,6 +5,7 @@ in a new process, and the verdict still counts a failure before the stall, and a
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -40,6 +41,8 @@ def test_a_stalled_test_is_dumped_and_the_rest_run_in_a_new_process(
     assert out.returncode == rc, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stderr.count(f"[stall] {STALLED} has run") == stalls, out.stderr[-3000:]
     assert "clock_nanosleep" in out.stderr  # py-spy's native frame of the call that blocks
+    if shutil.which("gdb"):  # and every thread's stack, C++ threads included
+        assert "every thread's stack (gdb):" in out.stderr and "\n#0 " in out.stderr, out.stderr[-3000:]
     assert f"{STALLED} stalled inside C code" in out.stderr and "after 2 tests had finished" in out.stderr
     if stalls == 1:  # the new process ran the stalled test and the one after it, and no other
         assert "2 passed, 2 deselected" in out.stdout, out.stdout[-3000:]
