@@ -25,8 +25,8 @@ from tuner.sweepdir import (
     error_file,
     error_line,
     json_safe,
-    read_metrics,
     read_record,
+    recorded_failure,
     trial_disk_full,
     write_record,
 )
@@ -369,8 +369,7 @@ def failed_line(trial_dir: Optional[str]) -> str:
     """A failed trial's error in one line, and where its full traceback is."""
     if not trial_dir:
         return "see Ray's log"
-    last = (read_metrics(trial_dir) or [{}])[-1]
-    if last.get("failure"):  # ended by the trial itself (a timeout): its journal says why
+    if last := recorded_failure(trial_dir):  # ended by the trial itself: its journal says why
         return f"{last['failure']}: {last.get('failure_detail', '')}"
     return f"{error_line(trial_dir)} (full traceback: {error_file(trial_dir)})"
 

@@ -20,7 +20,7 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from tuner.driver.callbacks import trial_dir
-from tuner.sweepdir import error_line, read_metrics
+from tuner.sweepdir import error_line, recorded_failure
 
 
 class FailFast(Stopper, Callback):
@@ -41,7 +41,7 @@ class FailFast(Stopper, Callback):
         # A trial that recorded its own ending (timed out: its watchdog ended its process, so
         # Tune sees an error) ran; it is no error of the code's.
         path = trial_dir(trial)
-        self._ended(None if path and _recorded_failure(path) else _error_of(trial))
+        self._ended(None if recorded_failure(path) else _error_of(trial))
 
     def _ended(self, error: Optional[str]) -> None:
         if len(self.errors) >= self.after:  # decided already, one way or the other
@@ -63,12 +63,6 @@ class FailFast(Stopper, Callback):
 
     def stop_all(self) -> bool:
         return self.error is not None
-
-
-def _recorded_failure(path: str) -> bool:
-    """Whether the trial's journal ends with a failure it recorded itself (timeout)."""
-    rows = read_metrics(path)
-    return bool(rows) and bool(rows[-1].get("failure"))
 
 
 def _error_of(trial: Any) -> str:

@@ -403,6 +403,13 @@ def read_metrics(trial_dir: Optional[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def recorded_failure(trial_dir: Optional[str]) -> Optional[dict[str, Any]]:
+    """The journal's last row where it records how the trial ended itself (a timeout: its
+    watchdog ended the process, so Ray sees an error); None otherwise."""
+    rows = read_metrics(trial_dir)
+    return rows[-1] if rows and rows[-1].get("failure") else None
+
+
 def _is_row(row: Any) -> bool:
     """An epoch's record as the loop writes it: an object with an integer epoch (valid JSON of
     another shape, written by hand or by another tool, is skipped like a cut-short line)."""

@@ -36,8 +36,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
     from tuner.trial.frame.session import TuneSession
 
-    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(WIND_DOWN_S))
-
+    _allow_wind_down()
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
     )
@@ -48,8 +47,13 @@ def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for several workers, started by this actor."""
     from tuner.trial.launch.ranks import run_group
 
-    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(WIND_DOWN_S))
+    _allow_wind_down()
     run_group(config, spec)
+
+
+def _allow_wind_down() -> None:
+    """WIND_DOWN_S for Tune's wait at this actor's next reuse, unless the user set one."""
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(WIND_DOWN_S))
 
 
 def trainable_for(spec: TrialSpec) -> Callable[..., None]:
