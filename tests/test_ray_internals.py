@@ -177,7 +177,11 @@ def test_the_gate_takes_the_fallbacks_on_another_ray_or_when_asked(monkeypatch: 
     monkeypatch.setenv("RAY_AUTH_TOKEN", " t0ken \n")
     assert _ray_internals.ray_token() == "t0ken"
     monkeypatch.delenv("RAY_AUTH_TOKEN")
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    # (set first so that monkeypatch puts it back as it was: a RAY_AUTH_MODE=token left in
+    # this process would make a later ray.init skip refreshing Ray's cached auth mode, and its
+    # client would then send no token to a GCS that wants one)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_AUTH_MODE")
     _ray_internals.enable_token_auth()
     assert os.environ["RAY_AUTH_MODE"] == "token"
 
