@@ -381,11 +381,13 @@ def test_submit_without_the_token_is_refused_and_runs_nothing(live: Live, tmp_pa
 
 @pytest.mark.slow
 def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_path: Path) -> None:
-    # Trials of a few seconds each: long enough to be caught mid-way, short enough to resume;
-    # two, one a node (both caught mid-way).
+    # Trials of ~10 s each: caught mid-way after the ~4 s between their first checkpoint and
+    # the stop (`ray job stop` starts, the driver's trials reach their next report), short
+    # enough to resume; two, one a node (both caught mid-way). (8192 samples, ~3 s a trial,
+    # once ran out before the stop came.)
     sweep = ["--output", str(tmp_path), "--max-epochs", "25", "--set", "schedule.early_stopping=false"]
     sweep += ["--num-samples", "2"]
-    sweep += ["--set", "task.data_args.samples=8192"]
+    sweep += ["--set", "task.data_args.samples=32768"]
     ray_args = ["--submission-id", "long", "--no-wait"]
     out = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG.relative_to(ROOT)), *ray_args, "--", *sweep)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -402,7 +404,7 @@ def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_pa
     assert live.wait_job("long", {"STOPPED", "SUCCEEDED", "FAILED"})["status"] == "STOPPED"
     logs = live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
     assert "[tuner] stopping: trials end at their next report" in logs  # SIGINT, not SIGKILL
-    assert f"continue with: python -m tuner resume {sweep_dir}" in logs
+    assert f"continue with: python -m tuner resume {sweep_dir}" in logs, logs[-2000:]
     assert json.loads((sweep_dir / "summary.json").read_text())["status"] == "interrupted"
     records = {r.parent.name: json.loads(r.read_text()) for r in sweep_dir.glob("*/tuner_trial.json")}
     caught = [
