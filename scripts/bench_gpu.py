@@ -136,18 +136,35 @@ def images(config: dict[str, Any]) -> DataBundle:
 
 class TimedSession(LocalSession):
     """A LocalSession that notes when each epoch ended and stops the trial after `seconds`
-    (and at least `MIN_TIMED_EPOCHS` epochs: a warm-up epoch and some to measure)."""
+    (and at least `MIN_TIMED_EPOCHS` epochs: a warm-up epoch and some to measure).
 
-    def __init__(self, root: str, seconds: Optional[float]):
+    Packed trials (`warm`: how many of them have ended their warm-up epoch, and when the last
+    did) count their `seconds` from the moment all of them are past it, so that they all train
+    together for that long however unevenly their warm-ups went (a busy machine; the smoke's
+    2 packed trials once shared no window at all)."""
+
+    def __init__(self, root: str, seconds: Optional[float], warm: Optional[tuple[Any, Any, int]] = None):
         super().__init__(root)
-        self.seconds, self.t0 = seconds, time.monotonic()
+        self.seconds, self.t0, self.warm = seconds, time.monotonic(), warm
         self.ends: list[float] = []  # time.monotonic(): one clock for every process here
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         super().report(metrics, None)  # no checkpoints: the loop is measured, not storage
         self.ends.append(time.monotonic())
+        if self.warm is not None and len(self.ends) == 1:
+            count, since, n = self.warm
+            with count.get_lock():
+                count.value += 1
+                if count.value == n:
+                    since.value = self.ends[-1]
         if self.seconds is None or len(self.ends) < MIN_TIMED_EPOCHS:
             return
+        if self.warm is not None:
+            count, since, n = self.warm
+            if count.value == n:
+                self.t0 = since.value
+            elif self.ends[-1] - self.t0 < 10 * self.seconds:
+                return  # (past that, a packed trial that failed in its warm-up ends no one's)
         if self.ends[-1] - self.t0 >= self.seconds:
             raise _Enough
 
@@ -166,10 +183,11 @@ def trial(
     epochs: int,
     in_memory: bool = True,
     seconds: Optional[float] = None,
+    warm: Optional[tuple[Any, Any, int]] = None,
     **hp: Any,
 ) -> dict[str, Any]:
     """One trial; its steady samples/s, peak memory, failure (None if it finished) and, per
-    epoch, (end time, samples, seconds) for the packing window."""
+    epoch, (end time, samples, seconds) for the packing window (`warm`: TimedSession's)."""
     data_args = {"image": size["image"], "samples": size["samples"]}
     spec = TrialSpec(
         model="vit",
@@ -188,7 +206,7 @@ def trial(
         **hp,
     }
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
-        session = TimedSession(tmp, seconds)
+        session = TimedSession(tmp, seconds, warm)
         try:
             run_trial(params, spec, session)
         except _Enough:
@@ -366,7 +384,9 @@ def run_together(n: int, size: dict[str, Any], kw: dict[str, Any]) -> list[dict[
     """`n` timed trials in their own processes, released together once all are ready."""
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     barrier, results = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_together, args=(size, kw, barrier, results)) for _ in range(n)]
+    warm = (ctx.Value("i", 0), ctx.Value("d", 0.0), n)  # see TimedSession
+    args = (size, {**kw, "warm": warm}, barrier, results)
+    procs = [ctx.Process(target=_together, args=args) for _ in range(n)]
     for proc in procs:
         proc.start()
     out = [results.get(timeout=kw["seconds"] + 600) for _ in procs]
