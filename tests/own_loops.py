@@ -12,6 +12,7 @@ a `finally`, also when the scheduler stops it).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import weakref
@@ -110,7 +111,13 @@ def _where_trials_stood(sweep: Path) -> str:
     for trial in sorted(p for p in sweep.iterdir() if p.is_dir()):
         log = trial / "trial.log"
         tail = log.read_text().splitlines()[-6:] if log.exists() else ["(no trial.log)"]
-        out.append(f"{trial.name}: " + " | ".join(tail))
+        # What the trial's code itself did (the epochs it trained, where each run began, its
+        # processes), beside what the trial logged: a stalled run shows which of them hung.
+        names = ("trained.txt", "starts.txt", "pids.txt")
+        files = {n: (trial / n).read_text().split() for n in names if (trial / n).exists()}
+        record = trial / "tuner_trial.json"
+        status = json.loads(record.read_text()).get("status") if record.exists() else None
+        out.append(f"{trial.name}: {status} {files} " + " | ".join(tail))
     return "\n".join(out)
 
 
