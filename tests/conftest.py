@@ -34,8 +34,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _runs_tests(config: pytest.Config) -> bool:
+    """This process runs tests: not pytest-xdist's controller, which hands them to workers
+    (`-n N`, as scripts/test.sh runs the whole suite) and only relays their reports."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    stall.start()  # a test stuck in C code gets its native stacks printed (tests/stall.py)
+    if _runs_tests(config):
+        stall.start()  # a test stuck in C code gets its native stacks printed (tests/stall.py)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -48,6 +55,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if getattr(report, "node", None) is not None:  # xdist's controller relays a worker's report
+        return  # (the worker recorded it; a crashed worker's test is not done, and runs again)
     if report.failed:
         stall.record("failed", report.nodeid)
     if report.when == "teardown":
@@ -60,11 +69,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[i for i in items if i.nodeid in done])
         items[:] = [i for i in items if i.nodeid not in done]
     tiers.mark(items)
+    uses = [i.nodeid for i in items if "ns_cluster" in getattr(i, "fixturenames", ())]
+    if strays := [nodeid for nodeid in uses if _group(nodeid) != NS_GROUP]:
+        raise pytest.UsageError(f"add their files to NS_CLUSTER_FILES in tests/conftest.py: {strays}")
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: see _heavy_groups_first
+        items[:] = _heavy_groups_first(items)
     if config.getoption("--quick"):
         keep = [i for i in items if tiers.quick(i)]
         config.hook.pytest_deselected(items=[i for i in items if not tiers.quick(i)])
         items[:] = keep
         tiers.import_shared()
+
+
+# The files whose tests use the ns_cluster fixture: under pytest-xdist they run in one worker,
+# which starts that cluster (two namespaced nodes and an S3 server) once.
+NS_CLUSTER_FILES = {"tests/test_cluster_faults.py", "tests/test_cluster_s3.py", "tests/test_nscluster.py"}
+NS_GROUP = "ns_cluster"
+
+
+def _group(nodeid: str) -> str:
+    """Which tests one pytest-xdist worker runs together: a file's (its module's fixtures, such
+    as test_cluster.py's two-node cluster, start once), the namespaced cluster's files'."""
+    path = nodeid.split("::", 1)[0]
+    return NS_GROUP if path in NS_CLUSTER_FILES else path
+
+
+def _heavy_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The groups with the most tests that are not quick (Ray, a browser, slow) first, each in
+    its own order: the workers hand out groups in this order, and the long ones started last
+    would leave one worker running them alone at the end."""
+    heavy: dict[str, int] = {}
+    for item in items:
+        heavy[_group(item.nodeid)] = heavy.get(_group(item.nodeid), 0) + (not tiers.quick(item))
+    rank = {group: i for i, group in enumerate(sorted(heavy, key=lambda g: -heavy[g]))}
+    return sorted(items, key=lambda item: rank[_group(item.nodeid)])  # (stable: each group's order)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n N` (scripts/test.sh): whole groups of tests (`_group`) to a worker at a time. (xdist's
+    own `--dist loadgroup` marks cannot do it under pytest 9: it renames node ids that pytest
+    no longer lets it rename.)"""
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False  # (the order of _heavy_groups_first, not by size)
+
+    class Groups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return Groups(config, log)
 
 
 @pytest.hookimpl(wrapper=True)

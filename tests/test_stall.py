@@ -15,9 +15,9 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def _run(**env: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["scripts/pytest_resuming.sh", "-q", "-p", "no:cacheprovider", "tests/stall_probe.py"],
+        ["scripts/pytest_resuming.sh", "-q", "-p", "no:cacheprovider", *args, "tests/stall_probe.py"],
         cwd=ROOT,
         env={**os.environ, "TUNER_TEST_STALL_S": "4", **env},
         capture_output=True,
@@ -48,3 +48,17 @@ def test_a_stalled_test_is_dumped_and_the_rest_run_in_a_new_process(
         assert "2 passed, 2 deselected" in out.stdout, out.stdout[-3000:]
     failed_before = "FAILED tests/stall_probe.py::test_fails_before" in out.stderr
     assert failed_before == ("PROBE_FAIL" in env)
+
+
+def test_a_stall_in_an_xdist_worker_ends_that_worker_and_the_test_runs_again() -> None:
+    """As scripts/test.sh runs the suite (`-n 2`): the watcher of the worker that stalled ends
+    it (xdist's controller counts its test as crashed and goes on), and the new process runs
+    that test again: it passes there, so the run passes."""
+    out = _run("-n", "2", "--max-worker-restart", "0")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stderr.count(f"[stall] {STALLED} has run") == 1, out.stderr[-3000:]
+    assert f"{STALLED} stalled inside C code" in out.stderr
+    first, second = out.stdout.split("[pytest_resuming]")[0], out.stdout
+    assert f"crashed while running '{STALLED}'" in out.stdout + out.stderr, out.stdout[-3000:]
+    last = [ln for ln in second.splitlines() if " in " in ln and ("passed" in ln or "failed" in ln)][-1]
+    assert "failed" not in last and "passed" in last, (first[-2000:], last)
