@@ -336,9 +336,16 @@ class NsCluster:
             "MPLBACKEND": "Agg",
         } | (_tls_env() if self.tls else {})
 
-    def wait_ready(self, count: int, dashboard: bool = True, timeout: float = READY_TIMEOUT_S) -> None:
-        """Until `count` nodes are alive in the GCS and (`dashboard`) the dashboard answers, as
-        seen from the host."""
+    def wait_ready(
+        self,
+        count: int,
+        dashboard: bool = True,
+        timeout: float = READY_TIMEOUT_S,
+        gone: frozenset = frozenset(),
+    ) -> None:
+        """Until `count` nodes are alive in the GCS, none of them one of the node ids `gone`
+        (a killed node's, which the GCS still counts until its health checks fail), and
+        (`dashboard`) the dashboard answers, as seen from the host."""
         from tuner.cluster import join
 
         target = join.target(self.gcs)
@@ -350,8 +357,12 @@ class NsCluster:
                 if node.proc is not None and not node.alive():
                     raise NodeExited(f"node {node.name} exited; its log ends:\n{self.log_tail(node)}")
             try:
-                if len(join.gcs_nodes(target, self.token, self.host_tls)) >= count and (
-                    not dashboard or join.dashboard_status(self.dashboard, self.token, 5) == 200
+                alive = join.gcs_nodes(target, self.token, self.host_tls)
+                fresh = [n for n in alive if n.node_id not in gone]
+                if (
+                    len(fresh) >= count
+                    and len(alive) == len(fresh)
+                    and (not dashboard or join.dashboard_status(self.dashboard, self.token, 5) == 200)
                 ):
                     return
             except Exception as err:  # noqa: BLE001 - not up yet
@@ -370,11 +381,13 @@ class NsCluster:
             os.kill(node.pid, signal.SIGKILL)
             node.proc.wait(timeout=30)  # type: ignore[union-attr]
 
-    def _boot_retrying(self, node: Node, count: int, dashboard: bool, tries: int = 3) -> None:
+    def _boot_retrying(
+        self, node: Node, count: int, dashboard: bool, tries: int = 3, gone: frozenset = frozenset()
+    ) -> None:
         for attempt in range(1, tries + 1):
             self._boot(node, {n.name: n.ip for n in self.nodes})
             try:
-                self.wait_ready(count, dashboard=dashboard)
+                self.wait_ready(count, dashboard=dashboard, gone=gone)
                 return
             except NodeExited:
                 if attempt == tries:
@@ -397,7 +410,15 @@ class NsCluster:
         """Power a killed node on again: a fresh PID 1, empty private file systems, the same
         address; returns once it has joined."""
         assert not node.alive()
-        self._boot_retrying(node, len(self.nodes), dashboard=True)
+        from tuner.cluster import join
+
+        target = join.target(self.gcs)
+        assert target is not None
+        # The GCS may still count the killed node alive (until its health checks fail): the
+        # node is back once the GCS has one of a new id and none of the old ones left.
+        alive = join.gcs_nodes(target, self.token, self.host_tls)
+        stale = frozenset(n.node_id for n in alive if n.node_manager_address == node.ip)
+        self._boot_retrying(node, len(self.nodes), dashboard=True, gone=stale)
 
     def stop(self) -> None:
         """End every node, remove namespaces and links. Safe to call twice, or half-started."""
