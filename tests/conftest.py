@@ -69,9 +69,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[i for i in items if i.nodeid in done])
         items[:] = [i for i in items if i.nodeid not in done]
     tiers.mark(items)
-    uses = [i.nodeid for i in items if "ns_cluster" in getattr(i, "fixturenames", ())]
-    if strays := [nodeid for nodeid in uses if _group(nodeid) != NS_GROUP]:
-        raise pytest.UsageError(f"add their files to NS_CLUSTER_FILES in tests/conftest.py: {strays}")
+    uses = {i.nodeid: "ns_cluster" for i in items if "ns_cluster" in getattr(i, "fixturenames", ())}
+    uses.update({i.nodeid: "gpu" for i in items if i.get_closest_marker("gpu")})
+    if strays := [f"{nodeid} ({group})" for nodeid, group in uses.items() if _group(nodeid) != group]:
+        raise pytest.UsageError(f"add their files to ONE_WORKER in tests/conftest.py: {strays}")
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: see _heavy_groups_first
         items[:] = _heavy_groups_first(items)
     if config.getoption("--quick"):
@@ -81,17 +82,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers.import_shared()
 
 
-# The files whose tests use the ns_cluster fixture: under pytest-xdist they run in one worker,
-# which starts that cluster (two namespaced nodes and an S3 server) once.
-NS_CLUSTER_FILES = {"tests/test_cluster_faults.py", "tests/test_cluster_s3.py", "tests/test_nscluster.py"}
-NS_GROUP = "ns_cluster"
+# Files whose tests run in one pytest-xdist worker, one after another: those of the ns_cluster
+# fixture (that cluster, two namespaced nodes and an S3 server, starts once) and those marked
+# gpu (they measure and fill the one GPU: never two at once).
+ONE_WORKER = {
+    "tests/test_cluster_faults.py": "ns_cluster",
+    "tests/test_cluster_s3.py": "ns_cluster",
+    "tests/test_nscluster.py": "ns_cluster",
+    "tests/test_gpu_any_training.py": "gpu",
+    "tests/test_gpu_cuda.py": "gpu",
+}
 
 
 def _group(nodeid: str) -> str:
     """Which tests one pytest-xdist worker runs together: a file's (its module's fixtures, such
-    as test_cluster.py's two-node cluster, start once), the namespaced cluster's files'."""
+    as test_cluster.py's two-node cluster, start once), or ONE_WORKER's group of files."""
     path = nodeid.split("::", 1)[0]
-    return NS_GROUP if path in NS_CLUSTER_FILES else path
+    return ONE_WORKER.get(path, path)
 
 
 def _heavy_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
