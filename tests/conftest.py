@@ -36,7 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _runs_tests(config: pytest.Config) -> bool:
     """This process runs tests: not pytest-xdist's controller, which hands them to workers
-    (`-n N`, as scripts/test.sh runs the whole suite) and only relays their reports."""
+    (`-n N`; TUNER_TEST_WORKERS of scripts/test.sh) and only relays their reports."""
     return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
 
 
@@ -114,7 +114,7 @@ def _heavy_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n N` (scripts/test.sh): whole groups of tests (`_group`) to a worker at a time. (xdist's
+    """`-n N` (TUNER_TEST_WORKERS): whole groups of tests (`_group`) to a worker at a time. (xdist's
     own `--dist loadgroup` marks cannot do it under pytest 9: it renames node ids that pytest
     no longer lets it rename.)"""
     from xdist.scheduler import LoadFileScheduling
