@@ -86,10 +86,10 @@ def test_a_sweep_on_a_tls_cluster_sends_nothing_in_clear(tls_cluster: nscluster.
 def test_a_machine_without_the_clusters_certificate_cannot_join(tls_cluster: nscluster.NsCluster) -> None:
     c = tls_cluster
     assert c.head.alive()
-    # Both strangers know the token: only TLS stands in their way. Each gives up after 15 s
+    # Both strangers know the token: only TLS stands in their way. Each gives up after 5 s
     # without the head's GCS (Ray's default: 60 s), so the test need not watch them a minute.
     foreign = tls.new_authority("another CA")
-    give_up = {"RAY_gcs_rpc_server_reconnect_timeout_s": "15"}
+    give_up = {"RAY_gcs_rpc_server_reconnect_timeout_s": "5"}
     strangers = [
         c.boot_stranger("plain", (), give_up),
         c.boot_stranger(
