@@ -93,10 +93,10 @@ def test_the_trials_run_the_measured_choice_and_a_sweep_run_again_measures_nothi
     out = run_sweep(cfg)
     assert out.exit_code == 0, out.summary
     printed = capsys.readouterr().out
-    assert "[tuner] autotune: channels_last=true" in printed, printed
-
     sweep = Path(out.sweep_dir)
     found = json.loads((sweep / "autotune.json").read_text())
+    # (Not chosen: each arm's measurement and verdict say why.)
+    assert "[tuner] autotune: channels_last=true" in printed, printed + json.dumps(found, indent=1)
     [size] = found["sizes"]
     assert size["result"]["choice"] == {"channels_last": True}, size
     assert [a["change"] for a in size["result"]["arms"]] == ["reference", "channels_last=true"]
