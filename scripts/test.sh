@@ -14,8 +14,8 @@ fi
 .venv/bin/ruff check tuner tests scripts
 
 # TUNER_TEST_WORKERS=2: the whole suite in two pytest-xdist workers (tests/conftest.py groups
-# the tests): 15-17 min instead of ~24 on 2 cores, but timing-sensitive tests (a kill -9
-# chain, autotune's measured choice) failed in 2 of 4 such runs under the other worker's load,
+# the tests): 15-19 min instead of ~24-28 on 2 cores, but timing-sensitive tests (a kill -9
+# chain, autotune's measured choice) failed in 2 of 5 such runs under the other worker's load,
 # so one process stays the default (and CI's). A stalled worker is ended, not replaced, and
 # what was not finished runs again (pytest_resuming.sh).
 workers=()
