@@ -5,10 +5,11 @@ trial killed between the two found a checkpoint one epoch ahead of its journal i
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
-from tuner.sweepdir import METRICS_FILE, read_metrics
-from tuner.trial.frame.stored import journal_from, journal_into
+from tuner.sweepdir import CHECKPOINT_FILE, METRICS_FILE, read_metrics
+from tuner.trial.frame.stored import journal_from, journal_into, newest_checkpoint
 
 
 def _journal(directory: Path, epochs: list[int]) -> None:
@@ -41,3 +42,30 @@ def test_a_journal_further_than_the_checkpoint_is_kept_for_the_trim(tmp_path: Pa
     assert _epochs(here) == [1, 2, 3, 4]
     journal_from(str(tmp_path / "no-journal"), str(here))  # an older checkpoint without one
     assert _epochs(here) == [1, 2, 3, 4]
+
+
+def _listing(remote: str, objects: dict[str, int]) -> dict[str, dict]:
+    """What s3fs's find(remote, detail=True) gives: key -> details, LastModified in seconds."""
+    return {
+        f"{remote}/{rel}": {"LastModified": datetime.fromtimestamp(t, tz=timezone.utc), "type": "file"}
+        for rel, t in objects.items()
+    }
+
+
+def test_the_newest_whole_checkpoint_is_continued_from_never_one_cut_short() -> None:
+    remote = "bucket/runs/dk/trial_1"
+    whole = {f"checkpoint_000001/{CHECKPOINT_FILE}": 10, f"checkpoint_000001/{METRICS_FILE}": 11}
+    # Killed while Ray uploaded epoch 2's checkpoint: its journal landed, its state did not.
+    cut = {f"checkpoint_000002/{METRICS_FILE}": 20}
+    listed = _listing(remote, {**whole, **cut, METRICS_FILE: 21})
+    assert newest_checkpoint(remote, listed) == "checkpoint_000001"
+    # A resumed trial numbers from 0 again: the newest upload wins over the higher number.
+    again = {f"checkpoint_000000/{CHECKPOINT_FILE}": 30, f"checkpoint_000000/{METRICS_FILE}": 30}
+    assert newest_checkpoint(remote, _listing(remote, {**whole, **again})) == "checkpoint_000000"
+    # The state without the journal beside whole ones: cut short too.
+    state_only = {f"checkpoint_000003/{CHECKPOINT_FILE}": 40}
+    assert newest_checkpoint(remote, _listing(remote, {**whole, **state_only})) == "checkpoint_000001"
+    # Checkpoints from before they carried the journal: the state alone is whole.
+    old = {f"checkpoint_000000/{CHECKPOINT_FILE}": 5, f"checkpoint_000001/{CHECKPOINT_FILE}": 6}
+    assert newest_checkpoint(remote, _listing(remote, old)) == "checkpoint_000001"
+    assert newest_checkpoint(remote, _listing(remote, {**cut, METRICS_FILE: 21})) is None

@@ -15,7 +15,14 @@ import re
 import shutil
 from typing import Any, Optional
 
-from tuner.sweepdir import BEST_RECORD, METRICS_FILE, TRIAL_LOG, read_best_record, read_metrics
+from tuner.sweepdir import (
+    BEST_RECORD,
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    TRIAL_LOG,
+    read_best_record,
+    read_metrics,
+)
 from tuner.sweepdir.remote import is_s3, ray_storage
 
 _CHECKPOINT_DIR = re.compile(r"^(checkpoint_\d{6})/")  # Ray's, in the trial's directory
@@ -38,15 +45,9 @@ def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
     remote = f"{path}/{ctx.get_experiment_name()}/{os.path.basename(ctx.get_trial_dir().rstrip('/'))}"
     fs = s3fs.S3FileSystem()
     found = fs.find(remote, detail=True)
-    newest: tuple[float, str] = (float("-inf"), "")
-    for key, info in found.items():
+    for key in found:
         rel = key[len(remote) :].lstrip("/")
-        m = _CHECKPOINT_DIR.match(rel)
-        if m:  # the newest upload: a resumed trial numbers its checkpoints from 0 again
-            stamp = info.get("LastModified")
-            when = stamp.timestamp() if stamp is not None else 0.0
-            newest = max(newest, (when, m.group(1)))
-        elif rel in _BROUGHT_BACK and not os.path.exists(os.path.join(trial_dir, rel)):
+        if rel in _BROUGHT_BACK and not os.path.exists(os.path.join(trial_dir, rel)):
             fs.get_file(key, os.path.join(trial_dir, rel))
     best = os.path.join(trial_dir, BEST_RECORD)
     if os.path.exists(best) and read_best_record(trial_dir) is None:  # its weights, named there
@@ -54,9 +55,34 @@ def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
             name = os.path.basename(str(json.load(f).get("weights", "")))
         if name and f"{remote}/{name}" in found:
             fs.get_file(f"{remote}/{name}", os.path.join(trial_dir, name))
-    if not newest[1]:
+    newest = newest_checkpoint(remote, found)
+    if newest is None:
         return None
-    return tune.Checkpoint(path=f"{remote}/{newest[1]}", filesystem=filesystem)
+    return tune.Checkpoint(path=f"{remote}/{newest}", filesystem=filesystem)
+
+
+def newest_checkpoint(remote: str, found: dict[str, dict[str, Any]]) -> Optional[str]:
+    """The name of the newest whole checkpoint among `found` (s3fs `find(remote, detail=True)`:
+    key -> its details), or None. The newest upload wins (a resumed trial numbers its
+    checkpoints from 0 again). Whole: the state file and the journal are both there. Ray uploads
+    a checkpoint's files one by one, so a trial killed during the upload (its driver or node
+    killed) can leave a directory with some of them: continued from it, the trial fails, and
+    every retry alike. A checkpoint without a journal counts only where none has one (made
+    before checkpoints carried it)."""
+    files: dict[str, set[str]] = {}
+    when: dict[str, float] = {}
+    for key, info in found.items():
+        m = _CHECKPOINT_DIR.match(key[len(remote) :].lstrip("/"))
+        if m:
+            name = m.group(1)
+            files.setdefault(name, set()).add(key[len(remote) :].lstrip("/")[len(name) + 1 :])
+            stamp = info.get("LastModified")
+            when[name] = max(when.get(name, float("-inf")), stamp.timestamp() if stamp is not None else 0.0)
+    needed = {CHECKPOINT_FILE, METRICS_FILE}
+    if not any(needed <= f for f in files.values()):
+        needed = {CHECKPOINT_FILE}
+    whole = [name for name, f in files.items() if needed <= f]
+    return max(whole, key=lambda name: (when[name], name), default=None)
 
 
 def journal_into(checkpoint_dir: str, trial_dir: str) -> None:
