@@ -75,6 +75,12 @@ def _assert_complete(c: nscluster.NsCluster, bucket: str, name: str, raw: dict[s
     return summary
 
 
+def _errors(c: nscluster.NsCluster, bucket: str) -> str:
+    """Every trial's error.txt in the bucket (the traceback a failed trial left)."""
+    keys = [k for k in c.s3.keys(bucket) if k.endswith("error.txt")]
+    return "".join(f"\n--- {k}:\n{_object(c, bucket, k).decode()[-3000:]}" for k in keys)
+
+
 def _assert_one_continued(logs: list[str], driver_out: str) -> None:
     """Some trial continued from a checkpoint (its trial.log says where it resumed); if none
     did, what the driver said (its "resuming" line) and each trial's last lines."""
@@ -125,7 +131,7 @@ def test_driver_killed_then_the_same_command_finishes_the_sweep(ns_cluster: nscl
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, kill -9 (and nsenter before it)
         proc.wait(timeout=60)
     again = c.run(c.head, _command(c, bucket, "dk"), timeout=600)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:] + _errors(c, bucket)
     assert "resuming dk:" in again.stdout
     summary = _assert_complete(c, bucket, "dk", raw)
     logs = [_object(c, bucket, f"runs/dk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
