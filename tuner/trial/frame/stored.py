@@ -1,6 +1,6 @@
 """A trial of a sweep in object storage, on whichever node it runs: what it wrote before (on
 another node, or in an earlier run of the sweep) comes back into its working directory, and
-its newest checkpoint is found in the bucket.
+its newest whole checkpoint is found in the bucket.
 
 Ray hands a trial its own checkpoint only when Ray itself retries it; a trial that `tuner
 resume` continues is a new Tune trial in the same directory, and a trial's working directory
