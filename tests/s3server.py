@@ -60,6 +60,15 @@ class S3Server:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
+    def read(self, bucket: str, key: str) -> bytes:
+        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def error_texts(self, bucket: str) -> str:
+        """Every trial's error.txt in the bucket (the traceback a failed trial left), each
+        under its key: for the message of an assertion that a sweep succeeded."""
+        keys = [k for k in self.keys(bucket) if k.endswith("error.txt")]
+        return "".join(f"\n--- {k}:\n{self.read(bucket, k).decode()[-3000:]}" for k in keys)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)

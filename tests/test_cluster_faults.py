@@ -45,10 +45,6 @@ def _command(c: nscluster.NsCluster, bucket: str, name: str) -> list[str]:
             "--name", name, "--resume-if-exists"]  # fmt: skip
 
 
-def _object(c: nscluster.NsCluster, bucket: str, key_: str) -> bytes:
-    return c.s3.client().get_object(Bucket=bucket, Key=key_)["Body"].read()
-
-
 def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
@@ -62,10 +58,10 @@ def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout:
 def _assert_complete(c: nscluster.NsCluster, bucket: str, name: str, raw: dict[str, Any]) -> dict[str, Any]:
     """Every planned trial, trained to the end, each epoch in its journal exactly once; the
     configurations those an uninterrupted random sweep of this seed runs."""
-    summary = json.loads(_object(c, bucket, f"runs/{name}/summary.json"))
+    summary = json.loads(c.s3.read(bucket, f"runs/{name}/summary.json"))
     assert summary["status"] == "completed" and len(summary["trials"]) == TRIALS, summary["counts"]
     for t in summary["trials"]:
-        journal = _object(c, bucket, f"runs/{name}/{t['trial_id']}/metrics.jsonl").decode().splitlines()
+        journal = c.s3.read(bucket, f"runs/{name}/{t['trial_id']}/metrics.jsonl").decode().splitlines()
         assert [json.loads(row)["epoch"] for row in journal] == list(range(1, EPOCHS + 1)), t["trial_id"]
     cfg = load_sweep(DEBUG, {"search.num_samples": TRIALS})
     searched = [k for k, p in cfg.search.params.items() if not isinstance(p, Fixed)]
@@ -73,12 +69,6 @@ def _assert_complete(c: nscluster.NsCluster, bucket: str, name: str, raw: dict[s
     got = sorted(key({k: t["config"][k] for k in searched}) for t in summary["trials"])
     assert got == sorted(key({k: p[k] for k in searched}) for p in planned)
     return summary
-
-
-def _errors(c: nscluster.NsCluster, bucket: str) -> str:
-    """Every trial's error.txt in the bucket (the traceback a failed trial left)."""
-    keys = [k for k in c.s3.keys(bucket) if k.endswith("error.txt")]
-    return "".join(f"\n--- {k}:\n{_object(c, bucket, k).decode()[-3000:]}" for k in keys)
 
 
 def _assert_one_continued(logs: list[str], driver_out: str) -> None:
@@ -97,9 +87,9 @@ def _trial_states(c: nscluster.NsCluster, bucket: str, name: str) -> dict[str, d
             continue
         s = states.setdefault(parts[2], {"status": None, "checkpoints": 0, "epochs": 0})
         if parts[3] == "tuner_trial.json":
-            s["status"] = json.loads(_object(c, bucket, k)).get("status")
+            s["status"] = json.loads(c.s3.read(bucket, k)).get("status")
         elif parts[3] == "metrics.jsonl":
-            s["epochs"] = len(_object(c, bucket, k).splitlines())
+            s["epochs"] = len(c.s3.read(bucket, k).splitlines())
         elif parts[3].startswith("checkpoint_"):
             s["checkpoints"] += 1
     return states
@@ -131,22 +121,22 @@ def test_driver_killed_then_the_same_command_finishes_the_sweep(ns_cluster: nscl
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, kill -9 (and nsenter before it)
         proc.wait(timeout=60)
     again = c.run(c.head, _command(c, bucket, "dk"), timeout=600)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:] + _errors(c, bucket)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:] + c.s3.error_texts(bucket)
     assert "resuming dk:" in again.stdout
     summary = _assert_complete(c, bucket, "dk", raw)
-    logs = [_object(c, bucket, f"runs/dk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
+    logs = [c.s3.read(bucket, f"runs/dk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
     _assert_one_continued(logs, again.stdout)
     # Extended from the bucket by one trial: the others are kept as they are.
     journals = {
-        t["trial_id"]: _object(c, bucket, f"runs/dk/{t['trial_id']}/metrics.jsonl") for t in summary["trials"]
+        t["trial_id"]: c.s3.read(bucket, f"runs/dk/{t['trial_id']}/metrics.jsonl") for t in summary["trials"]
     }
     more = c.run(c.head, ["python", "-m", "tuner", "extend", f"s3://{bucket}/runs/dk", "--num-samples", "1",
                           "--address", c.gcs], timeout=600)  # fmt: skip
     assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
-    extended = json.loads(_object(c, bucket, "runs/dk/summary.json"))
+    extended = json.loads(c.s3.read(bucket, "runs/dk/summary.json"))
     assert extended["status"] == "completed" and len(extended["trials"]) == TRIALS + 1
-    assert all(_object(c, bucket, f"runs/dk/{t}/metrics.jsonl") == j for t, j in journals.items())
-    assert "num_samples: 5" in _object(c, bucket, "runs/dk/sweep.yaml").decode()
+    assert all(c.s3.read(bucket, f"runs/dk/{t}/metrics.jsonl") == j for t, j in journals.items())
+    assert "num_samples: 5" in c.s3.read(bucket, "runs/dk/sweep.yaml").decode()
 
 
 def test_worker_node_killed_its_trials_continue_on_another(ns_cluster: nscluster.NsCluster) -> None:
@@ -173,5 +163,5 @@ def test_worker_node_killed_its_trials_continue_on_another(ns_cluster: nscluster
             c.revive(w1)  # the next tests get their two nodes back
     assert proc.returncode == 0, out[-3000:]
     summary = _assert_complete(c, bucket, "nk", raw)
-    logs = [_object(c, bucket, f"runs/nk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
+    logs = [c.s3.read(bucket, f"runs/nk/{t['trial_id']}/trial.log").decode() for t in summary["trials"]]
     _assert_one_continued(logs, out)

@@ -18,10 +18,6 @@ pytestmark = pytest.mark.slow
 TRIALS = 12
 
 
-def _bucket_object(c: nscluster.NsCluster, bucket: str, key: str) -> bytes:
-    return c.s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
-
-
 def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
     ns_cluster: nscluster.NsCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,20 +42,17 @@ def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
         "submit", "sweep.yaml", "--address", c.dashboard, "--submission-id", "twelve", "--", *sweep,
         cwd=project, env=c.host_env(), timeout=600,
     )  # fmt: skip
-    errors = [
-        _bucket_object(c, bucket, k).decode()[-3000:] for k in c.s3.keys(bucket) if k.endswith("error.txt")
-    ]
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + "\n".join(errors)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + c.s3.error_texts(bucket)
     assert "are on other machines" not in out.stderr  # object storage: nothing to warn about
     keys = set(c.s3.keys(bucket, "runs/twelve/"))
-    summary = json.loads(_bucket_object(c, bucket, "runs/twelve/summary.json"))
+    summary = json.loads(c.s3.read(bucket, "runs/twelve/summary.json"))
     assert summary["status"] == "completed" and len(summary["trials"]) == TRIALS
     assert all(t["best_value"] is not None for t in summary["trials"])
     ran_on = set()
     for t in summary["trials"]:
-        rows = _bucket_object(c, bucket, f"runs/twelve/{t['trial_id']}/result.json").decode().splitlines()
+        rows = c.s3.read(bucket, f"runs/twelve/{t['trial_id']}/result.json").decode().splitlines()
         ran_on |= {json.loads(row)["node_ip"] for row in rows}
-        journal = _bucket_object(c, bucket, f"runs/twelve/{t['trial_id']}/metrics.jsonl").decode()
+        journal = c.s3.read(bucket, f"runs/twelve/{t['trial_id']}/metrics.jsonl").decode()
         epochs = [json.loads(m)["epoch"] for m in journal.splitlines()]
         assert epochs == list(range(1, t["epochs"] + 1))  # every epoch, none twice
     assert ran_on == {n.ip for n in c.nodes}, ran_on
@@ -91,7 +84,7 @@ def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
     import tuner
 
     _scores(tuner.load_best(uri), summary["best"]["metrics"]["val_acc"])
-    everything = b"".join(_bucket_object(c, bucket, k) for k in keys)
+    everything = b"".join(c.s3.read(bucket, k) for k in keys)
     assert c.s3.secret.encode() not in everything and c.token.encode() not in everything
     assert c.s3.secret not in out.stdout + out.stderr and c.token not in out.stdout + out.stderr
 
@@ -113,14 +106,11 @@ def test_a_ddp_trial_over_both_nodes_into_the_bucket_trains_as_on_one_node(
         ["python", "-m", "tuner", "sweep", "ddp.yaml", "--address", c.gcs, "--output", f"s3://{bucket}/runs"],
         timeout=500,
     )
-    errors = [
-        _bucket_object(c, bucket, k).decode()[-3000:] for k in c.s3.keys(bucket) if k.endswith("error.txt")
-    ]
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + "\n".join(errors)
-    (trial,) = json.loads(_bucket_object(c, bucket, "runs/debug/summary.json"))["trials"]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + c.s3.error_texts(bucket)
+    (trial,) = json.loads(c.s3.read(bucket, "runs/debug/summary.json"))["trials"]
     keys = c.s3.keys(bucket, f"runs/debug/{trial['trial_id']}/")
     assert any("/checkpoint_" in k for k in keys), keys  # rank 0's, uploaded by Tune
-    journal = _bucket_object(c, bucket, f"runs/debug/{trial['trial_id']}/metrics.jsonl").decode()
+    journal = c.s3.read(bucket, f"runs/debug/{trial['trial_id']}/metrics.jsonl").decode()
     over_two = [json.loads(line) for line in journal.splitlines()]
     # The independent answer: the same sweep file (same seed, same configuration) on one
     # machine, its own Ray, both ranks on one node, a local output.
