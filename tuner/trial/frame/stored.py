@@ -72,10 +72,11 @@ def newest_checkpoint(remote: str, found: dict[str, dict[str, Any]]) -> Optional
     files: dict[str, set[str]] = {}
     when: dict[str, float] = {}
     for key, info in found.items():
-        m = _CHECKPOINT_DIR.match(key[len(remote) :].lstrip("/"))
+        rel = key[len(remote) :].lstrip("/")
+        m = _CHECKPOINT_DIR.match(rel)
         if m:
             name = m.group(1)
-            files.setdefault(name, set()).add(key[len(remote) :].lstrip("/")[len(name) + 1 :])
+            files.setdefault(name, set()).add(rel[len(name) + 1 :])
             stamp = info.get("LastModified")
             when[name] = max(when.get(name, float("-inf")), stamp.timestamp() if stamp is not None else 0.0)
     needed = {CHECKPOINT_FILE, METRICS_FILE}
