@@ -25,7 +25,8 @@ connect(Runtime(num_cpus=1))
 time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
-print(json.dumps(hosts))
+idle = [p.pid for p in psutil.Process().children(recursive=True) if p.cmdline()[:1] == ["ray::IDLE"]]
+print(json.dumps({"hosts": hosts, "idle": idle}))
 import ray
 ray.shutdown()
 """
@@ -50,7 +51,7 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
     """With Ray's private API (`_node_ip_address`) and with the public fallbacks forced (the
     loopback setting Ray reads at import). Without a token, one is made 0600 (Ray itself would
     write it 0644); a token the user has is kept and used, and if others can read it a warning
-    names it."""
+    names it. No idle worker is started ahead for the driver (tuner's trials never run on one)."""
     token = tmp_path / ".ray" / "auth_token"
     if fallbacks:
         token.parent.mkdir()
@@ -63,9 +64,12 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
         assert token.read_text() == "x" * 64  # the user's token is used, not replaced
     else:
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
-    hosts = json.loads(run.stdout.strip().splitlines()[-1])
+    probed = json.loads(run.stdout.strip().splitlines()[-1])
+    hosts = probed["hosts"]
     assert hosts, "the local Ray listens somewhere"
     assert all(h in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for h in hosts), hosts
+    # No idle worker started ahead for the driver (no trial actor could use one).
+    assert probed["idle"] == [], probed
 
 
 def _first_time(log: Path) -> str:

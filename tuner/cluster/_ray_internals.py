@@ -66,22 +66,31 @@ def _mismatch(what: str, err: BaseException) -> RayMismatch:
 
 
 def local_init_options(health_check_failures: int) -> dict[str, Any]:
-    """ray.init's private arguments for a private local Ray: its node on loopback, and
-    `health_check_failures` missed health checks (3 s apart) before the GCS declares it dead.
+    """ray.init's private arguments for a private local Ray: its node on loopback,
+    `health_check_failures` missed health checks (3 s apart) before the GCS declares it dead,
+    and no idle workers started ahead for the driver.
+
+    Ray starts one idle worker per CPU when the first driver connects, for its tasks; none of
+    them ever runs a trial: Tune gives each trial actor a runtime_env of its own
+    (ray/tune/execution/class_cache.py), so every trial actor, and every DDP rank it starts,
+    gets a worker started for it. On 2 cores those idle workers cost a `tuner sweep` of
+    debug.yaml 0.4 s of its 6.5 and 0.8 CPU-seconds (scripts/setup.sh's venv, 3 runs each).
 
     Checked Ray: `_node_ip_address` and `_system_config` (ray/_private/worker.py: init).
     Fallback: no private arguments; the same settings go through the environment the GCS and
-    raylet read at start: RAY_health_check_failure_threshold (every Ray system setting reads its
-    RAY_<name>), and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (set by join.prepare_local before
-    Ray is imported), under which Ray takes 127.0.0.1 as the node's address; the caller then
-    checks that it did (`node_ip`).
+    raylet read at start: RAY_health_check_failure_threshold and RAY_prestart_worker_first_driver
+    (every Ray system setting reads its RAY_<name>), and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    (set by join.prepare_local before Ray is imported), under which Ray takes 127.0.0.1 as the
+    node's address; the caller then checks that it did (`node_ip`).
     """
+    settings = {
+        "health_check_failure_threshold": health_check_failures,
+        "prestart_worker_first_driver": False,
+    }
     if checked():
-        return {
-            "_node_ip_address": LOOPBACK,
-            "_system_config": {"health_check_failure_threshold": health_check_failures},
-        }
-    os.environ.setdefault("RAY_health_check_failure_threshold", str(health_check_failures))
+        return {"_node_ip_address": LOOPBACK, "_system_config": settings}
+    for name, value in settings.items():
+        os.environ.setdefault(f"RAY_{name}", str(int(value)))
     return {}
 
 
