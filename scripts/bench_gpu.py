@@ -414,7 +414,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--packed", default=None, help="launch-bound trials per GPU to compare (default 1,2,4; smoke 1,2)"
     )
     parser.add_argument(
-        "--packed-seconds", type=float, default=None, help="training time of each packed trial (30; smoke 3)"
+        "--packed-seconds",
+        type=float,
+        default=None,
+        help="training time of each packed trial (30; smoke 1.5)",
     )
     parser.add_argument(
         "--write",
@@ -429,7 +432,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     device = "CPU (smoke)" if args.smoke else torch.cuda.get_device_name(0)
     epochs = args.epochs or (SMOKE_EPOCHS if args.smoke else GPU_EPOCHS)
-    bench = Bench(args.smoke, epochs, args.packed_seconds or (3.0 if args.smoke else 30.0))
+    bench = Bench(args.smoke, epochs, args.packed_seconds or (1.5 if args.smoke else 30.0))
     counts = [int(c) for c in (args.packed or ("1,2" if args.smoke else "1,2,4")).split(",")]
     print(f"[bench_gpu] {device}: {args.sections}", flush=True)
     for section in args.sections.split(","):
