@@ -55,8 +55,8 @@ if ! python -c "import tuner, ray, pytest" >/dev/null 2>&1 || [ pyproject.toml -
   touch "$VENV/.tuner-installed"
 fi
 # tuner's own bytecode, as pip writes it for every installed package: an editable install
-# gets none, and where PYTHONDONTWRITEBYTECODE is set (CI's machines) every process that
-# imports tuner (each trial actor and driver) would compile its modules again: ~0.07
+# gets none, and where PYTHONDONTWRITEBYTECODE is set (this project's machines) every process
+# that imports tuner (each trial actor and driver) would compile its modules again: ~0.07
 # CPU-seconds each. Python recompiles any module edited since, in memory.
 python -m compileall -q tuner >/dev/null
 python -c "import torch, ray; print(f'[setup] ready: torch {torch.__version__} (cuda: {torch.cuda.is_available()}), ray {ray.__version__}')"

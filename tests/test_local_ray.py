@@ -25,7 +25,12 @@ connect(Runtime(num_cpus=1))
 time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
-idle = [p.pid for p in psutil.Process().children(recursive=True) if p.cmdline()[:1] == ["ray::IDLE"]]
+def title(p):
+    try:
+        return p.cmdline()[:1]
+    except psutil.Error:  # (ended meanwhile)
+        return []
+idle = [p.pid for p in psutil.Process().children(recursive=True) if title(p) == ["ray::IDLE"]]
 print(json.dumps({"hosts": hosts, "idle": idle}))
 import ray
 ray.shutdown()
