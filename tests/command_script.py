@@ -15,7 +15,8 @@ it behaves as `--kind` says.
 
 val_loss = base + 1 / epoch, with base = 10 * lr (0 for crash_once). Each run appends, in the
 trial directory, its pid to pids.txt, its first epoch to starts.txt, each epoch it trains to
-trained.txt, and "sigterm" to signals.txt when it is sent SIGTERM (it then exits 143).
+trained.txt, and "sigterm" to signals.txt when it is sent SIGTERM (it then exits 143); env.json
+says where it ran, and whether its trial actor imported torch (it has no need to).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
     if os.environ.get("RANK", "0") == "0":
         _append("pids.txt", str(os.getpid()))
-        _append("env.json", json.dumps({"cwd": os.getcwd(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+        cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
+        _append("env.json", json.dumps({"cwd": os.getcwd(), "cuda": cuda, "actor_torch": _actor_has_torch()}))
     if args.kind == "crash":
         print("Traceback (most recent call last):\nValueError: boom: the script fails", file=sys.stderr)
         sys.exit(3)
@@ -88,6 +90,24 @@ def main() -> None:
         tuner.report(epoch=args.epochs, test_loss=base + 0.5)
     if args.kind == "linger":
         time.sleep(600)
+
+
+def _actor_has_torch() -> bool | None:
+    """Whether the Ray trial actor above this process (an ancestor titled ray::...) has torch's
+    library mapped; None where there is no such ancestor (run by hand)."""
+    pid = os.getppid()
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0].decode(errors="replace")
+            if title.startswith("ray::"):
+                with open(f"/proc/{pid}/maps") as f:
+                    return "libtorch" in f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
 
 
 def _ddp(args: argparse.Namespace) -> None:

@@ -20,8 +20,6 @@ import re
 import tempfile
 from typing import Any, Optional
 
-import torch
-
 from tuner.sweepdir import (
     BEST_RECORD,
     BEST_WEIGHTS_PATTERN,
@@ -63,6 +61,8 @@ class DirCheckpoints:
     def load(self, map_location: Any) -> Optional[dict[str, Any]]:
         """The newest readable checkpoint's state (None: none). One that cannot be read (a
         damaged file) is passed over for the one before it, and `notice` says so."""
+        import torch
+
         self.notice: Optional[str] = None
         bad: list[str] = []
         for epoch in reversed(self._epochs()):
@@ -83,6 +83,8 @@ class DirCheckpoints:
 def save_atomic(state: Any, final: str) -> str:
     """torch.save to `final` through a temporary in its directory and a rename: a kill
     mid-write leaves a .tmp, never half a file; a failed write (a full disk) not even that."""
+    import torch
+
     root = os.path.dirname(final)
     os.makedirs(root, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".checkpoint-", suffix=".tmp")
@@ -146,6 +148,8 @@ def weights_of(payload: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The model's state dict in a checkpoint's payload: tuner's loop's `model`, or, for
     `task.train`, the `model` entry of the state the user reported (as `ctx.state_dict`
     gives); None when there is none."""
+    import torch
+
     user = payload.get("user")
     weights = user.get("model") if isinstance(user, dict) else payload.get("model")
     if isinstance(weights, dict) and weights and all(isinstance(v, torch.Tensor) for v in weights.values()):
@@ -156,6 +160,8 @@ def weights_of(payload: dict[str, Any]) -> Optional[dict[str, Any]]:
 def plain_state_dict(weights: dict[str, Any]) -> dict[str, Any]:
     """`weights` on the CPU without the prefixes wrappers add to every key (DDP's `module.`,
     torch.compile's `_orig_mod.`): loadable into the bare model."""
+    import torch
+
     out = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
     while out:
         for prefix in ("module.", "_orig_mod."):
@@ -177,8 +183,12 @@ def numbered(root: str, pattern: re.Pattern[str]) -> list[int]:
 
 def save_to_dir(state: dict[str, Any], directory: str) -> None:
     """The layout of checkpoints handed to Ray (Tune with URI storage, Train): one file."""
+    import torch
+
     torch.save(state, os.path.join(directory, CHECKPOINT_FILE))
 
 
 def load_from_dir(directory: str, map_location: Any) -> dict[str, Any]:
+    import torch
+
     return torch.load(os.path.join(directory, CHECKPOINT_FILE), map_location=map_location, weights_only=True)

@@ -7,6 +7,9 @@ only: nothing stops a neighbour from holding more than its part) and caps PyTorc
 at that share, so a trial that outgrows it runs out of memory itself instead of crashing its
 neighbours. Each epoch, `stats` gives utilisation (NVML, when it can be loaded) and memory
 figures for TensorBoard and the trial's results.
+
+torch is imported where it is used: a trial actor that trains nothing itself (a script's) gets
+a `NoGpu` without importing it.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.packing import CONTEXT_ESTIMATE, GiB, Share, share, shortfall
 from tuner.trial.frame.memory import expandable_segments, release
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ class Gpu(NoGpu):
     def claim(self, fraction: float, margin: float, context: Optional[int] = None) -> Optional[Share]:
         # Cached blocks of this process (an earlier trial of a reused actor) are this trial's
         # to use: hand them back first, then count what is still reserved as available too.
+        import torch
+
         release(self.device)
         free, total = self._available()
         part = share(total, fraction, margin, CONTEXT_ESTIMATE if context is None else context)
@@ -81,6 +87,8 @@ class Gpu(NoGpu):
         return part
 
     def configure(self, tf32: bool) -> None:
+        import torch
+
         # TF32 tensor cores for fp32 matmuls and convolutions: IEEE fp32 matmuls run several
         # times slower on Ampere and later, for precision training does not need.
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -92,19 +100,27 @@ class Gpu(NoGpu):
     def _available(self) -> tuple[int, int]:
         """Free device memory plus this process's cached blocks (reserved but not allocated:
         tensors still alive in this process are not available), and the total."""
+        import torch
+
         free, total = torch.cuda.mem_get_info(self.device)
         cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         return free + max(cached, 0), total
 
     def sync(self) -> None:
+        import torch
+
         torch.cuda.synchronize(self.device)
 
     def start_epoch(self) -> None:
+        import torch
+
         torch.cuda.reset_peak_memory_stats(self.device)
         if self.nvml is not None:
             self.nvml.mark()
 
     def stats(self) -> dict[str, float]:
+        import torch
+
         free, total = torch.cuda.mem_get_info(self.device)
         out = {
             "gpu_mem_peak_gb": torch.cuda.max_memory_allocated(self.device) / GiB,
@@ -167,6 +183,7 @@ def open_nvml(device: torch.device) -> Optional[Nvml]:
     """NVML for `device` (found by UUID: indices differ under CUDA_VISIBLE_DEVICES), or None."""
     try:
         import pynvml
+        import torch
 
         pynvml.nvmlInit()  # reference-counted: safe in every trial of a reused actor
         uuid = str(torch.cuda.get_device_properties(device).uuid)

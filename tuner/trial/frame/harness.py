@@ -6,6 +6,9 @@ and the memory handed back afterwards. `Progress` takes each epoch's metrics to 
 (metrics.jsonl), TensorBoard and the scheduler, and records the failures a trial ends with as
 results (diverged, oom) rather than crashes. Both loops use these, so a trial behaves the same
 on disk and towards the driver whichever loop trains it.
+
+A trial that trains in a process of its own (a script's: `trains_here=False`) has the same
+frame without a device: its actor never imports torch (about 1 CPU-second and 180 MB per actor).
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from tuner import autotune
 from tuner.sweepdir import TRIAL_LOG, finite
@@ -33,6 +34,9 @@ from tuner.trial.frame.spec import TrialSpec
 from tuner.trial.frame.tb import EventWriter, NullWriter
 from tuner.trial.frame.watchdog import NoWatchdog, make_watchdog
 
+if TYPE_CHECKING:
+    import torch
+
 WORST = {"max": -math.inf, "min": math.inf}
 R = TypeVar("R")
 
@@ -43,18 +47,25 @@ class Frame:
 
     spec: TrialSpec
     session: Session
-    device: torch.device
+    device: Optional[torch.device]  # None: the trial trains in another process (a script)
     gpu: NoGpu
     settings: Settings
     watchdog: NoWatchdog
     log: logging.Logger
 
 
-def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callable[[Frame], R]) -> R:
+def guarded(
+    hp: dict[str, Any],
+    spec: TrialSpec,
+    session: Session,
+    body: Callable[[Frame], R],
+    trains_here: bool = True,
+) -> R:
     """Run `body` as the trial: its GPU share claimed first, its failure written down, its
-    memory handed back whatever the ending."""
-    device = session.device(spec.gpus_per_worker > 0)
-    gpu = make_gpu(device)
+    memory handed back whatever the ending. `trains_here=False`: the body trains nothing in
+    this process (it runs a script), which then gets no device, threads or GPU share."""
+    device = session.device(spec.gpus_per_worker > 0) if trains_here else None
+    gpu = make_gpu(device) if device is not None else NoGpu()
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
     watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
@@ -64,11 +75,12 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
         settings = Settings.of(autotune.applied(hp, spec.autotune))
         if spec.autotune:
             log.info("training.autotune: %s", {k: getattr(settings, k) for k in autotune.DIMENSIONS})
-        # training.threads, else one thread per CPU Ray gave this worker: more oversubscribes the node.
-        use_threads(settings.threads or max(1, int(spec.cpus_per_worker)))
-        # Before anything is built: this trial's share of the GPU must be free (gpu.py).
-        gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
-        gpu.configure(tf32=settings.tf32)
+        if trains_here:
+            # training.threads, else one thread per CPU Ray gave this worker: more oversubscribes the node.
+            use_threads(settings.threads or max(1, int(spec.cpus_per_worker)))
+            # Before anything is built: this trial's share of the GPU must be free (gpu.py).
+            gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
+            gpu.configure(tf32=settings.tf32)
         return body(Frame(spec, session, device, gpu, settings, watchdog, log))
     except BaseException as err:
         if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
@@ -85,7 +97,8 @@ def guarded(hp: dict[str, Any], spec: TrialSpec, session: Session, body: Callabl
         forget_compiled()
         # Whether finished, stopped by the scheduler or failed: the trial's objects are gone
         # by now, so this returns their memory before the actor runs its next trial.
-        release(device)
+        if device is not None:
+            release(device)
         took = time.perf_counter() - began
         if took > 1.0:  # (a reused actor's next trial waits for this: trainables.WIND_DOWN_S)
             log.info("clean-up after the trial took %.1f s", took)
@@ -97,6 +110,8 @@ def use_threads(n: int) -> None:
     start one compile process per CPU of the node (16 on a GPU node, 64 for 4 packed trials),
     not per CPU of the trial; its setting is read when Inductor is first imported (the
     environment) and when its pool starts (the config, where already imported)."""
+    import torch
+
     torch.set_num_threads(n)
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(n)
     config = sys.modules.get("torch._inductor.config")
@@ -110,6 +125,8 @@ def forget_compiled() -> None:
     limit (8) a later trial's model silently ran eager. Only where Dynamo was imported (its
     import costs seconds)."""
     if "torch._dynamo" in sys.modules:
+        import torch
+
         torch.compiler.reset()
 
 

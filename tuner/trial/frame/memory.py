@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class TrialOOM(RuntimeError):
@@ -24,6 +26,8 @@ def release(device: torch.device) -> None:
     allocations that `empty_cache` cannot return: they are dropped first.
     """
     if device.type == "cuda":
+        import torch
+
         gc.collect()
         clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear_workspaces is not None:
@@ -33,6 +37,8 @@ def release(device: torch.device) -> None:
 
 def is_oom(err: BaseException) -> bool:
     """torch.OutOfMemoryError, or an allocator RuntimeError saying the same (older paths)."""
+    import torch
+
     if isinstance(err, torch.OutOfMemoryError):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
@@ -66,6 +72,8 @@ def expandable_segments() -> bool:
     """
     if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"):
         return False
+    import torch
+
     setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
     if setter is None:  # torch < 2.9
         setter = torch.cuda.memory._set_allocator_settings

@@ -3,7 +3,8 @@ nothing (local).
 
 The loop talks only to this interface (rank facts, `load_checkpoint`, `report`), so the same
 loop runs in every mode; each session decides where checkpoints go, and the Ray modules are
-imported only by the session that needs them.
+imported only by the session that needs them. torch too is imported where it is used: the trial
+actor of a script's trial (which trains in its own process) never imports it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from tuner.errors import MissingMetricError
 from tuner.trial.frame.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
 from tuner.trial.frame.spec import trial_dir_for
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Session:
@@ -44,7 +46,9 @@ class Session:
         return self.rank == 0
 
     def device(self, use_gpu: bool) -> torch.device:
-        return cuda(torch.cuda.current_device()) if use_gpu and torch.cuda.is_available() else CPU
+        import torch
+
+        return cuda(torch.cuda.current_device()) if use_gpu and torch.cuda.is_available() else cpu()
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         """The newest checkpoint's state to resume from, or None to start fresh."""
@@ -103,7 +107,9 @@ class LocalSession(Session):
         self.keep_best(metric, mode)
 
     def device(self, use_gpu: bool) -> torch.device:
-        return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else CPU
+        import torch
+
+        return cuda(self.local_rank) if use_gpu and torch.cuda.is_available() else cpu()
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         if not self._resume:
@@ -223,6 +229,8 @@ class GroupSession(Session):
             self.keep_best(metric, mode)
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
+        import torch
+
         super().report(metrics, state)
         go = torch.tensor([1 if self._go else 0])
         if self.world_size > 1:
@@ -267,13 +275,18 @@ class GroupSession(Session):
             self._go = self._send(dict(metrics), path)
 
 
-CPU = torch.device("cpu")
+def cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
 
 
 def ray_actor_device(use_gpu: bool) -> torch.device:
     """The device of a Ray actor that holds GPUs (its first), else the CPU."""
+    import torch
+
     if not (use_gpu and torch.cuda.is_available()):
-        return CPU
+        return cpu()
     import ray
 
     return cuda(cuda_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")))
@@ -282,6 +295,8 @@ def ray_actor_device(use_gpu: bool) -> torch.device:
 def cuda(index: int) -> torch.device:
     """CUDA device `index`, made this process's current device: kernels, NCCL and
     `torch.cuda.*` calls without a device then all go to the trial's GPU."""
+    import torch
+
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
@@ -294,6 +309,8 @@ def cuda_index(ray_gpu_ids: Sequence[Any], visible: Optional[str]) -> int:
     GPU is visible, so the id is the index.
     """
     if not ray_gpu_ids:
+        import torch
+
         return torch.cuda.current_device()
     gpu = str(ray_gpu_ids[0])
     if visible is None:

@@ -61,9 +61,10 @@ class ScriptError(Exception):
 def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
     """Run the sweep's command as this trial; returns the last metrics it reported."""
     # The frame's training settings are tuner's loop's: the script has its own (hp: theirs).
-    # On the CPU: the trial's GPUs are the script's; the actor makes no CUDA context there.
+    # The script trains in its own process, with the trial's GPUs: this actor needs no device
+    # (and imports no torch), makes no CUDA context and claims no GPU share for itself.
     frame_spec = replace(spec, gpus_per_worker=0.0)
-    return guarded({}, frame_spec, session, lambda frame: _run(hp, spec, frame))
+    return guarded({}, frame_spec, session, lambda frame: _run(hp, spec, frame), trains_here=False)
 
 
 def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
