@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import nscluster
-from tests.conftest import DEBUG, ROOT
+from tests.conftest import ROOT
 from tuner.cluster import join
 
 pytestmark = pytest.mark.slow
@@ -124,12 +125,30 @@ def test_a_joined_sweep_runs_trials_on_both_nodes_and_warns_about_its_local_outp
 ) -> None:
     # Today's tuner on machines that share no disk (issue 29): the driver joins from the head
     # (`tuner sweep --address`), two trials at once, one CPU per node, a local output.
+    # The trials are a script that sleeps through its epochs (tests/command_script.py, in the
+    # repository every node mounts): 8 s each, whatever the load. Ray starts the worker
+    # node's trial actor while the head's first trial runs, and Tune gives a trial whose actor
+    # has not started yet the head's actor once that one is free: trials that ended before the
+    # worker's actor was up (a few seconds on a loaded machine) all ran on the head.
     c = ns_cluster
-    c.put(c.head, "/tmp/work/debug.yaml", DEBUG.read_text())
+    script = ROOT / "tests" / "command_script.py"
+    raw = {
+        "name": "joined",
+        "metric": "val_loss",
+        "mode": "min",
+        "task": {"command": f"python {script} --kind api --lr {{lr}} --epochs {{max_epochs}} --sleep 1"},
+        "search": {
+            "algorithm": "random",
+            "num_samples": 4,
+            "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
+        },
+        "schedule": {"max_epochs": 8, "early_stopping": False},
+        "resources": {"cpus_per_worker": 1},
+    }
+    c.put(c.head, "/tmp/work/joined.yaml", yaml.safe_dump(raw))
     out = c.run(
         c.head,
-        ["python", "-m", "tuner", "sweep", "debug.yaml", "--address", c.gcs, "--output", "/tmp/work/runs",
-         "--name", "joined", "--max-epochs", "10", "--set", "schedule.early_stopping=false"],
+        ["python", "-m", "tuner", "sweep", "joined.yaml", "--address", c.gcs, "--output", "/tmp/work/runs"],
         timeout=400,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -139,7 +158,7 @@ def test_a_joined_sweep_runs_trials_on_both_nodes_and_warns_about_its_local_outp
         t.parent.name: {json.loads(line)["node_ip"] for line in t.read_text().splitlines()}
         for t in sweep.glob("*/result.json")
     }
-    assert len(ran_on) == 4 and set().union(*ran_on.values()) == {n.ip for n in c.nodes}, ran_on
+    assert len(ran_on) == 4 and set().union(*ran_on.values()) == {n.ip for n in c.nodes}, (ran_on, out.stderr)
     # What each trial wrote itself stays on the node that ran it: the gap object storage closes.
     away = [t for t, ips in ran_on.items() if ips == {c.nodes[1].ip}]
     for trial in away:
