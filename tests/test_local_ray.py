@@ -18,10 +18,11 @@ from tuner.cluster._ray_internals import FALLBACKS_ENV
 # (Ray is imported after tuner starts it, as in `tuner sweep`: the fallback's loopback setting
 # is read when Ray is imported.)
 PROBE = """
-import json, time, psutil
+import json, os, time, psutil
 from tuner.cluster.connect import Runtime, connect, quiet_ray
-quiet_ray(False)
-connect(Runtime(num_cpus=1))
+verbose = os.environ.get("PROBE_VERBOSE") == "1"
+quiet_ray(verbose)
+connect(Runtime(num_cpus=1, verbose=verbose))
 time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
@@ -30,8 +31,15 @@ def title(p):
         return p.cmdline()[:1]
     except psutil.Error:  # (ended meanwhile)
         return []
-idle = [p.pid for p in psutil.Process().children(recursive=True) if title(p) == ["ray::IDLE"]]
-print(json.dumps({"hosts": hosts, "idle": idle}))
+kids = psutil.Process().children(recursive=True)
+idle = [p.pid for p in kids if title(p) == ["ray::IDLE"]]
+def args(p):
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+log_monitor = [p.pid for p in kids if "log_monitor.py" in args(p)]
+print(json.dumps({"hosts": hosts, "idle": idle, "log_monitor": log_monitor}))
 import ray
 ray.shutdown()
 """
@@ -49,20 +57,24 @@ def _start_local_ray(home: Path, env: dict[str, str]) -> subprocess.CompletedPro
     )
 
 
-@pytest.mark.parametrize("fallbacks", ["", "1"], ids=["shortcuts", "fallbacks"])
+@pytest.mark.parametrize(
+    "fallbacks,verbose", [("", ""), ("1", ""), ("", "1")], ids=["shortcuts", "fallbacks", "verbose"]
+)
 def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
-    tmp_path: Path, fallbacks: str
+    tmp_path: Path, fallbacks: str, verbose: str
 ) -> None:
     """With Ray's private API (`_node_ip_address`) and with the public fallbacks forced (the
     loopback setting Ray reads at import). Without a token, one is made 0600 (Ray itself would
     write it 0644); a token the user has is kept and used, and if others can read it a warning
-    names it. No idle worker is started ahead for the driver (tuner's trials never run on one)."""
+    names it. No idle worker is started ahead for the driver (tuner's trials never run on one).
+    A log monitor (it copies the workers' output to the driver) only with --verbose, which
+    shows that output, or where the fallbacks start Ray as it starts itself."""
     token = tmp_path / ".ray" / "auth_token"
     if fallbacks:
         token.parent.mkdir()
         token.write_text("x" * 64)
         token.chmod(0o644)
-    run = _start_local_ray(tmp_path, {FALLBACKS_ENV: fallbacks})
+    run = _start_local_ray(tmp_path, {FALLBACKS_ENV: fallbacks, "PROBE_VERBOSE": verbose})
     assert run.returncode == 0, run.stderr
     if fallbacks:
         assert f"{token} can be read by other users of this machine: chmod 600 {token}" in run.stderr
@@ -75,6 +87,7 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
     assert all(h in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for h in hosts), hosts
     # No idle worker started ahead for the driver (no trial actor could use one).
     assert probed["idle"] == [], probed
+    assert bool(probed["log_monitor"]) == bool(fallbacks or verbose), probed
 
 
 def _first_time(log: Path) -> str:

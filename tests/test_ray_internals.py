@@ -39,6 +39,7 @@ PRIVATE = [
     ("ray._private.runtime_env.packaging", "_get_excludes"),
     ("ray._private.state", "state.get_cluster_config"),
     ("ray._private.node", "Node.start_api_server"),
+    ("ray._private.node", "Node.start_log_monitor"),
     ("ray._private.worker", "_global_node"),
     ("ray.air._internal.usage", "tag_callbacks"),
     ("ray.core.generated.gcs_pb2", "GcsNodeInfo.ALIVE"),
@@ -101,6 +102,7 @@ def test_the_private_behaviour_relied_on_is_as_checked() -> None:
     source = inspect.getsource(node.Node)
     assert "self._webui_url" in source  # what the deferred start of the API server sets
     assert "self.head = " in source and "self.all_processes: dict" in source  # read by node_process_ids
+    assert "self.start_log_monitor()" in source  # the one start no_log_monitor skips
     assert ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR == "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
     asha = AsyncHyperBandScheduler(metric="m", mode="max", max_t=9, grace_period=1, reduction_factor=3)
     milestones = [m for m, rung in _ray_internals.asha_rungs(asha) if isinstance(rung, dict)]

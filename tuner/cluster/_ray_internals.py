@@ -309,6 +309,28 @@ def api_server_after_init() -> Iterator[None]:
         threading.Thread(target=_start_and_stay, args=(original, head, kwargs), daemon=True).start()
 
 
+@contextlib.contextmanager
+def no_log_monitor() -> Iterator[None]:
+    """`ray.init` inside starts no log monitor (Ray 2.60: ray._private.node.Node.
+    start_log_monitor, called from start_ray_processes; `ray start --include-log-monitor`
+    is the public switch, which `ray.init` lacks). Its one job on a private local Ray is to
+    copy the workers' output to a driver that asked for it (`log_to_driver`), and tuner asks
+    only with --verbose; the trials' output is in their trial.log. Started, it imports Ray
+    and polls the session's logs for the whole sweep (~1.4 CPU-s a sweep on 2 cores).
+    Fallback: Ray starts it."""
+    if not checked():
+        yield
+        return
+    from ray._private import node
+
+    original = node.Node.start_log_monitor
+    node.Node.start_log_monitor = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        node.Node.start_log_monitor = original  # type: ignore[method-assign]
+
+
 def _start_and_stay(start: Any, head: Any, kwargs: dict[str, Any]) -> None:
     import logging
 

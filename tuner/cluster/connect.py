@@ -7,6 +7,7 @@ once from its flags. Ray is imported only inside these functions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -95,7 +96,9 @@ def connect(runtime: Runtime) -> str:
     # No dashboard (nothing of ours needs its State API since DDP trials run without Ray
     # Train), and the API server process Ray starts anyway comes after the rest, not first:
     # seconds sooner.
-    with _ray_internals.api_server_after_init():
+    # Nor a log monitor unless the workers' output is to be shown (--verbose): ~1 s sooner.
+    quiet = contextlib.nullcontext() if runtime.verbose else _ray_internals.no_log_monitor()
+    with _ray_internals.api_server_after_init(), quiet:
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
