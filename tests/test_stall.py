@@ -51,7 +51,7 @@ def test_a_stalled_test_is_dumped_and_the_rest_run_in_a_new_process(
 
 
 def test_a_stall_in_an_xdist_worker_ends_that_worker_and_the_test_runs_again() -> None:
-    """As TUNER_TEST_WORKERS=2 scripts/test.sh runs the suite: the watcher of the worker that
+    """As scripts/test.sh runs the suite (in xdist workers): the watcher of the worker that
     stalled ends it, xdist's controller counts its test as crashed and, replacing no worker,
     ends the run; the new process runs what was not done, the stalled test too: it passes
     there, so the run passes."""
