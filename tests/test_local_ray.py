@@ -31,14 +31,14 @@ def title(p):
         return p.cmdline()[:1]
     except psutil.Error:  # (ended meanwhile)
         return []
-kids = psutil.Process().children(recursive=True)
-idle = [p.pid for p in kids if title(p) == ["ray::IDLE"]]
+procs = psutil.Process().children(recursive=True)
+idle = [p.pid for p in procs if title(p) == ["ray::IDLE"]]
 def args(p):
     try:
         return " ".join(p.cmdline())
     except psutil.Error:
         return ""
-log_monitor = [p.pid for p in kids if "log_monitor.py" in args(p)]
+log_monitor = [p.pid for p in procs if "log_monitor.py" in args(p)]
 print(json.dumps({"hosts": hosts, "idle": idle, "log_monitor": log_monitor}))
 import ray
 ray.shutdown()
