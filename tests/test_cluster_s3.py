@@ -30,9 +30,12 @@ def test_twelve_trials_on_two_nodes_land_in_the_bucket_and_read_back_anywhere(
     project.mkdir()
     shutil.copy(ROOT / "tests" / "best_task.py", project / "best_task.py")
     raw = yaml.safe_load(DEBUG.read_text())
-    raw["task"].update(data="best_task:flipped", data_args={})
-    # Trials of a few seconds: long enough that the worker node's first trial actor (its
-    # runtime env installed from the job's package) starts before the head has run them all.
+    # Trials of a few seconds, 2 of them waiting for their data (no CPU): long enough that the
+    # worker node's first trial actor (its runtime env installed from the job's package)
+    # starts before the head has run them all. Tune gives a trial whose actor has not started
+    # yet the head's actor once that one is free, so on a loaded machine trials of 1-2 s all
+    # ran on the head once (tests/test_nscluster.py's joined sweep: the same, fixed alike).
+    raw["task"].update(data="best_task:flipped", data_args={"sleep_s": 2})
     raw["training"]["batch_size"] = 8
     raw["schedule"].update(max_epochs=8, early_stopping=False)
     (project / "sweep.yaml").write_text(yaml.safe_dump(raw))
