@@ -79,6 +79,34 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def sleeping_sweep(name: str, epochs: int = 8) -> str:
+    """A sweep file of 4 trials, 2 at a time (one CPU each), whose trials are a script that
+    sleeps 1 s an epoch (tests/command_script.py, in the repository every node mounts): at
+    least `epochs` seconds each, whatever the load, and almost no CPU.
+
+    For tests that need trials on both nodes of a cluster of 1 CPU each. Ray starts the worker
+    node's trial actor while the head's first trial runs, and Tune gives a trial whose actor
+    has not started yet the head's actor once that one is free: trials that end before the
+    worker's actor is up (a few seconds on a loaded machine) all run on the head."""
+    import yaml
+
+    script = ROOT / "tests" / "command_script.py"
+    raw = {
+        "name": name,
+        "metric": "val_loss",
+        "mode": "min",
+        "task": {"command": f"python {script} --kind api --lr {{lr}} --epochs {{max_epochs}} --sleep 1"},
+        "search": {
+            "algorithm": "random",
+            "num_samples": 4,
+            "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
+        },
+        "schedule": {"max_epochs": epochs, "early_stopping": False},
+        "resources": {"cpus_per_worker": 1, "max_concurrent_trials": 2},
+    }
+    return yaml.safe_dump(raw)
+
+
 def check_available() -> None:
     """Raise Unavailable with the reason when namespaces cannot be made here."""
     if sys.platform != "linux":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import nscluster, sniff
-from tests.conftest import DEBUG, cli
+from tests.conftest import cli
 from tuner.cluster import join, tls
 from tuner.config import ConfigError
 
@@ -58,14 +58,14 @@ def test_a_sweep_on_a_tls_cluster_sends_nothing_in_clear(tls_cluster: nscluster.
     head, w1 = c.head, c.nodes[1]
     for node in c.nodes:  # keys private on every node
         assert c.run(node, ["stat", "-c", "%a", f"{nscluster.TLS_DIR}/node.key"]).stdout.strip() == "600"
-    c.put(head, "/tmp/work/debug.yaml", DEBUG.read_text())
     # Two trials at once on 1 CPU per node: one runs on w1, so the driver on the head, its
     # trials, their results and Ray's control traffic all cross the link between the nodes.
+    # Trials of 8 s (nscluster.sleeping_sweep): long enough for w1's actor to start first.
+    c.put(head, "/tmp/work/tls.yaml", nscluster.sleeping_sweep("tls"))
     with sniff.Capture([head.veth, w1.veth]) as cap:
         out = c.run(
             head,
-            ["python", "-m", "tuner", "sweep", "debug.yaml", "--address", c.gcs, "--output", "/tmp/work/runs",
-             "--name", "tls", "--max-epochs", "3", "--set", "schedule.early_stopping=false"],
+            ["python", "-m", "tuner", "sweep", "tls.yaml", "--address", c.gcs, "--output", "/tmp/work/runs"],
             timeout=400,
         )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

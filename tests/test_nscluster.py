@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests import nscluster
 from tests.conftest import ROOT
@@ -124,28 +123,10 @@ def test_a_joined_sweep_runs_trials_on_both_nodes_and_warns_about_its_local_outp
     ns_cluster: nscluster.NsCluster,
 ) -> None:
     # Today's tuner on machines that share no disk (issue 29): the driver joins from the head
-    # (`tuner sweep --address`), two trials at once, one CPU per node, a local output.
-    # The trials are a script that sleeps through its epochs (tests/command_script.py, in the
-    # repository every node mounts): 8 s each, whatever the load. Ray starts the worker
-    # node's trial actor while the head's first trial runs, and Tune gives a trial whose actor
-    # has not started yet the head's actor once that one is free: trials that ended before the
-    # worker's actor was up (a few seconds on a loaded machine) all ran on the head.
+    # (`tuner sweep --address`), two trials at once, one CPU per node, a local output; trials
+    # of 8 s (nscluster.sleeping_sweep: long enough for the worker node's actor to start).
     c = ns_cluster
-    script = ROOT / "tests" / "command_script.py"
-    raw = {
-        "name": "joined",
-        "metric": "val_loss",
-        "mode": "min",
-        "task": {"command": f"python {script} --kind api --lr {{lr}} --epochs {{max_epochs}} --sleep 1"},
-        "search": {
-            "algorithm": "random",
-            "num_samples": 4,
-            "params": {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
-        },
-        "schedule": {"max_epochs": 8, "early_stopping": False},
-        "resources": {"cpus_per_worker": 1},
-    }
-    c.put(c.head, "/tmp/work/joined.yaml", yaml.safe_dump(raw))
+    c.put(c.head, "/tmp/work/joined.yaml", nscluster.sleeping_sweep("joined"))
     out = c.run(
         c.head,
         ["python", "-m", "tuner", "sweep", "joined.yaml", "--address", c.gcs, "--output", "/tmp/work/runs"],
