@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "tnode"  # namespaces: tnode-<tag>-<node>; links: tnb<tag>, tnv<tag>x<i>; tag: <owner pid>c<n>
 WORKDIR = "/tmp/work"  # each node's working directory (on its private /tmp)
@@ -88,8 +90,6 @@ def sleeping_sweep(name: str, epochs: int = 8) -> str:
     node's trial actor while the head's first trial runs, and Tune gives a trial whose actor
     has not started yet the head's actor once that one is free: trials that end before the
     worker's actor is up (a few seconds on a loaded machine) all run on the head."""
-    import yaml
-
     script = ROOT / "tests" / "command_script.py"
     raw = {
         "name": name,

@@ -26,19 +26,14 @@ connect(Runtime(num_cpus=1, verbose=verbose))
 time.sleep(5)  # the agents and metrics servers start after ray.init returns
 kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
 hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
-def title(p):
+def cmdline(p):
     try:
-        return p.cmdline()[:1]
+        return p.cmdline()
     except psutil.Error:  # (ended meanwhile)
         return []
 procs = psutil.Process().children(recursive=True)
-idle = [p.pid for p in procs if title(p) == ["ray::IDLE"]]
-def args(p):
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:
-        return ""
-log_monitor = [p.pid for p in procs if "log_monitor.py" in args(p)]
+idle = [p.pid for p in procs if cmdline(p)[:1] == ["ray::IDLE"]]
+log_monitor = [p.pid for p in procs if "log_monitor.py" in " ".join(cmdline(p))]
 print(json.dumps({"hosts": hosts, "idle": idle, "log_monitor": log_monitor}))
 import ray
 ray.shutdown()

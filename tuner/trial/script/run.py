@@ -28,7 +28,6 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import replace
 from typing import Any, Optional
 
 from tuner.config.placeholders import as_text, env_name, fill
@@ -63,8 +62,7 @@ def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Option
     # The frame's training settings are tuner's loop's: the script has its own (hp: theirs).
     # The script trains in its own process, with the trial's GPUs: this actor needs no device
     # (and imports no torch), makes no CUDA context and claims no GPU share for itself.
-    frame_spec = replace(spec, gpus_per_worker=0.0)
-    return guarded({}, frame_spec, session, lambda frame: _run(hp, spec, frame), trains_here=False)
+    return guarded({}, spec, session, lambda frame: _run(hp, spec, frame), trains_here=False)
 
 
 def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, Any]]:
