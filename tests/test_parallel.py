@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -186,4 +187,10 @@ def test_ddp_gradients_are_views_into_its_buckets() -> None:
         # A small model fills one bucket: every gradient lies in that bucket's storage.
         assert len({g.untyped_storage().data_ptr() for g in grads}) == 1  # type: ignore[union-attr]
     finally:
+        # DDP's reducer holds the group: let it go while the group is up. Freed after
+        # destroy_process_group (when this function returned), ProcessGroupGloo's destructor
+        # once waited without end to join its threads, in pytest's own process (py-spy's
+        # native stack of the stall, 2026-11-28).
+        net = optimizer = grads = None  # noqa: F841
+        gc.collect()  # (and any reference cycle through the module)
         dist.destroy_process_group()
