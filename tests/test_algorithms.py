@@ -16,8 +16,9 @@ import pytest
 
 from tests.conftest import DEBUG, contains
 from tuner.config import load_sweep
+from tuner.config.schedulers import SCHEDULERS
 from tuner.search import algorithms
-from tuner.space.params import ALGORITHM_KINDS, Fixed, Grid, LogUniform
+from tuner.space.params import KINDS, Fixed, Grid, LogUniform
 
 ALGOS = list(algorithms.ALGORITHMS)
 
@@ -43,19 +44,19 @@ def _configs(name: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-def test_registry_matches_the_space_capabilities() -> None:
-    assert set(ALGOS) == set(ALGORITHM_KINDS)
+def test_every_record_names_what_exists() -> None:
+    for a in algorithms.ALGORITHMS.values():
+        assert callable(a.builder()) and a.kinds <= set(KINDS)
+        assert a.default_scheduler in a.schedulers and set(a.schedulers) <= set(SCHEDULERS), a.name
+    for s in SCHEDULERS.values():
+        assert s.stops_early or s.builds is None or s.clones or s.pauses, s.name
 
 
 @pytest.mark.parametrize("name", ALGOS)
 def test_builds_with_scheduler_on_epochs(name: str) -> None:
     cfg, plan = _plan(name)
-    expected_scheduler = {
-        "grid": None,
-        "random": "AsyncHyperBandScheduler",
-        "bohb": "AsyncHyperBandScheduler",
-        "optuna": "AsyncHyperBandScheduler",
-    }[name]
+    expected_scheduler = {"fifo": None, "asha": "AsyncHyperBandScheduler"}[cfg.scheduler.name]
+    assert cfg.scheduler.name == ("fifo" if name == "grid" else "asha")  # the defaults
     assert (type(plan.scheduler).__name__ if plan.scheduler else None) == expected_scheduler
     if plan.scheduler is not None:
         assert plan.scheduler._time_attr == "epoch"  # not training_iteration (resets on resume)

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tuner import catalogue
+from tuner.config.algorithms import ALGORITHMS, Algorithm
 from tuner.config.base import MAX_TRIALS
 from tuner.errors import ConfigError, validation_message
 from tuner.space import conditions
@@ -65,7 +66,9 @@ def check_param(name: str, param: ParamT, model: str, training: BaseModel) -> No
 # ----------------------------------------------------------------------------- when: and constraints
 
 
-def check_search(params: dict[str, ParamT], constraints: list[str], algorithm: str, grid_points: int) -> None:
+def check_search(
+    params: dict[str, ParamT], constraints: list[str], algorithm: Algorithm, grid_points: int
+) -> None:
     """The search section on its own: conditions, the syntax of constraints, the grid's size."""
     check_conditions(params, algorithm, grid_points)
     for i, text in enumerate(constraints):
@@ -73,7 +76,7 @@ def check_search(params: dict[str, ParamT], constraints: list[str], algorithm: s
             rules.parse(text)
         except ValueError as err:
             raise ConfigError(f"search.constraints.{i}", f"{text!r}: {err}") from None
-    if algorithm == "grid":
+    if algorithm.runs_grid:
         try:
             conditions.grid_configs(params, grid_points, limit=MAX_TRIALS)
         except conditions.TooLarge as err:
@@ -84,7 +87,7 @@ def check_search(params: dict[str, ParamT], constraints: list[str], algorithm: s
             ) from None
 
 
-def check_conditions(params: dict[str, ParamT], algorithm: str, grid_points: int) -> None:
+def check_conditions(params: dict[str, ParamT], algorithm: Algorithm, grid_points: int) -> None:
     """Refuse a `when:` naming no parameter of search.params, a continuous one, a value its
     parameter never takes (in grid search: not among the grid's values), a cycle, or one that
     holds in no configuration (a chain that contradicts itself)."""
@@ -114,8 +117,8 @@ def check_conditions(params: dict[str, ParamT], algorithm: str, grid_points: int
         )
 
 
-def _can_take(p: ParamT, value: Scalar, algorithm: str, grid_points: int) -> bool:
-    listed = grid_values(p, grid_points) if algorithm == "grid" else values_of(p)
+def _can_take(p: ParamT, value: Scalar, algorithm: Algorithm, grid_points: int) -> bool:
+    listed = grid_values(p, grid_points) if algorithm.runs_grid else values_of(p)
     if listed is not None:
         return any(conditions.same(value, v) for v in listed)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
@@ -136,7 +139,7 @@ DRAWS = 1000  # random configurations validation tries against the constraints
 def check_constraints(search: Any, hyper: dict[str, ParamT]) -> None:
     """Refuse a constraint reading a name that is no parameter or no number, and constraints
     that leave no configuration: none in the grid, or none in DRAWS random draws."""
-    texts, algorithm, grid_points = search.constraints, search.algorithm, search.grid_points
+    texts, algorithm, grid_points = search.constraints, ALGORITHMS[search.algorithm], search.grid_points
     for i, text in enumerate(texts):
         for name in sorted(rules.parse(text).names):
             if name not in hyper:
@@ -148,7 +151,7 @@ def check_constraints(search: Any, hyper: dict[str, ParamT]) -> None:
                     )
     if not texts:
         return
-    if algorithm == "grid":
+    if algorithm.runs_grid:
         if not conditions.grid_configs(hyper, grid_points, texts):
             raise ConfigError(
                 "search.constraints",
@@ -167,7 +170,7 @@ def check_start_with(search: Any, hyper: dict[str, ParamT]) -> None:
     completion from the space keeps search.constraints (DRAWS random completions tried); and
     more of them than num_samples (grid search runs them before its grid)."""
     entries = search.start_with
-    if search.algorithm != "grid" and len(entries) > search.num_samples:
+    if not ALGORITHMS[search.algorithm].runs_grid and len(entries) > search.num_samples:
         more = f"{len(entries)} configurations, more than num_samples ({search.num_samples})"
         raise ConfigError("search.start_with", more)
     for i, entry in enumerate(entries):

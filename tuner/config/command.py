@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from tuner.config.algorithms import ALGORITHMS
 from tuner.config.placeholders import BUILTINS, env_name, placeholders
 from tuner.config.resources import ResourcesSection
+from tuner.config.schedulers import needs_early_stopping
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError, warn
 from tuner.space.conditions import conditions
@@ -61,7 +63,7 @@ def check_command(
                 "(search.params and a {placeholder})",
             )
     _check_resources(resources, task.launcher)
-    if algorithm == "bohb" and not task.checkpoints:
+    if needs_early_stopping(ALGORITHMS[algorithm]) and not task.checkpoints:
         warn(
             "task.checkpoints is false: bohb only stops trials (never pauses them), and a trial "
             "retried or resumed after an interruption starts again at epoch 1"

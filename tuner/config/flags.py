@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 import tuner.config.yamlfile as yamlfile
+from tuner.config.algorithms import ALGORITHMS
 from tuner.errors import ConfigError
-from tuner.space.params import ALGORITHM_KINDS
 
 # CLI flag -> the field it overrides.
 OVERRIDES = {
@@ -26,7 +26,7 @@ OVERRIDES = {
 def add_overrides(p: argparse.ArgumentParser) -> None:
     """The sweep file argument and the flags that override its fields."""
     p.add_argument("file", help="sweep file (YAML), e.g. search_spaces/digits_mlp.yaml")
-    p.add_argument("--algorithm", choices=list(ALGORITHM_KINDS), help="search.algorithm")
+    p.add_argument("--algorithm", choices=list(ALGORITHMS), help="search.algorithm")
     p.add_argument("--num-samples", type=int, metavar="N", help="search.num_samples")
     p.add_argument("--seed", type=int, help="search.seed")
     p.add_argument("--max-epochs", type=int, metavar="N", help="schedule.max_epochs")

@@ -3,9 +3,10 @@ with `mode: [max, min]`).
 
 With several objectives the sweep looks for the Pareto front (tuner.results.pareto); the first
 objective is the one everything that needs a single number uses: `best`, the ranking, Ray
-Tune's own metric, `schedule.stop_at`. BOHB and early stopping (ASHA) rank trials by one
-number, and would stop or drop exactly the trials that trade the first objective for the
-others, so they are refused with several objectives and early stopping defaults to off.
+Tune's own metric, `schedule.stop_at`. An algorithm or a scheduler that ranks trials by one
+number (BOHB, ASHA) would stop or drop exactly the trials that trade the first objective for
+the others: their records say so (tuner.config.algorithms, tuner.config.schedulers), they are
+refused with several objectives, and early stopping defaults to off.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, StringConstraints
 
+from tuner.config.algorithms import Algorithm
 from tuner.config.base import OBJECTIVES
 from tuner.errors import ConfigError
 
@@ -86,19 +88,8 @@ def pairs(metric: Union[str, list[str]], mode: Optional[Union[str, list[str]]]) 
     return [(n, str(m)) for n, m in zip(names, modes, strict=True)]
 
 
-def check_several(count: int, algorithm: str, early_stopping: Optional[bool]) -> None:
-    """Refuse what ranks trials by one number when there are several objectives."""
-    if count < 2:
-        return
-    if algorithm == "bohb":
-        raise ConfigError(
-            "search.algorithm",
-            "bohb optimises one metric; with several objectives use optuna (multi-objective TPE), "
-            "random or grid",
-        )
-    if early_stopping is True:
-        raise ConfigError(
-            "schedule.early_stopping",
-            "ASHA ranks trials by one metric and would stop the ones that trade it for the other "
-            "objectives; with several objectives early stopping is off (leave it unset)",
-        )
+def check_several(count: int, algorithm: Algorithm) -> None:
+    """Refuse an algorithm that ranks trials by one number when there are several objectives
+    (the scheduler's own refusal: tuner.config.schedulers.check_pair)."""
+    if count > 1 and not algorithm.several_objectives:
+        raise ConfigError("search.algorithm", algorithm.one_objective)

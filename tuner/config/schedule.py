@@ -10,7 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from tuner.config.base import Section
+from tuner.config.base import Section, one_of
+from tuner.config.schedulers import SCHEDULERS
 from tuner.errors import ConfigError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
@@ -52,11 +53,18 @@ class ScheduleSection(Section):
         description="ASHA: 1/reduction_factor of trials go on at each rung. At least 1.1: "
         "closer to 1 the rungs (one per power of the factor) grow without bound.",
     )
+    scheduler: Optional[str] = Field(
+        None,
+        description=f"What decides which trials go on: {' | '.join(SCHEDULERS)} (fifo: every trial "
+        "trains to max_epochs; asha: poor trials stop at rungs). Default: the algorithm's (asha for "
+        "random, optuna and bohb, fifo for grid), fifo with several objectives "
+        "(docs/explanation/algorithms.md).",
+    )
     early_stopping: Optional[bool] = Field(
         None,
-        description="Stop poor trials early with ASHA. Default: on for random and optuna, off "
-        "for grid and with several objectives (where true is refused); bohb always uses it "
-        "(asynchronous BOHB).",
+        description="Stop poor trials early: true is schedule.scheduler asha, false fifo. Default: "
+        "on for random and optuna, off for grid and with several objectives (where true is "
+        "refused); bohb always uses it (asynchronous BOHB).",
     )
     trial_timeout: Optional[float] = Field(
         None,
@@ -76,6 +84,11 @@ class ScheduleSection(Section):
         description="Target of the metric (in its direction: >= for max, <= for min): the sweep "
         "ends as soon as a trial reports it; status target_reached, exit 0.",
     )
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: Optional[str]) -> Optional[str]:
+        return value if value is None else one_of(value, SCHEDULERS, "scheduler")
 
     @field_validator("time_budget", mode="before")
     @classmethod

@@ -15,6 +15,8 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 
 from tuner import catalogue
 from tuner.autotune import DEFAULT_BUDGET_S
+from tuner.config.algorithms import ALGORITHMS, Algorithm
+from tuner.config.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_search, check_start_with
 from tuner.config.modes import Mode, check_task, mode_of
@@ -29,17 +31,19 @@ from tuner.config.objectives import (
 )
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
+from tuner.config.schedulers import Scheduler, check_pair
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
 from tuner.space.conditions import grid_configs
-from tuner.space.params import ALGORITHM_KINDS, Fixed, Param, ParamT, Scalar, unsupported, values_of
+from tuner.space.params import Fixed, Param, ParamT, Scalar, values_of
 
 
 class SearchSection(Section):
     """How configurations are chosen."""
 
     algorithm: str = Field(
-        "random", description="grid | random | bohb | optuna (docs/explanation/algorithms.md)."
+        DEFAULT_ALGORITHM,
+        description=f"{' | '.join(ALGORITHMS)} (docs/explanation/algorithms.md).",
     )
     num_samples: int = Field(
         10, ge=1, le=MAX_TRIALS, description="Trials to run (grid search runs its full grid instead)."
@@ -82,17 +86,22 @@ class SearchSection(Section):
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
-        return one_of(value, ALGORITHM_KINDS, "algorithm")
+        return one_of(value, ALGORITHMS, "algorithm")
+
+    @property
+    def record(self) -> Algorithm:
+        """The algorithm's record (tuner.config.algorithms): its traits and builder."""
+        return ALGORITHMS[self.algorithm]
 
     @model_validator(mode="after")
     def _expressible(self) -> SearchSection:
-        for name, kind in unsupported(self.algorithm, self.params):
+        for name, kind in self.record.unsupported(self.params):
             raise ConfigError(
                 f"search.params.{name}",
                 f"{self.algorithm} cannot search a {kind} parameter (use choice instead)",
             )
-        check_search(self.params, self.constraints, self.algorithm, self.grid_points)
-        if self.algorithm == "grid" and self.warm_start:
+        check_search(self.params, self.constraints, self.record, self.grid_points)
+        if self.warm_start and not self.record.warm_starts:
             nothing = "grid search runs every combination: nothing to start from"
             raise ConfigError("search.warm_start", nothing)
         return self
@@ -343,14 +352,10 @@ class SweepConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
         check_task(self.task)  # the fields of one mode, and those it needs
-        if self.search.algorithm == "bohb" and self.schedule.early_stopping is False:
-            raise ConfigError(
-                "schedule.early_stopping",
-                "bohb always stops early (ASHA); use random or optuna to turn it off",
-            )
         modes = directions(self.metric, self.mode)
         self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
-        check_several(len(modes), self.search.algorithm, self.schedule.early_stopping)
+        check_several(len(modes), self.algorithm)
+        check_pair(self)  # the algorithm with its scheduler
         if "autotune" in self.search.params:
             raise ConfigError(
                 "search.params.autotune",
@@ -366,6 +371,17 @@ class SweepConfig(Section):
             where = "search.params" if "find_batch_size" in self.search.params else "training"
             raise ConfigError(f"{where}.find_batch_size", "does not work with resources.strategy: fsdp")
         return self
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The search algorithm's record (tuner.config.algorithms)."""
+        return self.search.record
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The scheduler the sweep runs with (tuner.config.schedulers): schedule.scheduler, or
+        what schedule.early_stopping and the algorithm choose."""
+        return check_pair(self)
 
     @property
     def trial_mode(self) -> Mode:
@@ -390,7 +406,7 @@ class SweepConfig(Section):
     def expected_trials(self) -> int:
         """Trials the sweep runs in all: num_samples, or for grid search the grid's size and
         the start_with configurations run before it."""
-        if self.search.algorithm == "grid":
+        if self.algorithm.runs_grid:
             grid = grid_configs(self.hyperparameters(), self.search.grid_points, self.search.constraints)
             return len(grid) + len(self.search.start_with)
         return self.search.num_samples

@@ -162,8 +162,9 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
-    if cfg.search.algorithm == "grid":
-        raise ConfigError("--num-samples", "a grid sweep runs every combination once: nothing to add")
+    if cfg.algorithm.no_extend:
+        why = cfg.algorithm.no_extend
+        raise ConfigError("--num-samples", f"a {cfg.search.algorithm} sweep {why}: nothing to add")
     if more < 1:
         raise ConfigError("--num-samples", f"must be >= 1, got {more}")
     total = cfg.search.num_samples + more
@@ -272,7 +273,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     quiet_ray(runtime.verbose)
-    preload = _preload(cfg.search.algorithm)
+    preload = _preload(cfg.algorithm.preload)
     connect(runtime)
     preload.join()  # (before anything here imports from Ray Tune itself)
     warn_unshared(start.storage)
@@ -299,7 +300,8 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 
-# What the launch imports (seconds of Python on 2 cores), and each search's own library.
+# What the launch imports (seconds of Python on 2 cores), besides the search's own library
+# (its record's `preload`).
 _LAUNCH_MODULES = (
     "ray.tune",
     "ray.tune.logger",
@@ -308,10 +310,9 @@ _LAUNCH_MODULES = (
     "tuner.driver.limits",
     "tuner.trial.launch.trainables",
 )
-_SEARCH_MODULES = {"optuna": ("optuna", "tuner.search.searchers"), "bohb": ("tuner.search.bohb",)}
 
 
-def _preload(algorithm: str) -> Any:
+def _preload(search_modules: tuple[str, ...]) -> Any:
     """Import what the launch needs in a thread, while `ray.init` (on this thread) mostly waits
     for Ray's processes to come up; join it before using them. What `ray.init` imports is
     imported first, here: two threads importing the same package's circular imports at once
@@ -324,7 +325,7 @@ def _preload(algorithm: str) -> Any:
     _ray_internals.import_for_init()
 
     def imports() -> None:
-        for name in (*_LAUNCH_MODULES, *_SEARCH_MODULES.get(algorithm, ())):
+        for name in (*_LAUNCH_MODULES, *search_modules):
             try:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - reported by the import that needs it

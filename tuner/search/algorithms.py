@@ -1,9 +1,10 @@
-"""Search algorithms by name: each builder turns the neutral space into what Ray Tune runs.
+"""Search algorithms' builders: each turns the neutral space into the searcher Ray Tune runs,
+and `build` puts it together with the sweep's scheduler (tuner.search.schedulers).
 
-A registry, not an if/elif chain: a name maps to a builder that imports its library only
-when called (hpbandster, optuna), and `build` refuses an unknown name listing the valid ones.
-Schedulers measure time in the trial's own `epoch` metric, not Tune's `training_iteration`,
-which restarts at 1 whenever a trial resumes from a checkpoint.
+Two registries, not if/elif chains: `search.algorithm` names a record of
+tuner.config.algorithms, `schedule.scheduler` one of tuner.config.schedulers; each names its
+builder, imported only when called (hpbandster, optuna, Ray's schedulers), and `build`
+refuses an unknown name listing the valid ones.
 
 Every builder also resumes: given `Prior` (the trials of an interrupted run), grid and random
 search run the configurations not yet started (their lists are fixed by the seed), and BOHB
@@ -16,14 +17,14 @@ cannot restore BOHB at all: ray-project/ray#39900.)
 from __future__ import annotations
 
 import random as pyrandom
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from tuner.cluster import _ray_internals
+from tuner.config.algorithms import ALGORITHMS
+from tuner.config.schedulers import SCHEDULERS, chosen
 from tuner.errors import ConfigError
 from tuner.results import best_row_of
 from tuner.search.plan import (
-    TIME_ATTR,
     Prior,
     PriorTrial,
     SearchPlan,
@@ -35,44 +36,14 @@ from tuner.search.plan import (
 from tuner.space import conditions
 from tuner.space.conditions import grid_configs
 from tuner.space.constraints import allows
-from tuner.space.params import ALGORITHM_KINDS, Fixed, Grid, ParamT, to_tune, values_of
+from tuner.space.params import Fixed, Grid, ParamT, to_tune, values_of
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
 
-__all__ = ["ALGORITHMS", "Prior", "PriorTrial", "SearchPlan", "build", "key", "random_configs", "rungs"]
-
-
-def _asha(schedule: ScheduleSection, metric: str, mode: str, prior: Optional[Prior] = None) -> Any:
-    from ray.tune.schedulers import ASHAScheduler
-
-    scheduler = ASHAScheduler(
-        time_attr=TIME_ATTR,
-        metric=metric,
-        mode=mode,
-        max_t=schedule.max_epochs,
-        grace_period=schedule.grace_epochs,
-        reduction_factor=schedule.reduction_factor,
-    )
-    if prior is not None:
-        _seed_rungs(scheduler, prior.earlier + prior.finished, metric, mode)
-    return scheduler
-
-
-def _seed_rungs(scheduler: Any, finished: list[PriorTrial], metric: str, mode: str) -> None:
-    """Record an earlier run's trials at the rungs they reached, as ASHA did when it ran them.
-
-    Without them a resumed sweep's rungs start empty, and its first trials go on at every
-    rung unopposed. (Ray's AsyncHyperBandScheduler keeps rungs in `_brackets[i]._rungs`:
-    (milestone, {trial_id: value * metric_op}) from the top down; tested in test_bohb.)
-    """
-    op = 1.0 if mode == "max" else -1.0
-    for milestone, recorded in _ray_internals.asha_rungs(scheduler):
-        for i, t in enumerate(finished):
-            # The value it reported on meeting the milestone, as Ray records it (-inf too).
-            values = [r.get(metric) for r in t.history if (r.get(TIME_ATTR) or 0) >= milestone]
-            if values and isinstance(values[0], (int, float)):
-                recorded[f"prior-{i}"] = op * values[0]
+__all__ = [
+    "ALGORITHMS", "SCHEDULERS", "Prior", "PriorTrial", "SearchPlan", "build", "key", "random_configs", "rungs"
+]  # fmt: skip
 
 
 def _limit(searcher: Any, max_concurrent: Optional[int]) -> Any:
@@ -178,20 +149,20 @@ def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, 
     return left
 
 
-def _grid(r: SearchRequest) -> SearchPlan:
+def plan_grid(r: SearchRequest) -> SearchPlan:
     every = grid_configs(r.params, r.search.grid_points, r.search.constraints)
     todo = r.prior.resumed + _not_started(_start(r) + every, r.prior)
-    return _listed_plan(r, todo, r.stop_early, f"grid over {len(every)} combinations")
+    return _listed_plan(r, todo, f"grid over {len(every)} combinations")
 
 
-def _random(r: SearchRequest) -> SearchPlan:
+def plan_random(r: SearchRequest) -> SearchPlan:
     prior, search = r.prior, r.search
     start = _start(r)
     start += top_earlier(prior.earlier, r.metric, r.mode, search.num_samples - len(start))
     drawn = random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
     fresh = _not_started(start + drawn, prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
-    return _listed_plan(r, todo, r.stop_early, "random search")
+    return _listed_plan(r, todo, "random search")
 
 
 TOP_EARLIER = 5  # random search runs this many of a warm start's best earlier configurations first
@@ -225,9 +196,7 @@ def _start(r: SearchRequest) -> list[dict[str, Any]]:
     return start_configs(r.params, r.search.start_with, r.search.seed, r.search.constraints)
 
 
-def _listed_plan(
-    r: SearchRequest, todo: list[dict[str, Any]], stop_early: bool, description: str
-) -> SearchPlan:
+def _listed_plan(r: SearchRequest, todo: list[dict[str, Any]], description: str) -> SearchPlan:
     """Exactly the configurations `todo`, in order (grid and random search).
 
     Handed out by a searcher, not as Tune's points_to_evaluate: Tune fills a key a point
@@ -238,17 +207,17 @@ def _listed_plan(
     return SearchPlan(
         param_space=_fixed(r.params),
         search_alg=_limit(Listed(todo), r.max_concurrent),
-        scheduler=_asha(r.schedule, r.metric, r.mode, r.prior) if stop_early else None,
+        scheduler=None,
         num_samples=len(todo),
         points=todo,
-        description=description + (" + ASHA" if stop_early else ""),
+        description=description,
     )
 
 
 # ----------------------------------------------------------------------------- model-based
 
 
-def _bohb(r: SearchRequest) -> SearchPlan:
+def plan_bohb(r: SearchRequest) -> SearchPlan:
     search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
     max_concurrent, prior = r.max_concurrent, r.prior
     # Asynchronous BOHB: hpbandster's model proposes, ASHA stops. Ray's HyperBandForBOHB sizes
@@ -273,13 +242,13 @@ def _bohb(r: SearchRequest) -> SearchPlan:
     return SearchPlan(
         param_space=_fixed(params),  # the searcher owns the searched space
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior),
+        scheduler=None,
         num_samples=_budget(search, prior),
-        description="BOHB (hpbandster's model + ASHA, asynchronous)",
+        description="BOHB (hpbandster's model, asynchronous)",
     )
 
 
-def _optuna(r: SearchRequest) -> SearchPlan:
+def plan_optuna(r: SearchRequest) -> SearchPlan:
     search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
     max_concurrent, prior = r.max_concurrent, r.prior
     import optuna
@@ -295,14 +264,12 @@ def _optuna(r: SearchRequest) -> SearchPlan:
     for t in prior.earlier + prior.finished:  # told, as it was told live
         searcher.replay(t.config, t.history, t.error)
     searcher.first = _searched_starts(r)
-    stop_early = r.stop_early
     return SearchPlan(
         param_space=_fixed(params),
         search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
-        scheduler=_asha(schedule, metric, mode, prior) if stop_early else None,
+        scheduler=None,
         num_samples=_budget(search, prior),
-        description=("Optuna TPE, define-by-run" if len(objectives) < 2 else "Optuna multi-objective TPE")
-        + (" + ASHA" if stop_early else ""),
+        description="Optuna TPE, define-by-run" if len(objectives) < 2 else "Optuna multi-objective TPE",
     )
 
 
@@ -323,17 +290,6 @@ def _budget(search: SearchSection, prior: Prior) -> int:
     return len(prior.resumed) + max(0, new)
 
 
-Builder = Callable[[SearchRequest], SearchPlan]
-
-ALGORITHMS: dict[str, Builder] = {
-    "grid": _grid,
-    "random": _random,
-    "bohb": _bohb,
-    "optuna": _optuna,
-}
-assert ALGORITHMS.keys() == ALGORITHM_KINDS.keys()
-
-
 def build(
     search: SearchSection,
     schedule: ScheduleSection,
@@ -344,17 +300,35 @@ def build(
     prior: Optional[Prior] = None,
     objectives: Sequence[tuple[str, str]] = (),
 ) -> SearchPlan:
-    """The Tune pieces for `search.algorithm` over `params` (fixed values included).
+    """The Tune pieces for `search.algorithm` over `params` (fixed values included), with the
+    sweep's scheduler (`schedule.scheduler`, or the algorithm's default), its state rebuilt
+    from `prior`.
 
     `max_concurrent`: trials running at once (None: as many as resources allow).
     `prior`: the earlier run of a resumed sweep (None: a new sweep).
     `objectives`: (metric, mode) of each when there are several (`metric`, `mode`: the first).
     """
     try:
-        builder = ALGORITHMS[search.algorithm]
+        algorithm = ALGORITHMS[search.algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm '{search.algorithm}' (valid: {', '.join(ALGORITHMS)})") from None
+    scheduler, _ = chosen(schedule, algorithm, len(objectives))
+    if scheduler.name not in algorithm.schedulers:  # (validation refuses it first, in one line)
+        raise ConfigError("schedule.scheduler", f"{algorithm.name} does not run with {scheduler.name}")
     request = SearchRequest(
-        search, schedule, params, metric, mode, max_concurrent, prior or Prior(), tuple(objectives)
+        search,
+        schedule,
+        params,
+        metric,
+        mode,
+        max_concurrent,
+        prior or Prior(),
+        tuple(objectives),
+        algorithm,
+        scheduler,
     )
-    return builder(request)
+    plan: SearchPlan = algorithm.builder()(request)
+    plan.scheduler = scheduler.build(request)
+    if plan.scheduler is not None:
+        plan.description += f" + {scheduler.title}"
+    return plan

@@ -12,6 +12,8 @@ from tuner.space.params import ParamT
 
 if TYPE_CHECKING:
     from tuner.config import ScheduleSection, SearchSection
+    from tuner.config.algorithms import Algorithm
+    from tuner.config.schedulers import Scheduler
 
 TIME_ATTR = "epoch"
 
@@ -93,7 +95,7 @@ def budgets(schedule: ScheduleSection) -> list[int]:
 
 @dataclass
 class SearchRequest:
-    """What an algorithm's builder is given."""
+    """What an algorithm's builder, and a scheduler's, is given."""
 
     search: SearchSection
     schedule: ScheduleSection
@@ -104,10 +106,5 @@ class SearchRequest:
     prior: Prior  # the earlier run of a resumed sweep (empty for a new sweep)
     # (metric, mode) of every objective when there are several (metric, mode: the first's).
     objectives: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def stop_early(self) -> bool:
-        """ASHA unless turned off (grid: unless turned on); never with several objectives."""
-        wanted = self.schedule.early_stopping
-        on = wanted is True if self.search.algorithm == "grid" else wanted is not False
-        return on and len(self.objectives) < 2
+    algorithm: Optional[Algorithm] = None  # search.algorithm's record
+    scheduler: Optional[Scheduler] = None  # the scheduler the sweep runs with (its record)

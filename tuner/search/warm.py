@@ -240,7 +240,7 @@ def attach(cfg: SweepConfig, prior: Optional[Prior], sweep_dir: Optional[str]) -
     prior.earlier = [t for s in found for t in s.used]
     if sweep_dir:
         firsts = []
-        if cfg.search.algorithm == "random":
+        if cfg.algorithm.ranks_earlier:
             from tuner.search.algorithms import top_earlier
 
             origin = {key(t.config): t.origin for t in prior.earlier}

@@ -2,8 +2,8 @@
 
 A sweep file describes each hyperparameter once, in these neutral types. Each search
 library gets the space converted at the edge (`to_tune`, `to_configspace`, `grid_values`),
-and an algorithm that cannot express a type refuses it at validation time
-(`unsupported_kinds`). This module imports neither Ray nor torch: validating a file must not
+and an algorithm that cannot express a type refuses it at validation time (the kinds its
+record takes: tuner.config.algorithms). This module imports neither Ray nor torch: validating a file must not
 pay their start-up.
 
 Integer bounds are inclusive (`randint 1..3` draws 1, 2 or 3), unlike Ray Tune's `randint`,
@@ -189,23 +189,6 @@ Param = Annotated[
 ParamT = Union[Uniform, LogUniform, RandInt, LogRandInt, Choice, Grid, Fixed]
 
 KINDS = ("uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed")
-
-# What each search algorithm can express. Grid search discretises ranges (see grid_values);
-# random search samples ranges and takes grid values in turn (algorithms.random_configs);
-# the model-based searchers need a distribution for every parameter, so no grid.
-ALGORITHM_KINDS: dict[str, frozenset[str]] = {
-    "grid": frozenset(KINDS),
-    "random": frozenset(KINDS),
-    "bohb": frozenset(KINDS) - {"grid"},
-    "optuna": frozenset(KINDS) - {"grid"},
-}
-
-
-def unsupported(algorithm: str, params: dict[str, ParamT]) -> list[tuple[str, str]]:
-    """(name, kind) of every parameter `algorithm` cannot express."""
-    ok = ALGORITHM_KINDS[algorithm]
-    return [(name, p.kind) for name, p in params.items() if p.kind not in ok]
-
 
 def values_of(p: ParamT) -> list[Scalar] | None:
     """The finite value set of a parameter, or None for a continuous range."""

@@ -1,0 +1,145 @@
+"""Early stopping as a registry of its own: one record a scheduler, chosen by `schedule.scheduler`.
+
+- `fifo`: every trial trains to `max_epochs` (Tune's first-in first-out; nothing stopped);
+- `asha`: asynchronous successive halving (Li et al. 2020), which stops poor trials at rungs.
+
+Ray keeps searchers and schedulers apart, and so does tuner: a search algorithm
+(tuner.config.algorithms) proposes configurations, a scheduler decides which trials go on.
+A record holds what the rest of tuner asks about a scheduler: the function that builds it
+(named here, imported only when a sweep runs, so Ray stays out of `tuner validate`), the one
+that rebuilds its state from the trials' journals when a sweep resumes after a kill, what it
+does to trials (stops them early, pauses them, continues one from another's checkpoint),
+whether it takes several objectives and whether it reads each trial's whole learning curve.
+The pair of a search algorithm and a scheduler is checked here once, before Ray starts: a
+refused pair is one line naming the field that chose it.
+
+A new scheduler is one module under tuner/search/ (its builder and its resume seeding) and
+one entry in SCHEDULERS; tests/test_algorithm_contract.py then runs it with every search
+algorithm that allows it. This module imports neither torch nor Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tuner.config.algorithms import ALGORITHMS, Algorithm, imported
+from tuner.errors import ConfigError
+
+# What a scheduler's check reads: the SweepConfig, its sections valid each on its own
+# (tuner.config.modes.SweepFile, which this module cannot name: modes' checks ask it).
+SweepFile = Any
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """One way of deciding which trials go on (see the module)."""
+
+    name: str
+    title: str  # in messages and a plan's description: "ASHA"
+    # "module:function" that builds it, fn(request: tuner.search.plan.SearchRequest) -> a Ray Tune
+    # TrialScheduler; None: Tune's own first-in first-out (nothing stopped, nothing paused).
+    builds: Optional[str] = None
+    # "module:function" that rebuilds its state on resume, fn(scheduler, request): from the
+    # journals of the trials an earlier run (request.prior) left, finished, interrupted and
+    # those of earlier sweeps (warm start), as if it had seen them live. None: it keeps none.
+    seeds: Optional[str] = None
+    stops_early: bool = False  # stops trials before max_epochs (what schedule.early_stopping asks)
+    several_objectives: bool = False  # ranks trials by several objectives (a Pareto sort)
+    one_objective: str = ""  # why not, when not: the refusal's words
+    pauses: bool = False  # pauses trials and continues them later (from their checkpoints)
+    clones: bool = False  # continues a trial from another trial's checkpoint (PBT's exploit)
+    whole_curve: bool = False  # decides from each trial's whole learning curve, not one rung's value
+    # What validate refuses for it besides the traits above (a parameter it cannot perturb, ...).
+    check: Optional[Callable[[SweepFile], None]] = None
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """A trial of it continues from a checkpoint: its own (paused) or another's (cloned)."""
+        return self.pauses or self.clones
+
+    def build(self, request: Any) -> Any:
+        """The Ray Tune scheduler for a sweep, its state rebuilt from `request.prior` (imports
+        Ray: call it where a sweep runs). None: Tune's first-in first-out."""
+        if self.builds is None:
+            return None
+        scheduler = imported(self.builds)(request)
+        prior = request.prior
+        if self.seeds is not None and (prior.finished or prior.earlier or prior.resumed):
+            imported(self.seeds)(scheduler, request)
+        return scheduler
+
+
+SCHEDULERS: dict[str, Scheduler] = {
+    s.name: s
+    for s in (
+        Scheduler(name="fifo", title="no early stopping", several_objectives=True),
+        Scheduler(
+            name="asha",
+            title="ASHA",
+            builds="tuner.search.schedulers:asha",
+            seeds="tuner.search.schedulers:seed_asha",
+            stops_early=True,
+            one_objective="ASHA ranks trials by one metric and would stop the ones that trade it for "
+            "the other objectives; with several objectives early stopping is off (leave it unset)",
+        ),
+    )
+}
+EARLY = "asha"  # what `schedule.early_stopping: true` asks for
+NONE = "fifo"  # what `schedule.early_stopping: false` asks for
+
+
+def chosen(schedule: Any, algorithm: Algorithm, objectives: int) -> tuple[Scheduler, str]:
+    """The sweep's scheduler and the field that chose it ("" for the algorithm's default):
+    `schedule.scheduler` if set, else `schedule.early_stopping` (true: asha, false: fifo), else
+    the algorithm's default, which with several objectives is fifo unless it takes them."""
+    if schedule.scheduler is not None:
+        return SCHEDULERS[schedule.scheduler], "schedule.scheduler"
+    if schedule.early_stopping is not None:
+        return SCHEDULERS[EARLY if schedule.early_stopping else NONE], "schedule.early_stopping"
+    default = SCHEDULERS[algorithm.default_scheduler]
+    if objectives > 1 and not default.several_objectives:
+        return SCHEDULERS[NONE], ""
+    return default, ""
+
+
+def needs_early_stopping(algorithm: Algorithm) -> bool:
+    """Every scheduler the algorithm runs with stops trials early (bohb: its model learns at
+    ASHA's rungs)."""
+    return all(SCHEDULERS[s].stops_early for s in algorithm.schedulers)
+
+
+def check_pair(cfg: SweepFile) -> Scheduler:
+    """The sweep's scheduler, or a ConfigError in one line for a pair that cannot work: a
+    scheduler and early_stopping that contradict each other, a scheduler the algorithm does
+    not run with, one that takes one objective where there are several, one that continues
+    trials from checkpoints a script does not write, and what its own check refuses."""
+    schedule, algorithm = cfg.schedule, ALGORITHMS[cfg.search.algorithm]
+    count = len(cfg.objectives)
+    scheduler, field = chosen(schedule, algorithm, count)
+    wanted = schedule.early_stopping
+    if field == "schedule.scheduler" and wanted is not None and wanted != scheduler.stops_early:
+        does = "stops trials early" if scheduler.stops_early else "stops no trial early"
+        raise ConfigError(
+            "schedule.early_stopping",
+            f"{str(wanted).lower()} contradicts schedule.scheduler: {scheduler.name}, which {does} "
+            "(set one of them)",
+        )
+    field = field or "schedule.scheduler"
+    if scheduler.name not in algorithm.schedulers:
+        raise ConfigError(
+            field, f"{algorithm.name} does not run with {scheduler.name}: {algorithm.schedulers_why}"
+        )
+    if count > 1 and not scheduler.several_objectives:
+        raise ConfigError(field, scheduler.one_objective)
+    if scheduler.needs_checkpoints and getattr(cfg.task, "checkpoints", True) is False:
+        does = "pauses trials" if scheduler.pauses else "continues trials from others' checkpoints"
+        raise ConfigError(
+            "task.checkpoints",
+            f"false, but schedule.scheduler: {scheduler.name} {does}: a trial without checkpoints "
+            "would start again at epoch 1",
+        )
+    if scheduler.check is not None:
+        scheduler.check(cfg)
+    return scheduler
