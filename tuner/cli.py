@@ -34,7 +34,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args)
     params = ", ".join(f"{k} ({getattr(p, 'type', 'fixed')})" for k, p in cfg.search.params.items())
     print(
-        f"ok: {cfg.name}: {cfg.search.algorithm}, {cfg.expected_trials()} trials, "
+        f"ok: {cfg.name}: {cfg.search.algorithm} + {cfg.scheduler.name}, {cfg.expected_trials()} trials, "
         f"{cfg.schedule.max_epochs} epochs max, {_objectives(cfg)}; params: {params or '-'}"
     )
     return ExitCode.OK
