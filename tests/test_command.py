@@ -105,7 +105,10 @@ def test_every_ending_of_a_script_under_asha(tmp_path: Path, monkeypatch: pytest
 
     crash = by_kind["crash"][0]
     assert crash["status"] == "ERROR", crash
-    assert "exit code 3" in crash["failure"] and "ValueError: boom" in crash["failure"], crash["failure"]
+    # The script's own exception is the failure (its traceback in traceback.txt), not its exit code.
+    assert crash["failure"] == "error: ValueError: boom: the script fails", crash["failure"]
+    told = (sweep / crash["trial_id"] / "traceback.txt").read_text()
+    assert told.startswith("task.command ended with exit code 3; the script's traceback:\nTraceback"), told
     silent = by_kind["silent"][0]
     assert silent["status"] == "ERROR" and "metric 'val_loss' is not among" in silent["failure"], silent
 

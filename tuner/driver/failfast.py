@@ -4,16 +4,22 @@ A missing data file or a typo in the training code fails every trial the same wa
 this a sweep of 50 trials ran all 50 into the same FileNotFoundError, one after the other
 (Ray Tune's `FailureConfig(fail_fast=True)` and Katib's `maxFailedTrialCount` stop earlier).
 `FailFast` watches the trials of this run as they end: when the first `after` of them all
-ended in an error (their code raised) with the same last line, it says so in one line and
+ended in an error (their code raised) that is the same error, it says so in one line and
 stops the sweep (Tune's Stopper: `stop_all`); status `failed`, exit 1, and `tuner resume`
 runs the rest once it is fixed. One trial that ends otherwise (finished, stopped early,
 diverged, out of memory, timed out) shows the code can run, and nothing is stopped for the
 rest of the run. Imports Ray: loaded only when a sweep runs.
+
+Errors are compared by what they are, not by their incidental numbers: the same bug fails
+each trial with another pid, port, address, timestamp or temporary path in its message
+(`Connection closed by peer [127.0.0.1]:34984`), so those are masked (`same_error`) first.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from typing import Any, Optional
 
 from ray.tune import Callback
@@ -26,8 +32,9 @@ from tuner.sweepdir import error_line, recorded_failure
 class FailFast(Stopper, Callback):
     def __init__(self, after: int):
         self.after = after
-        self.errors: list[Optional[str]] = []  # each trial that ended: its error, None if none
-        self.error: Optional[str] = None  # the error they all ended with, once stopped
+        self.errors: list[Optional[str]] = []  # each trial that ended: its error's key, None if none
+        self.error: Optional[str] = None  # the error they all ended with (the first's words), once stopped
+        self._first: Optional[str] = None  # the first error's words
 
     @classmethod
     def wanted(cls, after: int) -> Optional[FailFast]:
@@ -46,10 +53,12 @@ class FailFast(Stopper, Callback):
     def _ended(self, error: Optional[str]) -> None:
         if len(self.errors) >= self.after:  # decided already, one way or the other
             return
-        self.errors.append(error)
-        first = self.errors[0]
-        if len(self.errors) == self.after and first is not None and all(e == first for e in self.errors):
-            self.error = first
+        if not self.errors:
+            self._first = error
+        self.errors.append(None if error is None else same_error(error))
+        key = self.errors[0]
+        if len(self.errors) == self.after and key is not None and all(e == key for e in self.errors):
+            self.error = first = self._first
             print(
                 f"[tuner] failure.fail_fast: the first {self.after} trials all failed with {first}; "
                 "the sweep stops (fix it, then `tuner resume` runs the rest; fail_fast: 0 runs every "
@@ -63,6 +72,30 @@ class FailFast(Stopper, Callback):
 
     def stop_all(self) -> bool:
         return self.error is not None
+
+
+# The incidental parts of an error message, each with what it becomes: numbers that differ
+# from process to process and run to run while the error is the same.
+_INCIDENTAL = [
+    (re.compile(r"\b\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?"), "<time>"),
+    (re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?"), "<address>"),
+    (re.compile(r"\[[0-9a-fA-F:]*:[0-9a-fA-F:]*\](?::\d+)?"), "<address>"),
+    (re.compile(r"\b(localhost|[\w-]+(?:\.[\w-]+)+):\d{2,5}\b"), r"\1:<port>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<address>"),
+    (re.compile(r"\b(pid|PID|process|port|Port)([\s:=#]+)\d+"), r"\1\2<n>"),
+]
+
+
+def same_error(line: str) -> str:
+    """An error line with its incidental parts masked, so that one error read from two
+    trials compares equal: times, addresses and ports, pids, memory addresses, temporary
+    paths (`/tmp/tmpab12cd/x` -> `<tmp>/x`)."""
+    for tmp in {tempfile.gettempdir(), "/tmp", "/var/tmp"}:
+        line = re.sub(re.escape(tmp.rstrip("/")) + r"/[^\s'\"/:,)]+", "<tmp>", line)
+    for pattern, mask in _INCIDENTAL:
+        line = pattern.sub(mask, line)
+    return line
 
 
 def _error_of(trial: Any) -> str:

@@ -85,8 +85,10 @@ def guarded(
     except BaseException as err:
         if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
             # Tune keeps its own error.txt on the driver; this copy is written by the trial
-            # itself, so it is in the trial's directory even if the driver is gone.
-            write_traceback(session.trial_dir, session.rank)
+            # itself, so it is in the trial's directory even if the driver is gone. An error
+            # from code that ran in another process (a script) carries that code's traceback:
+            # the user's, not this process's stack around it.
+            write_traceback(session.trial_dir, session.rank, getattr(err, "trial_traceback", None))
         # The traceback's frames hold the trial's model, optimizer and batches: clear their
         # locals, or the memory they hold goes on living with the error (in Tune's hands).
         traceback.clear_frames(err.__traceback__)

@@ -77,10 +77,11 @@ class NullMetricsLog:
     def amend(self, metrics: dict[str, Any], epoch: int) -> None: ...
 
 
-def write_traceback(trial_dir: Optional[str], rank: int) -> None:
-    """Save the exception being handled next to the trial's other files."""
+def write_traceback(trial_dir: Optional[str], rank: int, text: Optional[str] = None) -> None:
+    """Save the exception being handled (or `text`, a traceback from elsewhere) next to the
+    trial's other files."""
     if not trial_dir:
         return
     name = TRACEBACK_FILE if rank == 0 else f"traceback_rank{rank}.txt"
     with open(os.path.join(trial_dir, name), "w") as f:
-        f.write(traceback.format_exc())
+        f.write(traceback.format_exc() if text is None else text)

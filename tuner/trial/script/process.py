@@ -2,7 +2,8 @@
 
 `ScriptProcess` starts the command under `supervise.py` (its own process group, dies with the
 actor), with its working directory and environment; copies its stdout and stderr, line by
-line, into trial.log; keeps the last lines of stderr for the trial's error; and hands out the
+line, into trial.log; keeps the last lines of stderr and the tracebacks it printed
+(`trial.script.cause`) for the trial's error; and hands out the
 reports the script made (`tuner.report` lines appended to the report file, and TUNER_REPORT
 lines on stdout) in the order they arrived. `stop` ends it: SIGTERM, SIGKILL after a grace.
 `stop_stale` stops an earlier run of the trial's script that is somehow still alive, so the
@@ -26,6 +27,7 @@ from typing import IO, Any, Optional
 import psutil
 
 from tuner.trial.script.api import PREFIX
+from tuner.trial.script.cause import Tracebacks
 
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
 STOP_GRACE_S = 10.0  # from SIGTERM to SIGKILL, when a trial is stopped
@@ -54,6 +56,7 @@ class ScriptProcess:
     ):
         self.log, self.report_file = log, report_file
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.tracebacks = Tracebacks()  # what it raised, if it fails
         self._reports: queue.Queue[Any] = queue.Queue()
         self._offset, self._partial = 0, b""
         open(report_file, "ab").close()
@@ -81,6 +84,7 @@ class ScriptProcess:
             self.log.info("%s| %s", name, _cut(line))
             if name == "err":
                 self.stderr_tail.append(_cut(line, 500))
+                self.tracebacks.feed(_cut(line, 2000))
             elif line.startswith(PREFIX):
                 self._reports.put(_parse(line[len(PREFIX) :], "stdout line"))
         stream.close()

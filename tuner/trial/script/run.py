@@ -54,7 +54,12 @@ POLL_S = 0.1
 
 
 class ScriptError(Exception):
-    """The script failed (its exit code, stderr's last lines) or reported something unusable."""
+    """The script failed or reported something unusable. `trial_traceback`: what the trial's
+    traceback.txt holds instead of this process's stack (the script's own traceback)."""
+
+    def __init__(self, message: str, trial_traceback: Optional[str] = None):
+        super().__init__(message)
+        self.trial_traceback = trial_traceback
 
 
 def run_command(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
@@ -95,7 +100,7 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     code = proc.returncode
     if follower.ended is None and code:
         if not follower.complete:
-            raise ScriptError(_exit_message(code, list(proc.stderr_tail)))
+            raise failure(code, proc, spec.launcher)
         f.log.warning(
             "after its last epoch, %s: its epochs kept", _exit_message(code, list(proc.stderr_tail))
         )
@@ -303,8 +308,22 @@ def _gpu_ids(spec: TrialSpec) -> str:
     return ",".join(str(i) for i in ray.get_gpu_ids())
 
 
-def _exit_message(code: int, tail: list[str]) -> str:
-    """One line: the exit code (the signal, if one ended it) and stderr's last lines."""
+def failure(code: int, proc: ScriptProcess, launcher: Optional[str]) -> ScriptError:
+    """The error of a script that exited with `code`: the exception it raised (under torchrun,
+    the rank that failed first), its own traceback for the trial's traceback.txt; else the
+    exit code and stderr's last lines."""
+    cause = proc.tracebacks.cause()
+    if cause is None:
+        return ScriptError(_exit_message(code, list(proc.stderr_tail)))
+    who = "" if cause.rank is None else f", rank {cause.rank}"
+    if launcher == "torchrun" and proc.tracebacks.root_rank is not None:
+        who = f", rank {proc.tracebacks.root_rank} failed first (torchrun)"
+    where = f"task.command ended with {_code_word(code)}{who}"
+    return ScriptError(f"{cause.line} ({where})", f"{where}; the script's traceback:\n{cause.text}\n")
+
+
+def _code_word(code: int) -> str:
+    """`exit code N`, with the signal's name when a signal ended it (128 + its number)."""
     what = f"exit code {code}"
     if code > 128:
         try:
@@ -313,5 +332,11 @@ def _exit_message(code: int, tail: list[str]) -> str:
             what += f" ({signal.Signals(code - 128).name})"
         except ValueError:
             pass
+    return what
+
+
+def _exit_message(code: int, tail: list[str]) -> str:
+    """One line: the exit code (the signal, if one ended it) and stderr's last lines."""
+    what = _code_word(code)
     lines = [ln.strip() for ln in tail if ln.strip()][-5:]
     return f"task.command ended with {what}" + (f"; stderr ends: {' | '.join(lines)}" if lines else "")
