@@ -7,6 +7,8 @@ it behaves as `--kind` says.
     silent      trains, never reports, exits 0
     crash_once  as api, but its first run exits 3 after reporting (and checkpointing) epoch 2
     ddp         under torchrun: 2 gloo processes, each reports its rank (only rank 0's count)
+                and the threads of all ranks; val_loss = 3 / epoch + a sum of a million
+                random float32 numbers / 10**6 (its last bits follow the thread count)
     text        as api, but reports val_loss "abc" at epoch 2
     huge        as api, but reports val_loss 10**400 at epoch 2 (past a float's range)
     final       as api, then reports the last epoch again with a test_loss
@@ -118,10 +120,15 @@ def _ddp(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    threads = torch.tensor([float(torch.get_num_threads())])
+    dist.all_reduce(threads)  # every rank's threads, summed
     for epoch in range(1, args.epochs + 1):
         t = torch.tensor([float(rank + 1)])
         dist.all_reduce(t)  # 1 + 2 = 3 with 2 processes
-        tuner.report(epoch=epoch, val_loss=t.item() / epoch, rank=rank, world=world)
+        # A float32 sum of a million numbers: its last bits follow the thread count.
+        noise = torch.randn(1_000_000, generator=torch.Generator().manual_seed(epoch)).sum().item()
+        val_loss = t.item() / epoch + 1e-6 * noise
+        tuner.report(epoch=epoch, val_loss=val_loss, rank=rank, world=world, threads=int(threads.item()))
     dist.destroy_process_group()
 
 

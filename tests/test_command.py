@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -139,7 +141,9 @@ def test_every_ending_of_a_script_under_asha(tmp_path: Path, monkeypatch: pytest
     # The script trains; its trial actor never imports torch (about 1 CPU-second and 180 MB per actor).
     assert env == {"cwd": str(ROOT), "cuda": "", "actor_torch": False}
     log = (sweep / by_kind["stdout"][0]["trial_id"] / "trial.log").read_text()
-    assert "out| TUNER_REPORT {" in log and "command: python tests/command_script.py --kind stdout" in log
+    assert "out| TUNER_REPORT {" in log
+    threads = "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="
+    assert f"command: env {threads} python tests/command_script.py --kind stdout" in log
 
 
 @pytest.mark.slow
@@ -192,6 +196,9 @@ def test_kill_9_of_the_driver_leaves_no_script_and_resume_repeats_nothing(tmp_pa
 def test_torchrun_runs_two_gloo_processes_and_only_rank_0_reports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also: each rank gets its worker's share of threads (not the trial's total), and the
+    report's command, run alone on a machine whose default is another thread count, computes
+    the recorded values bit for bit (issue 44, item 2)."""
     from tuner.driver.sweep import run_sweep
 
     monkeypatch.chdir(ROOT)
@@ -203,10 +210,29 @@ def test_torchrun_runs_two_gloo_processes_and_only_rank_0_reports(
     out = run_sweep(parse_sweep(raw))
     (t,) = out.summary["trials"]
     assert t["status"] == "TERMINATED" and t["epochs"] == 2, t
-    rows = read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))
-    seen = [(r["epoch"], r["val_loss"], r["rank"], r["world"]) for r in rows]
+    trial = Path(out.sweep_dir) / t["trial_id"]
+    rows = read_metrics(str(trial))
+    seen = [(r["epoch"], round(r["val_loss"], 1), r["rank"], r["world"]) for r in rows]
     assert seen == [(1, 3.0, 0, 2), (2, 1.5, 0, 2)]  # all_reduce of 1 + 2, from rank 0 alone
+    assert [r["threads"] for r in rows] == [2, 2]  # 1 thread per rank: cpus_per_worker, not the trial's 2
     assert _none_left(Path(out.sweep_dir))
+    logged = [ln for ln in (trial / "trial.log").read_text().splitlines() if " command: " in ln]
+    assert logged and "command: env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 CUDA_VISIBLE_DEVICES= " in logged[0]
+    report = cli("report", out.sweep_dir, "--format", "md")
+    block = report.stdout.split("Train this configuration again", 1)[1].split("```", 2)[1]
+    argv = shlex.split(block.strip().splitlines()[-1])
+    assert argv[:4] == ["env", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES="], argv
+    assert argv[4:7] == ["torchrun", "--standalone", "--nproc-per-node=2"], argv
+    # Alone, where the machine's default is 3 threads a process: the line's environment wins.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    line = r"tuner.report: epoch=(\d+), val_loss=([^,]+), rank=0, world=2, threads=(\d+)"
+    printed = re.findall(line, again.stdout)
+    assert [(int(e), float(v), int(n)) for e, v, n in printed] == [
+        (r["epoch"], r["val_loss"], r["threads"]) for r in rows
+    ], again.stdout
 
 
 # ----------------------------------------------------------------------------- no Ray

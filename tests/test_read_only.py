@@ -46,10 +46,12 @@ def test_a_script_sweep_s_train_again_is_the_script_s_own_command_line(script_sw
     block = report.stdout.split("Train this configuration again", 1)[1].split("```", 2)[1]
     command = block.strip().splitlines()[-1]
     argv = shlex.split(command)
-    assert argv[:2] == ["python", "search_spaces/train_script.py"], command
+    # After the environment that changes its results: its threads and devices.
+    assert argv[:4] == ["env", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES="], command
+    assert argv[4:6] == ["python", "search_spaces/train_script.py"], command
     assert "tuner" not in argv[1:] and "--epochs" in argv and argv[argv.index("--epochs") + 1] == "2"
     # Run from where the sweep started, it trains the best trial's configuration again: the
-    # same seed, the same numbers at the same epoch.
+    # same seed and threads, the same numbers at the same epoch, bit for bit.
     # (`python` as the user's shell finds it: the environment tuner runs in, activated)
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     again = subprocess.run(
@@ -58,7 +60,7 @@ def test_a_script_sweep_s_train_again_is_the_script_s_own_command_line(script_sw
     assert again.returncode == 0, again.stderr
     printed = re.findall(r"tuner.report: epoch=(\d+), val_loss=([\d.e-]+)", again.stdout)
     journal = {r["epoch"]: r["val_loss"] for r in read_metrics(str(sweep_dir / best["trial_id"]))}
-    assert printed and all(float(v) == pytest.approx(journal[int(e)], rel=1e-5) for e, v in printed)
+    assert printed and all(float(v) == journal[int(e)] for e, v in printed), (printed, journal)
 
 
 def test_readers_repeat_none_of_the_sweep_s_warnings(script_sweep: dict[str, Any], tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from tuner.sweepdir import (
     remote,
     resources_of,
 )
+from tuner.trial.script import command
 
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
 
@@ -208,24 +209,20 @@ def reproduce_command(data: SweepData) -> Optional[str]:
 
 def _script_command(data: SweepData, top: TrialRecord) -> str:
     """The script's command line as the trial ran it, its placeholders filled (its own
-    directory: a new one beside the sweep's), env_params as environment variables first."""
-    task = data.cfg.task
+    directory: a new one beside the sweep's), after the environment that changes its results:
+    its threads and devices (tuner.trial.script.command) and the env_params."""
+    task, res = data.cfg.task, data.cfg.resources
     assert task.command, "a script's command line without a command"
     params = {k: v for k, v in full_config(top.path).items() if k in data.cfg.search.params}
     again = os.path.join(os.path.dirname(data.sweep_dir), f"{data.cfg.name}-{top.trial_id}")
     values = {"max_epochs": data.cfg.schedule.max_epochs, "trial_dir": again, "trial_id": top.trial_id}
     argv = fill(task.command, {**values, **params})
-    if task.launcher == "torchrun":  # as the trial ran it (tuner.trial.script.run.launch)
-        workers = data.cfg.resources.workers_per_trial
-        argv = [
-            "torchrun",
-            "--standalone",
-            f"--nproc-per-node={workers}",
-            *argv[int(os.path.basename(argv[0]).startswith("python")) :],
-        ]
+    argv = command.under_launcher(argv, task.launcher, res.workers_per_trial, ["torchrun"])
+    devices = command.devices_for(res.workers_per_trial, data.gpus_per_worker or 0.0)
+    env = command.result_env(res.cpus_per_worker, devices)
     from_env = list(params) if task.env_params is True else [k for k in task.env_params or [] if k in params]
-    env = [f"{env_name(k)}={as_text(params[k])}" for k in from_env]
-    return shlex.join(["env", *env, *argv] if env else argv)
+    env.update({env_name(k): as_text(params[k]) for k in from_env})
+    return command.rerun_line(env, argv)
 
 
 def yaml_value(v: Any) -> str:

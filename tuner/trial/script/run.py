@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from tuner.config.placeholders import as_text, env_name, fill
+from tuner.config.placeholders import as_text, env_name, fill, placeholders
 from tuner.errors import MissingMetricError
 from tuner.sweepdir import (
     SCRIPT_CHECKPOINT_PATTERN,
@@ -45,7 +45,7 @@ from tuner.trial.frame.checkpoint import numbered
 from tuner.trial.frame.harness import Frame, Progress, guarded, screened
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.spec import TrialSpec
-from tuner.trial.script import api
+from tuner.trial.script import api, command
 from tuner.trial.script.process import ScriptProcess, stop_stale
 
 _EPOCH_DIR = re.compile(SCRIPT_CHECKPOINT_PATTERN)
@@ -84,7 +84,8 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     checkpoints.clean()
     params = {k: hp[k] for k in spec.command_params if k in hp}
     argv, env = launch(spec, params, session, checkpoints, restored)
-    f.log.info("command: %s", " ".join(argv))
+    # What trains this configuration again, alone: with the environment that changes results.
+    f.log.info("command: %s", command.rerun_line(rerun_env(env, spec), argv))
     # Where the sweep started; on another node of a cluster, where Ray put the job's files.
     cwd = spec.start_dir if spec.start_dir and os.path.isdir(spec.start_dir) else os.getcwd()
     proc = ScriptProcess(argv, cwd, env, env[api.REPORT_FILE], f.log, record=record)
@@ -122,13 +123,8 @@ def launch(
     values = {"max_epochs": spec.max_epochs, "trial_dir": trial_dir, "trial_id": session.trial_id, **params}
     assert spec.command, "launch without a command"
     argv = fill(spec.command, values)
-    if spec.launcher == "torchrun":
-        if os.path.basename(argv[0]) in ("python", "python3", os.path.basename(sys.executable)):
-            argv = argv[1:]  # torchrun runs the script with Python itself
-        argv = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={spec.workers}", *argv,
-        ]  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    argv = command.under_launcher(argv, spec.launcher, spec.workers, torchrun)
     attempt = uuid.uuid4().hex[:12]  # this run's report file: an earlier run's never reach it
     for name in os.listdir(trial_dir):
         if _REPORTS.match(name):  # an earlier run's: those epochs are in the journal
@@ -139,7 +135,8 @@ def launch(
     env = dict(os.environ)
     # `python`, `torchrun` and the like resolve to the environment tuner runs in first.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["CUDA_VISIBLE_DEVICES"] = _gpu_ids(spec)
+    # Each process's threads (each rank's, under torchrun) and devices: its worker's share.
+    env.update(command.result_env(spec.cpus_per_worker, _gpu_ids(spec)))
     env.update({env_name(k): as_text(v) for k, v in params.items()})
     env.update(
         {
@@ -155,6 +152,16 @@ def launch(
     if restored is not None:
         env[api.RESTORE_DIR] = checkpoints.path(restored)
     return argv, env
+
+
+def rerun_env(env: dict[str, str], spec: TrialSpec) -> dict[str, str]:
+    """What of the script's environment changes its results: threads and devices, the
+    parameters that reach it only there (no placeholder of theirs in the command), and the
+    user's PYTHONHASHSEED and the like when set."""
+    placed = set(placeholders(spec.command or []))
+    from_env = [env_name(k) for k in spec.command_params if k not in placed]
+    keys = [*command.result_env(0, ""), *from_env, *command.PASSED_ON]
+    return {k: env[k] for k in keys if k in env}
 
 
 class Follower:
