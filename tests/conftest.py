@@ -213,6 +213,8 @@ class CliSweep:
     driver_modules: list[str]  # ["True"/"False" Ray imported, the same for torch]
     left: list[str]  # its processes still alive a few seconds after it exited ("pid name")
     ray_logs: Path  # its Ray's log directory
+    ray_tmp: Path  # its $RAY_TMPDIR: what its Ray left on disk is under it
+    secrets: list[str]  # AWS credentials (made up) it had in its environment, as a user's shell may
 
 
 def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
@@ -247,7 +249,8 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
     ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
     args = ["sweep", str(DEBUG), "--output", str(out), "--name", "s"]
     args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2"]
-    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp)}
+    secrets = {name: f"{name.lower()}-{uuid.uuid4().hex}" for name in AWS_CREDENTIALS}
+    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp), **secrets}
     try:
         run = subprocess.run(
             [sys.executable, "-c", CLI_PROBE, *args],
@@ -259,12 +262,32 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
         )
         left = processes_left(mark)  # SIGKILLed: gone at once, bar the kernel's tear-down
         modules = [ln.split()[1:] for ln in run.stdout.splitlines() if ln.startswith("DRIVER_MODULES")]
-        logs = next(ray_tmp.glob("ray/session_*/logs"), ray_tmp)
-        yield CliSweep(args, run, out / "s", modules[-1] if modules else [], left, logs)
+        logs = next(ray_tmp.glob("*/ray/session_*/logs"), ray_tmp)
+        driver_modules = modules[-1] if modules else []
+        yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, [*secrets.values()])
     finally:
         import shutil
 
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# The AWS credentials a user's shell may hold (Ray Tune 2.60 copied them all into every trial
+# actor's runtime env, and Ray's logs kept them: issue 44).
+AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def files_holding(secrets: list[str], *roots: Path) -> list[str]:
+    """Every file under `roots` (symbolic links not followed) holding one of `secrets`."""
+    found = []
+    for root in roots:
+        for path in [root] if root.is_file() else root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    data = path.read_bytes()
+                except OSError:  # a socket, or gone meanwhile
+                    continue
+                found += [f"{path}: {s[:12]}..." for s in secrets if s.encode() in data]
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import DEBUG, ROOT, cluster_env
+from tests.conftest import DEBUG, ROOT, cli, cluster_env
 from tuner.cluster import _ray_internals, submit
 from tuner.cluster import join as cluster
 from tuner.config import ConfigError
@@ -128,6 +128,35 @@ def test_local_output_on_a_multi_machine_cluster_is_warned_about() -> None:
     assert cluster.storage_warning("/data/runs", [here, here, dead]) is None  # one machine: shared
     assert "1 of 2 nodes are on other machines" in (cluster.storage_warning("/data/runs", [here, away]) or "")
     assert cluster.storage_warning("s3://bucket/runs", [here, away]) is None
+
+
+def test_status_names_a_secret_file_others_can_read_even_when_the_cluster_is_down(tmp_path: Path) -> None:
+    """A token or TLS key made readable by others after `cluster start`: `status` says which,
+    with the chmod, first (a cluster that does not answer included)."""
+    import socket
+
+    from tuner.cluster import tls
+    from tuner.cluster.local import STATE_FILE, TLS_DIR
+
+    with socket.socket() as s:  # a port nothing listens on: the cluster is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state_dir, token = tmp_path / "state", tmp_path / "token"
+    files = tls.new_authority().issue(state_dir / TLS_DIR, "node", ["127.0.0.1"], ["localhost"])
+    token.write_text("t" * 64)
+    token.chmod(0o600)
+    state = {"temp_dir": str(tmp_path / "ray"), "token": str(token), "nodes": [],
+             "tls": str(state_dir / TLS_DIR), "gcs": f"127.0.0.1:{port}",
+             "dashboard": "http://127.0.0.1:1", "client": "ray://127.0.0.1:1"}  # fmt: skip
+    (state_dir / STATE_FILE).write_text(json.dumps(state))
+    env = {"RAY_AUTH_TOKEN_PATH": str(token), "RAY_AUTH_TOKEN": ""}
+    quiet = cli("cluster", "status", "--state-dir", str(state_dir), env=env)
+    assert quiet.returncode == 1 and "not answering" in quiet.stdout and "chmod" not in quiet.stderr, quiet
+    files.key.chmod(0o640)
+    token.chmod(0o644)
+    loud = cli("cluster", "status", "--state-dir", str(state_dir), env=env)
+    assert f"chmod 600 {files.key}" in loud.stderr and f"chmod 600 {token}" in loud.stderr, loud
+    assert "t" * 64 not in loud.stdout + loud.stderr
 
 
 def test_embedded_ray_refuses_a_grpc_call_without_the_token(ray_session: Any) -> None:
@@ -293,7 +322,13 @@ def test_token_is_private_and_never_printed(live: Live) -> None:
     assert token_file.stat().st_mode & 0o777 == 0o600
     status = live.run(str(SCRIPTS / "cluster.sh"), "status")
     assert status.returncode == 0 and "2 node(s) alive" in status.stdout, status.stdout
-    assert str(token_file) in status.stdout
+    assert str(token_file) in status.stdout and "chmod" not in status.stderr
+    token_file.chmod(0o644)  # made readable by others after the start: status says so
+    try:
+        exposed = live.run(str(SCRIPTS / "cluster.sh"), "status")
+    finally:
+        token_file.chmod(0o600)
+    assert exposed.returncode == 0 and f"chmod 600 {token_file}" in exposed.stderr, exposed.stderr
     assert all(live.token not in text for text in live.printed)
 
 

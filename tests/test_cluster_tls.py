@@ -41,6 +41,58 @@ def test_ca_and_certificates_are_private_signed_and_never_replaced(tmp_path: Pat
     assert (node_dir / "ca.crt").read_bytes() == (ca_dir / "ca.crt").read_bytes()
 
 
+def _authority(valid_from_days: float, valid_to_days: float) -> tls.Authority:
+    """A CA whose certificate is valid from/to these many days from now (negative: past)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "old CA")])
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now + datetime.timedelta(days=valid_from_days))
+        .not_valid_after(now + datetime.timedelta(days=valid_to_days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    return tls.Authority(cert.public_bytes(serialization.Encoding.PEM), key)
+
+
+@pytest.mark.parametrize(
+    ("valid", "said"),
+    [((-30, -1), "expired on"), ((2, 30), "not valid before")],
+    ids=["expired", "not-yet-valid"],
+)
+def test_cert_with_a_ca_out_of_its_dates_is_refused_in_one_line(
+    tmp_path: Path, valid: tuple[int, int], said: str
+) -> None:
+    """Every peer would refuse what such a CA signs: no certificate is issued, no directory made."""
+    ca_dir, node_dir = tmp_path / "ca", tmp_path / "node"
+    _authority(*valid).save(ca_dir)
+    out = cli("cluster", "cert", str(node_dir), "--ca", str(ca_dir))
+    assert out.returncode == 2 and out.stdout == "", out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --ca: {ca_dir}: ") and said in lines[0], lines
+    assert not node_dir.exists()
+
+
+def test_cert_from_a_ca_that_ends_soon_ends_with_it(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    ca_dir, node_dir = tmp_path / "ca", tmp_path / "node"
+    authority = _authority(-1, 10)
+    authority.save(ca_dir)
+    out = cli("cluster", "cert", str(node_dir), "--ca", str(ca_dir))
+    assert out.returncode == 0 and "the CA expires on" in out.stderr, out
+    cert = x509.load_pem_x509_certificate((node_dir / "node.crt").read_bytes())
+    assert abs((cert.not_valid_after_utc - authority.valid()[1]).total_seconds()) < 60
+
+
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory):
     cluster = nscluster.NsCluster(workers=1, cpus=1, tls=True, base=tmp_path_factory.mktemp("tls"))

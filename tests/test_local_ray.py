@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, CliSweep
+from tests.conftest import ROOT, CliSweep, files_holding
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 
 # Starts the local Ray the way `tuner sweep` does, then lists what its processes listen on.
@@ -103,3 +103,18 @@ def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last
     names = {p.name for p in logs.iterdir()}
     assert "raylet.out" in names and "dashboard.log" in names, names
     assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
+
+
+def test_no_credential_of_the_environment_is_left_anywhere_and_rays_files_are_private(
+    cli_sweep: CliSweep,
+) -> None:
+    """AWS credentials in the environment of a sweep (a local output: it needs none) are in no
+    file it leaves: its sweep directory, its Ray's session directory (Tune handed them to every
+    trial actor's runtime env, which Ray's runtime env agent logged). Ray's files are in a
+    directory only this user may enter, as `tuner cluster start`'s are."""
+    assert cli_sweep.run.returncode == 0, cli_sweep.run.stdout + cli_sweep.run.stderr
+    assert not files_holding(cli_sweep.secrets, cli_sweep.sweep_dir, cli_sweep.ray_tmp)
+    assert cli_sweep.ray_logs.name == "logs" and (cli_sweep.ray_logs / "raylet.out").is_file()
+    private = cli_sweep.ray_logs.parents[2]  # <it>/ray/session_*/logs
+    assert private.parent == cli_sweep.ray_tmp and stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert private.stat().st_uid == os.getuid()

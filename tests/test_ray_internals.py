@@ -42,6 +42,7 @@ PRIVATE = [
     ("ray._private.node", "Node.start_log_monitor"),
     ("ray._private.worker", "_global_node"),
     ("ray.air._internal.usage", "tag_callbacks"),
+    ("ray.tune.execution.class_cache", "ENV_VARS_TO_PROPAGATE"),
     ("ray.core.generated.gcs_pb2", "GcsNodeInfo.ALIVE"),
     ("ray.core.generated.gcs_service_pb2", "GetAllNodeInfoRequest"),
     ("ray.core.generated.gcs_service_pb2_grpc", "NodeInfoGcsServiceStub"),
@@ -62,6 +63,25 @@ def _get(module: str, path: str) -> object:
 @pytest.mark.parametrize("module, path", PRIVATE, ids=[f"{m}.{p}" for m, p in PRIVATE])
 def test_every_private_name_exists_in_the_installed_ray(module: str, path: str) -> None:
     _get(module, path)
+
+
+def test_tunes_trial_actors_get_no_credential_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune's own class cache (what creates every trial actor) builds a runtime env without the
+    AWS credentials of the environment, and still with the other names it hands on (no Ray is
+    started: the runtime env is an option of the actor class)."""
+    from ray.tune.execution.class_cache import _ActorClassCache
+
+    for name in _ray_internals.CREDENTIAL_ENV:
+        monkeypatch.setenv(name, f"secret-{name}")
+    monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")  # (one Tune hands on: not a secret)
+    assert _ray_internals.credentials_stay_home()
+
+    class Trainable:
+        pass
+
+    env_vars = _ActorClassCache().get(Trainable)._default_options["runtime_env"]["env_vars"]
+    assert not any(v.startswith("secret-") for v in env_vars.values()), env_vars
+    assert env_vars.get("RAY_CHDIR_TO_TRIAL_DIR") == "0"
 
 
 def test_the_files_counted_for_a_job_are_those_ray_packs(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_ctrl_c_stops_gracefully_then_resume_with_rays_private_api_unused(tmp_pa
         assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
         # Started plainly: Ray's API server (dashboard.log) before its raylet, the other way
         # round from the shortcut's (tests/test_local_ray.py).
-        logs = next(ray_tmp.glob("ray/session_*/logs"))
+        logs = next(ray_tmp.glob("*/ray/session_*/logs"))
         assert _first_time(logs / "dashboard.log") < _first_time(logs / "raylet.out")
         finished, midway = _snapshot(sweep)
         out = run_cli("resume", str(sweep), timeout=600, env=env)

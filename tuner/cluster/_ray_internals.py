@@ -357,6 +357,38 @@ def skip_callback_usage_tag() -> None:
     usage.tag_callbacks = lambda callbacks: False
 
 
+# The credentials Ray Tune copies from the driver's environment into every trial actor's
+# runtime_env (Ray 2.60: ray/tune/execution/class_cache.py, ENV_VARS_TO_PROPAGATE).
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN")
+
+
+def credentials_stay_home() -> bool:
+    """Ray Tune no longer copies the driver's AWS credentials into its trial actors'
+    runtime_env; whether that is so.
+
+    Tune's `_ActorClassCache.get` puts each of ENV_VARS_TO_PROPAGATE that the driver's
+    environment holds into the `env_vars` of the runtime_env it creates every trial actor
+    with (and a DDP trial's rank actors inherit); the runtime env agent of every node logs
+    each runtime_env it sets up, secret included, into `session_*/logs/runtime_env_agent.log`
+    (0644), and the GCS keeps it with the actor. Without them a trial finds its credentials
+    as every other process does: a private local Ray's workers inherit the driver's
+    environment through the raylet, and a cluster's nodes read their own (an instance role,
+    their environment, a job's runtime_env), as docs/how-to/cluster.md says.
+
+    Checked Ray: `ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`, read by `get` at each
+    call, replaced by the same names without the credentials. Fallback: no public switch;
+    nothing is changed and False is returned (the caller warns; the private local Ray's
+    temporary directory is 0700 either way)."""
+    if not checked():
+        return False
+    from ray.tune.execution import class_cache
+
+    class_cache.ENV_VARS_TO_PROPAGATE = {
+        name for name in class_cache.ENV_VARS_TO_PROPAGATE if name not in CREDENTIAL_ENV
+    }
+    return True
+
+
 def node_process_ids() -> list[int]:
     """Pids of the processes this driver's `ray.init` started (GCS, raylet, monitor, log
     monitor, API server; Ray 2.60: ray._private.worker._global_node.all_processes), or []

@@ -189,6 +189,21 @@ class _NotForUsers(logging.Filter):
         return False
 
 
+def keep_credentials_home() -> None:
+    """Before Tune starts trials: none of them is handed the driver's AWS credentials through
+    Ray (whose logs would keep them); they find their own (_ray_internals.credentials_stay_home).
+    On a Ray where that cannot be done, say so when there are credentials to hand."""
+    if _ray_internals.credentials_stay_home():
+        return
+    present = [name for name in _ray_internals.CREDENTIAL_ENV if os.environ.get(name)]
+    if present:
+        join.warn(
+            f"Ray {_ray_internals.ray_version()} copies {', '.join(present)} from this environment into "
+            "every trial actor's runtime env, which its runtime env agent logs; tuner keeps them "
+            f"out only on Ray {_ray_internals.RAY_CHECKED}"
+        )
+
+
 def warn_unshared(storage: str) -> None:
     """Warn when a local `storage` path would leave results on other machines."""
     import ray

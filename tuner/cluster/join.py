@@ -15,6 +15,9 @@ import ipaddress
 import json
 import os
 import socket
+import stat
+import sys
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -257,8 +260,7 @@ def ensure_token() -> str:
         return "the RAY_AUTH_TOKEN environment variable"
     path = token_path()
     if path.is_file() and path.read_text().strip():
-        if path.stat().st_mode & 0o077:
-            warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
+        warn_if_exposed(path)
         return str(path)
     import secrets
 
@@ -268,6 +270,18 @@ def ensure_token() -> str:
         f.write(secrets.token_hex(32))  # 256 bits, like `ray get-auth-token --generate`
     os.chmod(path, 0o600)  # O_CREAT's mode applies to a new file only
     return str(path)
+
+
+def warn_if_exposed(path: Path) -> bool:
+    """Warn (with the chmod to run) when a secret file (a token, a private key) can be read by
+    other users of this machine; whether it can."""
+    try:
+        exposed = bool(path.stat().st_mode & 0o077)
+    except OSError:  # gone: nothing to expose
+        return False
+    if exposed:
+        warn(f"{path} can be read by other users of this machine: chmod 600 {path}")
+    return exposed
 
 
 def prepare_local() -> dict[str, Any]:
@@ -282,7 +296,48 @@ def prepare_local() -> dict[str, Any]:
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
         ensure_token()
     _keep_loopback()
+    os.environ[RAY_TMPDIR] = private_temp_dir()
     return {}
+
+
+RAY_TMPDIR = "RAY_TMPDIR"  # where Ray makes its temporary directory, ray/ (default: $TMPDIR or /tmp)
+
+
+def private_temp_dir() -> str:
+    """A directory only this user can enter, for a private local Ray's temporary directory
+    (`<it>/ray/session_*`: sockets, logs, runtime envs), as `tuner cluster start` keeps its own.
+
+    Ray makes every directory of its own world-writable (ray/_common/utils.py,
+    try_to_create_directory: chmod 0777) and its logs 0644, so what it logs (the runtime envs
+    its agent sets up, the command lines of its processes) can be read by every user of the
+    machine unless a directory above is closed to them: this one, `tuner-<uid>` under
+    $RAY_TMPDIR (or where Ray would put `ray/`), mode 0700. Where that name is taken by
+    something not ours (another user made it first), a fresh one is made instead."""
+    linux = sys.platform.startswith("linux")
+    base = os.environ.get(RAY_TMPDIR) or (tempfile.gettempdir() if linux else "/tmp")
+    if os.path.basename(base).startswith("tuner-") and _private(base):
+        return base  # (chosen before: by this process for an earlier Ray, or the one that started it)
+    path = os.path.join(base, f"tuner-{os.getuid()}")
+    try:
+        os.makedirs(base, exist_ok=True)  # (as Ray would make it)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:  # a base we cannot write: Ray would fail there too, with its own message
+        return base
+    if os.path.isdir(path) and not os.path.islink(path) and os.stat(path).st_uid == os.getuid():
+        os.chmod(path, 0o700)  # (ours: closed again if it was opened)
+        return path
+    return tempfile.mkdtemp(prefix="tuner-", dir=base)
+
+
+def _private(path: str) -> bool:
+    """A directory of this user's that no other user can enter."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def dashboard_auth(url: str, timeout: float = PROBE_TIMEOUT_S) -> str:

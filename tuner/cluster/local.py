@@ -238,7 +238,17 @@ def _describe(state: dict[str, Any], state_dir: Path) -> None:
     print('  ray CLI here:    eval "$(python -m tuner cluster env)"; ray job list; ray status')
 
 
+def secret_files(state: dict[str, Any]) -> list[Path]:
+    """The cluster's files only its user may read: the token file (unless the token came
+    from RAY_AUTH_TOKEN) and, with --tls, this machine's private key."""
+    found = [] if os.environ.get("RAY_AUTH_TOKEN") else [cluster.token_path()]
+    files = tls_files(state)
+    return found + ([files.key] if files is not None else [])
+
+
 def status(args: argparse.Namespace, state: dict[str, Any]) -> int:
+    for path in secret_files(state):  # (said first: also when the cluster does not answer)
+        cluster.warn_if_exposed(path)
     alive = [n for n in state["nodes"] if leader(n)]
     target = cluster.target(state["gcs"])
     assert target is not None
@@ -335,8 +345,19 @@ def make_cert(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as err:
         print(f"error: --ca: cannot read the CA in {args.ca}: {err}", file=sys.stderr)
         return ExitCode.USAGE
+    try:
+        left = authority.days_left()
+    except ValueError as err:
+        print(f"error: --ca: {args.ca}: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    days: float = tls.VALID_DAYS
+    if left < days:  # a certificate outliving its CA would be refused from the CA's end on
+        days = left
+        end = authority.valid()[1]
+        print(f"[cluster] the CA expires on {end:%Y-%m-%d} UTC: the certificate ends then too; "
+              "make a new CA before that", file=sys.stderr)  # fmt: skip
     ips, names = tls.this_machine()
-    files = authority.issue(args.directory, args.name, ips + args.ip, names + args.dns)
+    files = authority.issue(args.directory, args.name, ips + args.ip, names + args.dns, days=days)
     for k, v in files.env().items():
         print(f"export {k}={v}")
     return ExitCode.OK

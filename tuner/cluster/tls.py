@@ -115,7 +115,7 @@ def _name(common_name: str):
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _builder(subject: str, issuer, public_key, days: int):
+def _builder(subject: str, issuer, public_key, days: float):
     """A certificate for `subject`, signed by `issuer` (an x509.Name), valid `days` from now."""
     from cryptography import x509
 
@@ -152,8 +152,30 @@ class Authority:
         key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
         return cls((directory / CA_CERT).read_bytes(), key)
 
+    def valid(self) -> tuple[datetime.datetime, datetime.datetime]:
+        """(not before, not after) of the CA's certificate, in UTC."""
+        from cryptography import x509
+
+        ca = x509.load_pem_x509_certificate(self.cert_pem)
+        return ca.not_valid_before_utc, ca.not_valid_after_utc
+
+    def days_left(self, now: Optional[datetime.datetime] = None) -> float:
+        """Days until the CA's certificate expires. Raises ValueError when it has expired or
+        is not valid yet: every certificate it signed would be refused by every peer (gRPC
+        checks the chain's dates), so none is issued."""
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        start, end = self.valid()
+        if now >= end:
+            raise ValueError(f"the CA's certificate expired on {end:%Y-%m-%d %H:%M} UTC; make a new CA")
+        if now < start:
+            raise ValueError(
+                f"the CA's certificate is not valid before {start:%Y-%m-%d %H:%M} UTC (this machine's "
+                f"clock says {now:%Y-%m-%d %H:%M} UTC)"
+            )
+        return (end - now).total_seconds() / 86400
+
     def issue(
-        self, directory: Path, name: str, ips: list[str], dns: list[str], days: int = VALID_DAYS
+        self, directory: Path, name: str, ips: list[str], dns: list[str], days: float = VALID_DAYS
     ) -> Files:
         """A certificate and key for one node (or driver) in `directory` (0700, key 0600), with
         the CA's certificate beside them: its addresses and names are what callers check."""
@@ -166,7 +188,7 @@ class Authority:
         return files
 
     def issue_pem(
-        self, name: str, ips: list[str], dns: list[str], days: int = VALID_DAYS
+        self, name: str, ips: list[str], dns: list[str], days: float = VALID_DAYS
     ) -> tuple[bytes, bytes]:
         """(certificate, key) in PEM for `name` at `ips` and `dns`, signed by this CA."""
         from cryptography import x509

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from tuner import sweepdir
 from tuner.cluster import _ray_internals, join
-from tuner.cluster.connect import Runtime, connect, quiet_ray, warn_unshared
+from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
 from tuner.driver import autotune, resources, stopping
@@ -414,6 +414,7 @@ def _launch(
     from tuner.trial.launch.trainables import trainable_for
 
     _ray_internals.skip_callback_usage_tag()
+    keep_credentials_home()  # (the AWS_* names Tune would hand every trial actor, and Ray log)
 
     storage, sweep_dir = start.storage, start.sweep_dir
     spec = replace(resources.trial_spec(cfg, res, storage, sweep_dir), autotune=tuned)
