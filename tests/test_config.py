@@ -332,7 +332,7 @@ def test_flags_beat_the_file(tmp_path: Path) -> None:
         "search.params.depth=2",
     )
     assert out.returncode == 0, out.stderr
-    assert "optuna, 7 trials, 5 epochs max" in out.stdout
+    assert "optuna + asha, 7 trials, 5 epochs max" in out.stdout
     from tuner.cli import build_parser, overrides_from
 
     args = build_parser().parse_args(
