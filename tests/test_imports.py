@@ -35,7 +35,7 @@ ROWS: list[set[str]] = [
     {"trial.userloop", "trial.script"},
     {"trial.loop"},
     {"trial.frame"},
-    {"config", "space", "catalogue", "sweepdir", "packing", "errors", "autotune", "version"},
+    {"config", "space", "catalogue", "sweepdir", "packing", "errors", "autotune", "version", "environment"},
 ]
 SHARED = ROWS[-1]
 ROW = {room: i for i, rooms in enumerate(ROWS) for room in rooms}

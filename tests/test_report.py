@@ -120,6 +120,28 @@ def test_failures_and_compute_accounting(sweep, report) -> None:
     assert f"{lost / total:.0%} of the CPU-seconds went to trials that were stopped early or failed" in md
 
 
+def test_the_environment_is_recorded_and_reported(sweep, report) -> None:
+    import subprocess
+
+    import ray
+    import torch
+
+    _, md = report
+    env = sweep.summary["environment"]
+    assert (env["torch"], env["cuda"], env["ray"]) == (torch.__version__, torch.version.cuda, ray.__version__)
+    rows = {r["what"]: r["version"] for r in table(md, "Environment")}
+    assert rows["torch"] == f"{torch.__version__} (CUDA {torch.version.cuda or 'none: a CPU build'})"
+    assert rows["Ray"] == ray.__version__ and rows["GPUs"] == (
+        ", ".join(f"{n} x {k}" for k, n in env["gpus"].items()) or "none"
+    )
+    # The sweep imports its code from where it started (a temporary directory, no git) and
+    # from debug.yaml's directory, in this repository: its commit, as git says it.
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    (code,) = env["code"]
+    assert code["dir"] == str(ROOT) and code["commit"] == head.stdout.strip()
+    assert rows[f"code {ROOT}"].startswith(code["commit"])
+
+
 def test_pngs_are_real_images_of_sensible_size(report) -> None:
     out, md = report
     for name in PNGS:

@@ -1,4 +1,5 @@
-"""MLflow tracking (issue 15): a real local MLflow store, read back with MLflow's own client."""
+"""Tracking (issues 15 and 51): a real local MLflow store, read back with MLflow's own client, and
+W&B in offline mode, its files read back in W&B's own record format."""
 
 from __future__ import annotations
 
@@ -7,28 +8,44 @@ import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import DEBUG, cli, debug_config, run_cli
+from tests.wandbread import offline_runs
 from tuner.sweepdir import read_metrics
 
 NO_MLFLOW = "the mlflow extra is not installed (pip install 'tuner[mlflow]')"
+NO_WANDB = "the wandb extra is not installed (pip install 'tuner[wandb]')"
+API_KEY = "tunertest" + "0" * 31 + "k3y"  # W&B's keys have 40+ characters
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session")
-def test_every_trial_is_a_run_under_the_sweep_s_run(tmp_path: Path) -> None:
+def test_every_trial_is_a_run_of_mlflow_and_of_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both trackers in one sweep: MLflow's runs read back with MLflow's client, W&B's offline
+    files with W&B's own record format, each against the trials' own journals."""
     pytest.importorskip("mlflow", reason=NO_MLFLOW)
+    pytest.importorskip("wandb", reason=NO_WANDB)
     from mlflow.tracking import MlflowClient
 
     from tuner.driver.sweep import run_sweep
 
+    monkeypatch.setenv("WANDB_MODE", "offline")  # (the driver logs in this process)
+    monkeypatch.setenv("WANDB_API_KEY", API_KEY)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
     uri = f"sqlite:///{tmp_path}/mlflow.db"  # (MLflow 3 refuses its old file store by default)
     cfg = debug_config(
-        tmp_path, search__num_samples=3, schedule__max_epochs=2, tracking={"mlflow": {"uri": uri}}
+        tmp_path,
+        search__num_samples=3,
+        schedule__max_epochs=2,
+        tracking={"mlflow": {"uri": uri}, "wandb": {"project": "digits", "tags": ["t1"]}},
     )
     out = run_sweep(cfg)
+    journals = {
+        t["trial_id"]: read_metrics(str(Path(out.sweep_dir) / t["trial_id"])) for t in out.summary["trials"]
+    }
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("debug")
     assert experiment is not None
@@ -37,7 +54,7 @@ def test_every_trial_is_a_run_under_the_sweep_s_run(tmp_path: Path) -> None:
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags["tuner.sweep_dir"] == out.sweep_dir
     children = {r.data.tags["tuner.trial"]: r for r in runs if r.data.tags.get("mlflow.parentRunId")}
-    assert set(children) == {t["trial_id"] for t in out.summary["trials"]}
+    assert set(children) == set(journals)
     for t in out.summary["trials"]:
         run = children[t["trial_id"]]
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
@@ -45,10 +62,29 @@ def test_every_trial_is_a_run_under_the_sweep_s_run(tmp_path: Path) -> None:
         for k, v in t["config"].items():
             assert run.data.params[k] == str(v)
         # Every epoch's val_acc as the trial's own journal has it, with the epoch as step.
-        journal = [(r["epoch"], r["val_acc"]) for r in read_metrics(str(Path(out.sweep_dir) / t["trial_id"]))]
+        journal = [(r["epoch"], r["val_acc"]) for r in journals[t["trial_id"]]]
         logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val_acc")]
         assert [s for s, _ in sorted(logged)] == [e for e, _ in journal]
         assert [v for _, v in sorted(logged)] == pytest.approx([v for _, v in journal])
+
+    # W&B: one offline run per trial under the sweep directory, grouped by the sweep.
+    prefix = (Path(out.sweep_dir) / ".wandb_sweep").read_text().strip()
+    found = offline_runs(Path(out.sweep_dir) / "wandb")
+    assert set(found) == {f"{prefix}-{tid}" for tid in journals}
+    for t in out.summary["trials"]:
+        (run,) = found[f"{prefix}-{t['trial_id']}"]
+        assert (run.project, run.group, run.name, run.job_type) == ("digits", "debug", t["trial_id"], "trial")
+        assert run.tags == ["t1"] and run.exit_code == 0 and run.summary["tuner_status"] == "finished"
+        full = json.loads((Path(out.sweep_dir) / t["trial_id"] / "tuner_trial.json").read_text())["config"]
+        assert {k: run.config[k] for k in full} == full
+        journal = journals[t["trial_id"]]
+        assert [h["epoch"] for h in run.history] == [r["epoch"] for r in journal]
+        for h, r in zip(run.history, journal, strict=True):
+            for name in ("val_acc", "train_loss"):
+                assert h[name] == pytest.approx(r[name]), name
+    # The API key W&B was given is nowhere in the sweep directory (W&B's logs included).
+    files = [p for p in Path(out.sweep_dir).rglob("*") if p.is_file()]
+    assert [p for p in files if API_KEY.encode() in p.read_bytes()] == []
 
 
 def test_tracking_without_a_uri_is_one_line(tmp_path: Path) -> None:
@@ -123,3 +159,79 @@ def test_a_store_that_fails_mid_sweep_is_one_warning_and_the_sweep_goes_on(tmp_p
     assert "Traceback" not in done.stderr
     summary = json.loads((tmp_path / "debug" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["counts"] == {"completed": 4}
+
+
+def _trial(sweep_dir: Path, trial_id: str, **config: object) -> SimpleNamespace:
+    """A trial as Tune hands it to callbacks: its id, configuration, directory, last result."""
+    (sweep_dir / trial_id).mkdir(parents=True, exist_ok=True)
+    return SimpleNamespace(trial_id=trial_id, config=config, path=str(sweep_dir / trial_id), last_result={})
+
+
+@pytest.mark.slow  # (W&B's client and its service process start: seconds)
+def test_wandb_runs_continue_a_trial_and_end_as_it_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tracker driven as Tune drives it: a trial paused and started again logs on in its
+    run (the same id), a failed trial's run ends failed, one cut off by the sweep's end is
+    marked to be continued, and a second run of the sweep (`resume`) keeps the prefix."""
+    pytest.importorskip("wandb", reason=NO_WANDB)
+    from tuner.config.schedule import WandbSection
+    from tuner.driver.tracking import WandbTracking
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    tracker = WandbTracking(WandbSection(), "s", str(tmp_path))
+    tracker.setup()
+    a, b, c = (_trial(tmp_path, t, lr=0.1) for t in ("a_1", "b_2", "c_3"))
+    for t in (a, b, c):
+        tracker.on_trial_start(0, [], t)
+    tracker.on_trial_result(0, [], a, {"epoch": 1, "val_acc": 0.5, "training_iteration": 1})
+    tracker.on_trial_result(0, [], b, {"epoch": 1, "val_acc": float("nan"), "failure": "diverged"})
+    b.last_result = {"failure": "diverged"}
+    tracker.on_trial_complete(0, [], b)
+    tracker.runs[a.trial_id].finish()  # (paused: Tune starts it again later)
+    del tracker.runs[a.trial_id]
+    tracker.on_trial_start(0, [], a)
+    tracker.on_trial_result(0, [], a, {"epoch": 2, "val_acc": 0.7})
+    tracker.on_trial_complete(0, [], a)
+    tracker.on_experiment_end([])  # c never completed: cut off
+    assert not tracker.failed
+    prefix = (tmp_path / ".wandb_sweep").read_text().strip()
+    runs = offline_runs(tmp_path / "wandb")
+    first, second = runs[f"{prefix}-a_1"]
+    assert [h["epoch"] for h in first.history + second.history] == [1, 2]
+    assert second.summary["tuner_status"] == "finished" and second.exit_code == 0
+    (failed,) = runs[f"{prefix}-b_2"]
+    assert failed.summary["tuner_failure"] == "diverged" and failed.exit_code == 1
+    assert "val_acc" not in failed.history[0]  # (NaN is not logged; the journal has it)
+    (cut,) = runs[f"{prefix}-c_3"]
+    assert cut.summary["tuner_status"] == "killed"
+    again = WandbTracking(WandbSection(), "s", str(tmp_path))
+    again.setup()
+    assert again.prefix == prefix
+    again.on_experiment_end([])
+
+
+def test_a_tracker_that_fails_is_one_warning_and_tracking_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("wandb", reason=NO_WANDB)
+    from tuner.config.schedule import WandbSection
+    from tuner.driver.tracking import WandbTracking
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # (no ~/.netrc: no credentials)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    tracker = WandbTracking(WandbSection(mode="online"), "s", str(tmp_path))
+    tracker.setup()
+    a, b = _trial(tmp_path, "a_1"), _trial(tmp_path, "b_2")
+    tracker.on_trial_start(0, [], a)
+    tracker.on_trial_start(0, [], b)
+    tracker.on_trial_result(0, [], a, {"epoch": 1, "val_acc": 0.5})
+    tracker.on_experiment_end([])
+    err = capsys.readouterr().err
+    warnings = [ln for ln in err.splitlines() if "tracking.wandb" in ln]
+    assert len(warnings) == 1 and tracker.failed, err
+    assert "W&B failed: UsageError: No API key configured" in warnings[0]
+    assert "the sweep goes on" in warnings[0]

@@ -226,6 +226,7 @@ def summarize(
     expected_trials: int,
     ended: Optional[str] = None,
     objectives: Sequence[tuple[str, str]] = (),
+    environment: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """The summary.json document. status: completed; interrupted (resume continues it); or,
     every started trial having ended, why the sweep ended before its planned trials: `ended`
@@ -233,7 +234,8 @@ def summarize(
     first trials all failed with the same error, which `error` then says, and the sweep stopped
     the rest, failure.fail_fast).
     `metric`/`mode`: the first objective; with several `objectives`, the document also lists
-    them and their Pareto front (`pareto`)."""
+    them and their Pareto front (`pareto`). `environment`: what the run that writes it ran on
+    (tuner.environment), as environment.json keeps it."""
     top = best(trials, mode)
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
@@ -265,6 +267,7 @@ def summarize(
             else {}
         ),
         **({"error": max(errors, key=errors.count)} if status == FAILED else {}),
+        **({"environment": environment} if environment else {}),
         "trials": [
             {
                 **{k: v for k, v in asdict(r).items() if k not in hidden},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -169,9 +169,41 @@ class MLflowSection(Section):
         return value
 
 
+class WandbSection(Section):
+    """Weights & Biases tracking: a run per trial, grouped by the sweep."""
+
+    project: Optional[str] = Field(None, description="W&B project. Default: the sweep's name.", min_length=1)
+    entity: Optional[str] = Field(
+        None, description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY, your default).",
+        min_length=1,
+    )
+    group: Optional[str] = Field(
+        None, description="The group the sweep's runs share. Default: the sweep's name.", min_length=1
+    )
+    mode: Optional[Literal["online", "offline", "disabled"]] = Field(
+        None,
+        description="online (logs to the W&B server), offline (files only, `wandb sync` later) or "
+        "disabled. Default: W&B's own (WANDB_MODE, else online).",
+    )
+    tags: list[str] = Field(default_factory=list, description="Tags of every run of the sweep.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _installed(cls, value: Any) -> Any:
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("needs Weights & Biases: pip install 'tuner[wandb]' (or wandb)")
+        return value
+
+
 class TrackingSection(Section):
     """Experiment trackers the sweep logs to, besides its own directory and TensorBoard."""
 
     mlflow: Optional[MLflowSection] = Field(
         None, description="Log every trial to MLflow (params, per-epoch metrics, status)."
+    )
+    wandb: Optional[WandbSection] = Field(
+        None,
+        description="Log every trial to Weights & Biases as a run (config, per-epoch metrics, "
+        "status), grouped by the sweep; `wandb: {}` takes every default. Credentials as W&B reads "
+        "them (WANDB_API_KEY, `wandb login`), never in the sweep directory.",
     )

@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from tuner import sweepdir
+from tuner import environment, sweepdir
 from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
@@ -267,15 +268,17 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
-    if mlflow is not None and start.sweep_dir:  # its store answers, before Ray starts
+    if mlflow is not None and (start.sweep_dir or start.mirror):  # its store answers, before Ray starts
         from tuner.driver import mlflow_store
 
         mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
+    env = {**environment.describe(cfg.code_dirs), "started": time.time()}
     quiet_ray(runtime.verbose)
     preload = _preload(cfg.algorithm.preload)
     connect(runtime)
     preload.join()  # (before anything here imports from Ray Tune itself)
+    env["gpus"] = _cluster_gpus()
     warn_unshared(start.storage)
     if start.announce:
         print(start.announce, flush=True)
@@ -294,10 +297,33 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
         if start.mirror is not None:
             start.mirror.push(*sweepdir.config_files(start.mirror.local))
+    _record_environment(env, start)
     with _disk_full_stops(start.sweep_dir):
         tuned = autotune.for_sweep(cfg, res, start.sweep_dir, start.mirror)  # (training.autotune)
         ended = _launch(cfg, res, start, plan, runtime.verbose, tuned)
         return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
+
+
+def _cluster_gpus() -> dict[str, int]:
+    """The GPUs of the cluster this driver is connected to, by kind."""
+    import ray
+
+    return environment.gpu_kinds(n["Resources"] for n in ray.nodes() if n.get("Alive"))
+
+
+def _record_environment(env: dict[str, Any], start: Start) -> None:
+    """environment.json gains this run's environment; a resumed sweep that now runs on another
+    one (an upgrade, another commit of its code) says what changed, once."""
+    local = start.mirror.local if start.mirror is not None else start.sweep_dir
+    if local is None:
+        return
+    earlier = sweepdir.read_environments(local)
+    changed = environment.differences(earlier[-1], env) if earlier else []
+    if changed:
+        warn(f"this run's environment differs from the sweep's last run: {'; '.join(changed)}")
+    path = sweepdir.add_environment(local, env)
+    if start.mirror is not None:
+        start.mirror.push(path)
 
 
 # What the launch imports (seconds of Python on 2 cores), besides the search's own library
@@ -432,11 +458,10 @@ def _launch(
         callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror, first))
     if not verbose:
         callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
-    mlflow = cfg.tracking.mlflow
-    if mlflow is not None and sweep_dir:
-        from tuner.driver.tracking import MLflowTracking
+    if sweep_dir or mirror:  # tracking.mlflow, tracking.wandb
+        from tuner.driver import tracking
 
-        callbacks.append(MLflowTracking(mlflow.uri, mlflow.experiment or cfg.name, cfg.name, sweep_dir))
+        callbacks += tracking.callbacks(cfg, sweep_dir or mirror.local)  # type: ignore[union-attr]
     limits = SweepLimits.wanted(cfg.objective, cfg.direction, cfg.schedule.time_budget, cfg.schedule.stop_at)
     if limits is not None:
         callbacks.append(limits)
@@ -523,6 +548,7 @@ def finish(
         algorithm=cfg.search.algorithm,
         expected_trials=cfg.expected_trials(),
         ended=ended,
+        environment=(sweepdir.read_environments(sweep_dir) or [None])[-1] if "://" not in sweep_dir else None,
     )
     if "://" not in sweep_dir:
         warm.mark_origins(cfg, sweep_dir, summary)

@@ -1,14 +1,15 @@
-"""`tracking.mlflow`: every trial as an MLflow run, nested under one run of the sweep.
+"""`tracking`: every trial as a run of an experiment tracker (`tracking.mlflow`, `tracking.wandb`).
 
-A Tune callback in the driver: a parent run per sweep (its id kept in the sweep directory, so
-`resume` and `extend` log under the same one), a child run per trial (params = the trial's
+One Tune callback in the driver per tracker, each a `Tracking`: a run per trial (its
 configuration, per-epoch metrics with the epoch as step, FINISHED or FAILED at the end, the
-trial's outcome as a tag). A resumed trial goes on in its earlier child run. Imports mlflow
-and Ray: loaded only when a sweep that asks for it runs.
+trial's failure), continued when the trial is (paused and started again, `resume`), the sweep's
+own identity kept in the sweep directory so that `resume` and `extend` log beside the same runs.
+What differs between trackers (how a run is opened, logged to and ended) is a subclass's; the
+rest, and the rule below, is here once. Imports Ray; each tracker imports its library only when
+a sweep that asks for it runs (`callbacks`).
 
-Tracking never ends a sweep: the store was checked before Ray started (mlflow_store.check),
-and when it fails later, the first failure is a warning, and the rest of this run is not
-logged to MLflow (each call would wait on the store again); the sweep's own files have it all.
+Tracking never ends a sweep: a tracker's first failure is a warning, and the rest of this run is
+not logged to it (each call would wait on the store again); the sweep's own files have it all.
 """
 
 from __future__ import annotations
@@ -17,137 +18,338 @@ import functools
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
-from tuner.driver.mlflow_store import brief, one_line
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, finite, write_atomic
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite, write_atomic
+
+if TYPE_CHECKING:
+    from tuner.config import SweepConfig
 
 F = TypeVar("F", bound=Callable[..., None])
 
-TRIAL_TAG, SWEEP_TAG, PARENT_TAG = "tuner.trial", "tuner.sweep_dir", "mlflow.parentRunId"
 # What every Tune result holds beside the trial's own numbers.
 _TUNE_KEYS = {
     "timestamp", "time_this_iter_s", "time_total_s", "training_iteration", "pid", "time_since_restore",
     "iterations_since_restore", "done", "epoch", "wall_time",
 }  # fmt: skip
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+
+def callbacks(cfg: SweepConfig, sweep_dir: str) -> list[Callback]:
+    """A tracker for each one the sweep's `tracking` section names; `sweep_dir`: the sweep's
+    local directory (an s3:// sweep's mirror)."""
+    found: list[Callback] = []
+    for field, build in TRACKERS.items():
+        section = getattr(cfg.tracking, field)
+        if section is not None:
+            found.append(build(section, cfg.name, sweep_dir))
+    return found
 
 
 def _best_effort(hook: F) -> F:
-    """A callback hook that never raises into Tune (which would end the sweep): the store's
+    """A callback hook that never raises into Tune (which would end the sweep): the tracker's
     first failure is a warning and tracking stops for this run."""
 
     @functools.wraps(hook)
-    def guarded(self: MLflowTracking, *args: Any, **kwargs: Any) -> None:
+    def guarded(self: Tracking, *args: Any, **kwargs: Any) -> None:
         if self.failed:
             return
         try:
-            with brief():
+            with self.bounded():
                 hook(self, *args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - the store's failure is never the sweep's
+        except Exception as err:  # noqa: BLE001 - the tracker's failure is never the sweep's
             self.failed = True
             warn(
-                f"tracking.mlflow: the MLflow store ({_where(self.uri)}) failed: {one_line(err)}; "
-                "the sweep goes on, no longer logged to MLflow (its own files have every result)"
+                f"{self.field}: {self.what} failed: {self.one_line(err)}; the sweep goes on, no "
+                f"longer logged to {self.product} (its own files have every result)"
             )
 
     return guarded  # type: ignore[return-value]
 
 
-def _where(uri: str) -> str:
-    """The store as a warning may name it: a server's scheme and host (its URL may carry
-    credentials), a database's scheme."""
-    return redacted(uri) if uri.startswith(("http://", "https://")) else uri.partition(":")[0]
+class Tracking(Callback):
+    """A tracker as Tune sees it; a subclass says how its runs are opened, logged and ended."""
 
+    field = "tracking"  # the sweep file's field, as warnings name it
+    product = "the tracker"
 
-class MLflowTracking(Callback):
-    def __init__(self, uri: str, experiment: str, sweep_name: str, sweep_dir: str):
-        self.uri, self.experiment, self.sweep_name, self.sweep_dir = uri, experiment, sweep_name, sweep_dir
-        self.runs: dict[str, str] = {}  # Tune trial id -> MLflow run id
+    def __init__(self, sweep_name: str, sweep_dir: str):
+        self.sweep_name, self.sweep_dir = sweep_name, sweep_dir
+        self.runs: dict[str, Any] = {}  # Tune trial id -> the tracker's run
         self.failed = False
+
+    # ------------------------------------------------------------------ a tracker's own
+
+    @property
+    def what(self) -> str:
+        """The tracker as a warning names it (never with credentials)."""
+        return self.product
+
+    def bounded(self) -> AbstractContextManager[Any]:
+        """Around every call: how long the tracker may take (its own retries bounded)."""
+        return nullcontext()
+
+    def one_line(self, err: BaseException) -> str:
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+
+    def start(self) -> None:
+        """Open the tracker for the sweep (once per run of it)."""
+
+    def open(self, trial: Any, name: str) -> Any:
+        """The run of trial `name` (directory name): new, or the one it had (a trial continued)."""
+        raise NotImplementedError
+
+    def log(
+        self, run: Any, step: int, stamp: float, metrics: dict[str, float], failure: Optional[str]
+    ) -> None:
+        raise NotImplementedError
+
+    def close(self, run: Any, status: str) -> None:
+        """End a trial's run: FINISHED, FAILED, or KILLED (cut off; `resume` continues it)."""
+        raise NotImplementedError
+
+    def end(self, interrupted: bool) -> None:
+        """The sweep's run ended (interrupted: trials were cut off)."""
+
+    # ------------------------------------------------------------------ Tune's hooks
+
+    def _run(self, trial: Any) -> Any:
+        if trial.trial_id not in self.runs:
+            self.runs[trial.trial_id] = self.open(trial, trial_name(trial))
+        return self.runs[trial.trial_id]
 
     @_best_effort
     def setup(self, **info: Any) -> None:
+        self.start()
+
+    @_best_effort
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._run(trial)
+
+    @_best_effort
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        run = self._run(trial)
+        step = int(result.get("epoch") or result.get("training_iteration") or 0)
+        stamp = float(result.get("wall_time") or time.time())
+        numbers = {k: float(v) for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
+        failure = str(result["failure"]) if result.get("failure") else None
+        if numbers or failure:
+            self.log(run, step, stamp, numbers, failure)
+
+    @_best_effort
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial, FAILED if (trial.last_result or {}).get("failure") else FINISHED)
+
+    @_best_effort
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial, FAILED)
+
+    def _end(self, trial: Any, status: str) -> None:
+        run = self.runs.pop(trial.trial_id, None)
+        if run is not None:  # (a trial removed before it started has no run)
+            self.close(run, status)
+
+    @_best_effort
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        # Trials Tune tore down on Ctrl-C never completed: their runs (and the sweep's) are
+        # KILLED, to be continued by `tuner resume`.
+        unfinished = list(self.runs.values())
+        for run in unfinished:
+            self.close(run, KILLED)
+        self.runs.clear()
+        self.end(interrupted=bool(unfinished))
+
+
+def sweep_key(sweep_dir: str, name: str, new: Callable[[], str]) -> tuple[str, bool]:
+    """(the sweep's id with a tracker, kept in the sweep directory's file `name`, whether it was
+    there before); `new()` makes one for a sweep that has none yet."""
+    path = os.path.join(sweep_dir, name)
+    if os.path.isfile(path):
+        with open(path) as f:
+            found = f.read().strip()
+        if found:
+            return found, True
+    key = new()
+    write_atomic(path, key + "\n")
+    return key, False
+
+
+# ----------------------------------------------------------------------------- MLflow
+
+TRIAL_TAG, SWEEP_TAG, PARENT_TAG = "tuner.trial", "tuner.sweep_dir", "mlflow.parentRunId"
+
+
+class MLflowTracking(Tracking):
+    """`tracking.mlflow`: a parent run per sweep (its id in MLFLOW_RUN_FILE), a child run per
+    trial nested under it (params = the trial's configuration, the trial's outcome as a tag).
+    The store was checked before Ray started (mlflow_store.check); each call here is bounded
+    the same way (mlflow_store.brief)."""
+
+    field, product = "tracking.mlflow", "MLflow"
+
+    def __init__(self, uri: str, experiment: str, sweep_name: str, sweep_dir: str):
+        super().__init__(sweep_name, sweep_dir)
+        self.uri, self.experiment = uri, experiment
+
+    @property
+    def what(self) -> str:
+        # A server's scheme and host (its URL may carry credentials), a database's scheme.
+        uri = self.uri
+        where = redacted(uri) if uri.startswith(("http://", "https://")) else uri.partition(":")[0]
+        return f"the MLflow store ({where})"
+
+    def bounded(self) -> AbstractContextManager[Any]:
+        from tuner.driver.mlflow_store import brief
+
+        return brief()
+
+    def one_line(self, err: BaseException) -> str:
+        from tuner.driver.mlflow_store import one_line
+
+        return one_line(err)
+
+    def start(self) -> None:
+        from mlflow.tracking import MlflowClient
+
         self.client = MlflowClient(tracking_uri=self.uri)
         found = self.client.get_experiment_by_name(self.experiment)
         self.experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
-        self.parent = self._parent()
 
-    def _parent(self) -> str:
-        path = os.path.join(self.sweep_dir, MLFLOW_RUN_FILE)
-        if os.path.isfile(path):
-            with open(path) as f:
-                run_id = f.read().strip()
-            if run_id:
-                self.client.update_run(run_id, status="RUNNING")
-                return run_id
-        run = self.client.create_run(
-            self.experiment_id, run_name=self.sweep_name, tags={SWEEP_TAG: self.sweep_dir}
-        )
-        write_atomic(path, run.info.run_id + "\n")
-        return run.info.run_id
+        def new() -> str:
+            run = self.client.create_run(
+                self.experiment_id, run_name=self.sweep_name, tags={SWEEP_TAG: self.sweep_dir}
+            )
+            return str(run.info.run_id)
 
-    def _child(self, trial: Any, name: str) -> str:
-        if trial.trial_id in self.runs:
-            return self.runs[trial.trial_id]
+        self.parent, earlier = sweep_key(self.sweep_dir, MLFLOW_RUN_FILE, new)
+        if earlier:
+            self.client.update_run(self.parent, status="RUNNING")
+
+    def open(self, trial: Any, name: str) -> str:
+        from mlflow.entities import Param
+
         earlier = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.`{PARENT_TAG}` = '{self.parent}' and tags.`{TRIAL_TAG}` = '{name}'",
             max_results=1,
         )
         if earlier:  # a trial continued by resume, or paused and started again
-            run_id = earlier[0].info.run_id
+            run_id = str(earlier[0].info.run_id)
             self.client.update_run(run_id, status="RUNNING")
-        else:
-            run_id = self.client.create_run(
+            return run_id
+        run_id = str(
+            self.client.create_run(
                 self.experiment_id, run_name=name, tags={PARENT_TAG: self.parent, TRIAL_TAG: name}
             ).info.run_id
-            params = [Param(k, str(v)[:6000]) for k, v in sorted(trial.config.items())]
-            for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-                self.client.log_batch(run_id, params=params[i : i + 100])
-        self.runs[trial.trial_id] = run_id
+        )
+        params = [Param(k, str(v)[:6000]) for k, v in sorted(trial.config.items())]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+            self.client.log_batch(run_id, params=params[i : i + 100])
         return run_id
 
-    @_best_effort
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._child(trial, trial_name(trial))
+    def log(
+        self, run: Any, step: int, stamp: float, metrics: dict[str, float], failure: Optional[str]
+    ) -> None:
+        from mlflow.entities import Metric, RunTag
 
-    @_best_effort
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        run_id = self._child(trial, trial_name(trial))
-        step = int(result.get("epoch") or result.get("training_iteration") or 0)
-        stamp = int(1000 * float(result.get("wall_time") or time.time()))
-        numbers = {k: v for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
-        metrics = [Metric(k, float(v), stamp, step) for k, v in numbers.items()]
-        tags = [RunTag("tuner.failure", str(result["failure"]))] if result.get("failure") else []
-        if metrics or tags:
-            self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        ms = int(1000 * stamp)
+        self.client.log_batch(
+            run,
+            metrics=[Metric(k, v, ms, step) for k, v in metrics.items()],
+            tags=[RunTag("tuner.failure", failure)] if failure else [],
+        )
 
-    @_best_effort
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial, "FAILED" if (trial.last_result or {}).get("failure") else "FINISHED")
+    def close(self, run: Any, status: str) -> None:
+        self.client.set_terminated(run, status=status)
 
-    @_best_effort
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial, "FAILED")
+    def end(self, interrupted: bool) -> None:
+        self.client.set_terminated(self.parent, status=KILLED if interrupted else FINISHED)
 
-    def _end(self, trial: Any, status: str) -> None:
-        run_id = self.runs.get(trial.trial_id)
-        if run_id is not None:  # (a trial removed before it started has no run)
-            self.client.set_terminated(run_id, status=status)
 
-    @_best_effort
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        # Trials Tune tore down on Ctrl-C never completed: their runs (and the sweep's) are
-        # KILLED, to be continued by `tuner resume`.
-        ended = ("TERMINATED", "ERROR")
-        unfinished = [t for t in trials if t.trial_id in self.runs and t.status not in ended]
-        for t in unfinished:
-            self.client.set_terminated(self.runs[t.trial_id], status="KILLED")
-        self.client.set_terminated(self.parent, status="KILLED" if unfinished else "FINISHED")
+# ----------------------------------------------------------------------------- W&B
+
+
+class WandbTracking(Tracking):
+    """`tracking.wandb`: a W&B run per trial, in the sweep's group (job type `trial`), its
+    config the trial's configuration, every reported number logged with `epoch` as its step
+    metric (so a resumed trial's epochs fall in place), its outcome in the summary
+    (`tuner_status`, `tuner_failure`). The run's id is the sweep's prefix (WANDB_RUN_FILE) and
+    the trial's directory name, so a trial continued later continues its run. W&B's own files
+    go under the sweep directory (`wandb/`, unless WANDB_DIR says otherwise). W&B is told not
+    to record the driver's console, command line, git remote or machine (the command line may
+    hold a webhook's credentials): the sweep's environment.json has its versions and commit."""
+
+    field, product = "tracking.wandb", "W&B"
+
+    def __init__(self, section: Any, sweep_name: str, sweep_dir: str):
+        super().__init__(sweep_name, sweep_dir)
+        self.section = section
+
+    def start(self) -> None:
+        import uuid
+
+        import wandb
+
+        self.wandb = wandb
+        self.prefix, _ = sweep_key(self.sweep_dir, WANDB_RUN_FILE, lambda: uuid.uuid4().hex[:8])
+        wanted = {
+            "console": "off",
+            "disable_git": True,
+            "save_code": False,
+            "silent": True,
+            "x_disable_meta": True,
+            "x_disable_stats": True,  # (the driver machine's load, not a trial's)
+            "x_save_requirements": False,
+        }
+        known = getattr(wandb.Settings, "model_fields", wanted)  # (older W&B lacks a few)
+        self.settings = wandb.Settings(**{k: v for k, v in wanted.items() if k in known})
+
+    def open(self, trial: Any, name: str) -> Any:
+        s = self.section
+        run = self.wandb.init(
+            project=s.project or self.sweep_name,
+            entity=s.entity,
+            group=s.group or self.sweep_name,
+            job_type="trial",
+            name=name,
+            id=f"{self.prefix}-{name}",
+            resume="allow",  # a trial continued (paused, `resume`) logs on in its run
+            reinit="create_new",  # one run per running trial, side by side in the driver
+            config=dict(trial.config),
+            tags=list(s.tags) or None,
+            mode=s.mode,
+            dir=os.environ.get("WANDB_DIR") or self.sweep_dir,
+            settings=self.settings,
+        )
+        run.define_metric("*", step_metric="epoch")
+        return run
+
+    def log(
+        self, run: Any, step: int, stamp: float, metrics: dict[str, float], failure: Optional[str]
+    ) -> None:
+        run.log({"epoch": step, **metrics})
+        if failure:
+            run.summary["tuner_failure"] = failure
+
+    def close(self, run: Any, status: str) -> None:
+        run.summary["tuner_status"] = status.lower()
+        if status == KILLED:
+            run.mark_preempting()  # cut off, to be continued by `tuner resume`
+        run.finish(exit_code=0 if status == FINISHED else 1)
+
+    def end(self, interrupted: bool) -> None:
+        self.wandb.teardown()  # W&B's service process ends with the sweep's run
+
+
+def _mlflow(section: Any, sweep_name: str, sweep_dir: str) -> Tracking:
+    return MLflowTracking(section.uri, section.experiment or sweep_name, sweep_name, sweep_dir)
+
+
+# The sweep file's `tracking.<field>` -> its tracker, built when a sweep that asks for it runs.
+TRACKERS: dict[str, Callable[[Any, str, str], Tracking]] = {"mlflow": _mlflow, "wandb": WandbTracking}

@@ -2,7 +2,7 @@
 write it: a name that stays inside output, one run at a time under a lock (claim).
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
-                                autotune.json (training.autotune)
+                                autotune.json (training.autotune)  environment.json
       sweep/                    events.out.* (TensorBoard's run of the sweep as a whole)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
@@ -30,6 +30,7 @@ from tuner.sweepdir.files import (
     CHECKPOINT_FILE,
     CHECKPOINT_PATTERN,
     CONFIG_FILE,
+    ENVIRONMENT_FILE,
     EXPORT_FILES,
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
@@ -50,6 +51,7 @@ from tuner.sweepdir.files import (
     TRIAL_LOG,
     TUNE_ERROR_FILE,
     TUNE_PARAMS_FILE,
+    add_environment,
     best_weights_name,
     check_sweep_dir,
     check_writable,
@@ -67,6 +69,7 @@ from tuner.sweepdir.files import (
     read_autotune,
     read_best_record,
     read_config,
+    read_environments,
     read_metrics,
     read_record,
     read_summary,
@@ -93,6 +96,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "CHECKPOINT_PATTERN",
     "CONFIG_FILE",
+    "ENVIRONMENT_FILE",
     "EXPORT_FILES",
     "Claim",
     "HPARAMS_EXPERIMENT_MARKER",
@@ -114,6 +118,7 @@ __all__ = [
     "TRIAL_LOG",
     "TUNE_ERROR_FILE",
     "TUNE_PARAMS_FILE",
+    "add_environment",
     "best_weights_name",
     "check_sweep_dir",
     "check_writable",
@@ -135,6 +140,7 @@ __all__ = [
     "read_autotune",
     "read_best_record",
     "read_config",
+    "read_environments",
     "read_metrics",
     "read_record",
     "read_summary",

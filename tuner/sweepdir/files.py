@@ -1,8 +1,9 @@
 """The sweep directory's files: every file name in it, and every read and write of them.
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  (Ray Tune's experiment state)
-                                .tuner.lock  warm_start.json  .mlflow_run
-                                autotune.json (training.autotune)
+                                .tuner.lock  warm_start.json  .mlflow_run  .wandb_sweep
+                                wandb/ (W&B's files: tracking.wandb)
+                                autotune.json (training.autotune)  environment.json
       sweep/                    events.out.*: TensorBoard's run of the sweep as a whole
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
@@ -34,6 +35,7 @@ CONFIG_FILE = "sweep.yaml"  # the resolved configuration the sweep ran with
 CODE_FILE = "code.json"  # where the sweep imports its own modules from (resume does too)
 SUMMARY_FILE = "summary.json"
 AUTOTUNE_FILE = "autotune.json"  # training.autotune: the choice, its arms, what it cost (the driver's)
+ENVIRONMENT_FILE = "environment.json"  # what each run of the sweep ran on (tuner.environment)
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
 # A record's key: Tune failed the trial before it started (its reused actor could not be reset),
 # so it ended in error without running any code of yours, and `resume` runs it.
@@ -60,6 +62,8 @@ SCRIPT_CONFIG = "config.json"
 SCRIPT_RUN = "script_run.json"
 WARM_FILE = "warm_start.json"  # the sweeps it started from, resolved once (search.warm_start)
 MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (tracking.mlflow)
+WANDB_RUN_FILE = ".wandb_sweep"  # the prefix of the sweep's W&B run ids (tracking.wandb)
+WANDB_DIR = "wandb"  # W&B's own files of the sweep's runs (tracking.wandb; W&B names it)
 LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
@@ -283,6 +287,22 @@ def read_autotune(sweep_dir: str) -> Optional[dict[str, Any]]:
     except (OSError, ValueError) as err:
         raise ConfigError(AUTOTUNE_FILE, f"unreadable in {sweep_dir}: {type(err).__name__}") from None
     return value if isinstance(value, dict) else None
+
+
+def add_environment(sweep_dir: str, environment: dict[str, Any]) -> str:
+    """environment.json: `environment` added as this run's to those of the earlier runs of the
+    sweep (`resume` and `extend` may run on another machine, or after an upgrade)."""
+    path = os.path.join(sweep_dir, ENVIRONMENT_FILE)
+    runs = read_environments(sweep_dir)
+    write_atomic(path, json.dumps({"runs": [*runs, environment]}, indent=1, default=str))
+    return path
+
+
+def read_environments(sweep_dir: str) -> list[dict[str, Any]]:
+    """Each run's environment, oldest first ([] before the first, or from a damaged file)."""
+    value, _ = _read_object(os.path.join(sweep_dir, ENVIRONMENT_FILE))
+    runs = value.get("runs") if isinstance(value, dict) else None
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
 
 def has_summary(sweep_dir: str) -> bool:

@@ -3,8 +3,9 @@
 Works on a finished, running or interrupted sweep (see `tuner.view.analysis`). Sections: the best
 trial and the command that trains it again, the leaderboard, best-so-far against wall-clock
 time and as trials finished, learning curves of the top trials, parallel coordinates,
-hyperparameter importance (fANOVA), failures by cause, and compute accounting (CPU/GPU-seconds);
-with several objectives, the Pareto front (drawn, and its trials listed) after the leaderboard.
+hyperparameter importance (fANOVA), failures by cause, compute accounting (CPU/GPU-seconds), and
+the environment the sweep ran on (versions, GPUs, the code's commit); with several objectives,
+the Pareto front (drawn, and its trials listed) after the leaderboard.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tuner import autotune, history
+from tuner import autotune, environment, history
 from tuner.results import (
     Outcome,
     clock,
@@ -30,11 +31,13 @@ from tuner.results import (
 from tuner.sweepdir import (
     AUTOTUNE_FILE,
     BEST_DIR,
+    ENVIRONMENT_FILE,
     EXPORT_FILES,
     SWEEP_RUN,
     check_writable,
     read_autotune,
     read_best_record,
+    read_environments,
 )
 from tuner.view import analysis, document, plots
 from tuner.view.analysis import SweepData
@@ -89,6 +92,7 @@ def build(data: SweepData, out: str) -> list[Block]:
         *_failures(data, png("outcomes.png")),
         *_compute(data),
         *_autotune(data),
+        *_environment(data),
     ]
     return blocks
 
@@ -353,6 +357,44 @@ def _autotune(data: SweepData) -> list[Block]:
         rows = autotune.arm_rows(result)
         if rows:
             blocks.append(Table(autotune.ARM_COLUMNS, rows, right={1, 2, 3}))
+    return blocks
+
+
+def _environment(data: SweepData) -> list[Block]:
+    """What the sweep ran on (environment.json: each run's, the last shown), and what changed
+    between its runs."""
+    runs = read_environments(data.sweep_dir)
+    if not runs:
+        return []
+    env = runs[-1]
+    gpus = ", ".join(f"{n} x {kind}" for kind, n in (env.get("gpus") or {}).items()) or "none"
+    rows = [
+        ["Python", str(env.get("python"))],
+        ["tuner", str(env.get("tuner"))],
+        ["torch", f"{env.get('torch')} (CUDA {env.get('cuda') or 'none: a CPU build'})"],
+        ["Ray", str(env.get("ray"))],
+        ["NVIDIA driver", str(env.get("nvidia_driver") or "none")],
+        ["GPUs", gpus],
+    ]
+    for code in env.get("code") or []:
+        dirty = {True: ", with uncommitted changes", False: "", None: ", state unknown"}[code.get("dirty")]
+        rows.append([f"code {code.get('dir')}", f"{code.get('commit') or 'no commit'}{dirty}"])
+    blocks: list[Block] = [Heading("Environment"), Table(["what", "version"], rows)]
+    changed = [
+        f"run {i + 2}: " + "; ".join(found)
+        for i, (a, b) in enumerate(zip(runs, runs[1:], strict=False))
+        if (found := environment.differences(a, b))
+    ]
+    note = f"The sweep ran {len(runs)} time(s) (sweep, resume, extend); the last run's shown"
+    blocks.append(
+        Text(
+            f"{note}; {ENVIRONMENT_FILE} has each. Changed between runs: {' | '.join(changed)}."
+            if changed
+            else f"{note}, the same in every run. {ENVIRONMENT_FILE} has each."
+            if len(runs) > 1
+            else f"From {ENVIRONMENT_FILE} in the sweep directory."
+        )
+    )
     return blocks
 
 
