@@ -98,6 +98,23 @@ def test_a_gain_within_the_noise_keeps_the_setting_as_it_was() -> None:
     assert result.arms[0].verdict == "chosen" and "not worth a change" in result.arms[1].verdict
 
 
+def test_a_gain_within_the_arms_spread_is_no_gain_and_the_table_shows_each_spread() -> None:
+    # 5% faster, but the segments of the two arms scatter by ±4% and ±6%: within the noise.
+    noisy = {(False, False, 2): Measurement(100.0, 1.0, 10.0, spread=0.04, steps=32)}
+    noisy[(True, False, 2)] = Measurement(105.0, 1.0, 10.0, spread=0.06, steps=32)
+    result = autotune.search(DIMS[:1], lambda settings, left: noisy[_key(settings)], budget_s=1000)
+    assert result.choice == {"compile": False}
+    assert result.arms[1].verdict == "within 6% (the arms' spread, ±6.0%): not worth a change"
+    table = autotune.table_markdown(result)
+    assert "| reference | 100.0 | ±4.0% | 32 | 1 | 10.0 | chosen |" in table, table
+    # Steady arms (spread under MIN_GAIN): the same 5% is a gain.
+    steady = {k: Measurement(m.samples_per_s, 1.0, 10.0, spread=0.01, steps=32) for k, m in noisy.items()}
+    result = autotune.search(DIMS[:1], lambda settings, left: steady[_key(settings)], budget_s=1000)
+    assert result.choice == {"compile": True} and result.speedup == pytest.approx(1.05)
+    again = autotune.Result.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.arms[1].measured == result.arms[1].measured  # spread and steps kept in autotune.json
+
+
 def test_the_reference_arm_failing_stops_autotune_with_the_reason() -> None:
     figures = Figures({(False, False, 2): "RuntimeError: boom"})
     with pytest.raises(autotune.AutotuneError, match="reference arm .*compile=false.*RuntimeError: boom"):
@@ -122,7 +139,7 @@ def test_the_cost_is_bounded_by_the_budget_and_printed() -> None:
     line = autotune.summary_line(result, "autotune")
     assert "3 arms in 30.0 s of a 25 s budget on CPU, 1 not run (budget spent)" in line
     assert line.startswith("autotune: compile=true, channels_last=true, 2.00x the reference's samples/s")
-    assert "| threads=1 |  |  |  | not run: budget spent |" in autotune.table_markdown(result)
+    assert "| threads=1 |  |  |  |  |  | not run: budget spent |" in autotune.table_markdown(result)
 
 
 def test_dimensions_are_what_differs_on_the_device_and_never_a_searched_setting() -> None:
@@ -213,18 +230,27 @@ def test_a_cached_choice_is_reused_for_the_same_model_device_and_torch_only(tmp_
     assert key == autotune.fingerprint(task, {**config, "compile": True}, DIMS)  # a measured setting
     assert key != autotune.fingerprint(task, {**config, "width": 128}, DIMS)
     assert key != autotune.fingerprint({**task, "modules": {"m": "other"}}, config, DIMS)
-    measured = autotune.Result({"compile": True}, [], 42.0, 300, 1.7, "NVIDIA H100", "2.13.0", "2026-11-25")
+    # A trial of 2 DDP workers is measured as one rank of them (its share of the batch, DDP's
+    # wrapper): not the choice of a 1-worker trial (issue 49, E3); nor of 2 FSDP workers.
+    ddp = autotune.fingerprint(task, config, DIMS, workers=2, strategy="ddp")
+    assert len({key, ddp, autotune.fingerprint(task, config, DIMS, workers=2, strategy="fsdp")}) == 3
+    assert key == autotune.fingerprint(task, config, DIMS, workers=1, strategy="fsdp")  # no strategy alone
+    measured = autotune.Result(
+        {"compile": True}, [], 42.0, 300, 1.7, "NVIDIA H100", "2.13.0", "2026-11-25 10:00 UTC", "580.1"
+    )
     cache.put(key, measured)
     entries = autotune.Cache(cache.path).entries(key)
-    hit = autotune.reuse(entries, "NVIDIA H100", "2.13.0")
+    hit = autotune.reuse(entries, "NVIDIA H100", "2.13.0", "580.1")
     assert hit is not None and hit.choice == {"compile": True} and hit.cached and hit.seconds == 0.0
-    assert autotune.reuse(entries, "NVIDIA H200", "2.13.0") is None
-    assert autotune.reuse(entries, "NVIDIA H100", "2.14.0") is None
+    assert autotune.reuse(entries, "NVIDIA H200", "2.13.0", "580.1") is None
+    assert autotune.reuse(entries, "NVIDIA H100", "2.14.0", "580.1") is None
+    assert autotune.reuse(entries, "NVIDIA H100", "2.13.0", "590.2") is None  # a new driver: again (E13)
     assert autotune.summary_line(hit, "x").endswith(
-        "reused from the cache (measured 2026-11-25 on NVIDIA H100), no cost"
+        "reused from the cache (measured 2026-11-25 10:00 UTC on NVIDIA H100), no cost"
     )
     cache.put(key, hit)  # a reused result is not written back as a new measurement
-    assert json.loads(Path(cache.path).read_text())[key]["NVIDIA H100 | torch 2.13.0"]["seconds"] == 42.0
+    stored = json.loads(Path(cache.path).read_text())[key]["NVIDIA H100 | torch 2.13.0 | driver 580.1"]
+    assert stored["seconds"] == 42.0 and stored["measured_on"] == "2026-11-25 10:00 UTC"
     Path(cache.path).write_text("{not json")
     assert cache.entries(key) == {}  # damaged: measured again, then rewritten
 
@@ -258,7 +284,7 @@ def test_autotune_json_gives_resumed_trials_the_same_table_and_the_report_its_ar
     assert texts[1].startswith("Size width=64: the reference settings, 1.00x")
     assert texts[2].startswith("Size width=128: compile=true, 1.50x")
     tables = [b for b in blocks if isinstance(b, Table)]
-    assert tables[0].rows[1][2] == "nan" and tables[0].rows[1][4].startswith("refused: loss nan")
+    assert tables[0].rows[1][4] == "nan" and tables[0].rows[1][6].startswith("refused: loss nan")
     without = tmp_path / "no-autotune"
     without.mkdir()
     assert _autotune(SweepData(str(without), None, [], "completed", 0.0)) == []  # type: ignore[arg-type]

@@ -7,13 +7,19 @@ file's other settings. Then each setting's other values are tried on top of the 
 far, one setting after another (`DIMENSIONS` order), so the arms are the sum of the settings'
 values, not their product.
 
-An arm is read over `MEASURED_STEPS` optimizer steps between two device synchronisations,
-after `WARMUP_STEPS` that pay for compiling, cuDNN's benchmark and the allocator's growth. Its
-loss after those steps is compared with the reference's: one off by more than
-`LOSS_TOLERANCE` (relative) is refused however fast it is (AMP can hurt what a trial learns),
-as is one that fails (out of memory, a compile error). The choice is the fastest arm that
-passes; a setting moves off its current value only for a gain above `MIN_GAIN`, smaller
-differences being within the noise of a short measurement.
+An arm is read at its steady rate, the rate a trial then trains at: after `WARMUP_STEPS` that
+pay for compiling, cuDNN's benchmark and the allocator's growth, the steps the loader's
+prefetch buffer holds are taken untimed (while a slow first step ran, its workers filled it:
+timed, they read as speed the loader does not have), then a window of whole rounds of the
+loader's workers, at least `MIN_STEPS` and long enough that one round's phase moves the rate by
+less than `MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations. The spread
+of the segments' rates is the arm's noise: a setting moves off its current value only for a
+gain above `MIN_GAIN` and above the noise of both arms compared. A DDP or FSDP trial's arm runs
+one rank's share of the batch with the trial's strategy (on a process group of one), so its
+samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the same batches in every
+arm) is compared with the reference's: one off by more than `LOSS_TOLERANCE` (relative) is
+refused however fast it is (AMP can hurt what a trial learns), as is one that fails (out of
+memory, a compile error). The choice is the fastest arm that passes.
 
 Cost: measuring stops at the sweep's budget (`training.autotune: true` is `DEFAULT_BUDGET_S`
 seconds, a number is its own budget): no arm starts after it is spent and a running arm stops
@@ -28,9 +34,11 @@ every trial. Each size is measured at the largest values of the rest of the spac
 loss guard sees the highest learning rate it can draw.
 
 Cache: a choice is kept in `<cache>/autotune.json` under (model fingerprint, device name,
-torch version) and reused by a later sweep of the same model on the same device and torch,
-at no cost. The fingerprint covers the task (model, data, the user modules' contents), the
-measured configuration and the settings measured.
+torch version, GPU driver) with the time it was measured, and reused by a later sweep of the
+same model on the same device, torch and driver, at no cost; any of them changed, it is
+measured again. The fingerprint covers the task (model, data, the user modules' contents), the
+measured configuration, the trial's workers and strategy, the settings measured and the rules
+they were measured by (`METHOD` among them: a choice measured by an older rule is not reused).
 """
 
 from __future__ import annotations
@@ -53,15 +61,26 @@ from tuner.space.params import Fixed, ParamT, values_of
 DEFAULT_BUDGET_S = 300
 # Most model sizes tuned one by one; beyond it only the largest is.
 MAX_SIZES = 3
-# Steps before the clock starts (compiling, cuDNN's benchmark, the allocator), then timed ones.
+# Steps before anything is timed (compiling, cuDNN's benchmark, the allocator's growth).
 WARMUP_STEPS = 3
-MEASURED_STEPS = 20
-# The loss read after the timed steps: the mean of its last few (identical batches in every arm).
+# The timed window: at least this many steps, in this many segments (the spread is theirs).
+MIN_STEPS = 32
+SEGMENTS = 4
+# Most timed steps an arm runs (a loader of many workers asks for long windows).
+MAX_STEPS = 1024
+# The loss compared: the mean of steps LOSS_AT - LOSS_STEPS .. LOSS_AT of every arm (the same
+# batches in every arm, whatever its window).
 LOSS_STEPS = 5
+LOSS_AT = WARMUP_STEPS + MIN_STEPS
 # Relative difference from the reference arm's loss that an arm may show.
 LOSS_TOLERANCE = 0.05
-# A setting moves off its current value only for more than this gain in samples/s.
+# A setting moves off its current value only for more than this gain in samples/s (and more
+# than the arms' spread).
 MIN_GAIN = 0.03
+# How arms are measured: a choice cached under another method is measured again. "steady":
+# the loader's buffer left out, windows of whole loader rounds (issue 49; before it, 20 steps
+# read the prefetch buffer as speed).
+METHOD = "steady-1"
 # The settings measured, in the order tried. The input pipeline first: while it cannot keep
 # up, every compute setting measures the loader's rate (H200, ViT-S/16 at 224 px, 3 loader
 # workers: the reference 2386 samples/s, bf16 2685, fp16 3209, so fp16 was kept, though bf16
@@ -89,6 +108,8 @@ class Measurement:
     loss: float = math.nan
     seconds: float = 0.0  # the arm's own cost: build, warm-up, timed steps
     error: Optional[str] = None  # failed (out of memory, compile error), or stopped at the budget
+    spread: float = 0.0  # half the range of the segments' rates, relative to the rate: its noise
+    steps: int = 0  # timed steps
 
 
 # (settings of the arm, seconds of budget left) -> what it measured
@@ -116,7 +137,8 @@ class Result:
     speedup: float  # the choice's samples/s over the reference's
     device: str = ""
     torch: str = ""
-    measured_on: str = ""  # date, for the cached choice's line
+    measured_on: str = ""  # date and time (UTC), for the cached choice's line
+    driver: str = ""  # the GPU driver's version ("" on CPU)
     cached: bool = False
     note: str = ""  # why nothing was chosen (the reference arm failed), if so
 
@@ -135,8 +157,8 @@ class Result:
 
 def _measurement(raw: Mapping[str, Any]) -> Measurement:
     # Strict JSON keeps a NaN loss as the string "NaN": float() reads it back.
-    numbers = {k: float(raw[k]) for k in ("samples_per_s", "loss", "seconds") if k in raw}
-    return Measurement(**numbers, error=raw.get("error"))
+    numbers = {k: float(raw[k]) for k in ("samples_per_s", "loss", "seconds", "spread") if k in raw}
+    return Measurement(**numbers, steps=int(raw.get("steps", 0)), error=raw.get("error"))
 
 
 class AutotuneError(RuntimeError):
@@ -186,7 +208,8 @@ def search(
 
 
 def judge(m: Measurement, reference: Measurement, best: Optional[Measurement]) -> str:
-    """'faster' when `m` passes the loss guard and beats `best` by more than MIN_GAIN; else why not."""
+    """'faster' when `m` passes the loss guard and beats `best` by more than `needed_gain`;
+    else why not."""
     if m.error is not None:
         return f"failed: {m.error}"
     off = loss_off(m.loss, reference.loss)
@@ -194,9 +217,19 @@ def judge(m: Measurement, reference: Measurement, best: Optional[Measurement]) -
         shown = "not finite" if off is None else f"{off:.1%} off the reference's"
         return f"refused: loss {m.loss:.4g} {shown} (tolerance {LOSS_TOLERANCE:.0%})"
     assert best is not None
-    if m.samples_per_s > best.samples_per_s * (1 + MIN_GAIN):
+    needed = needed_gain(m, best)
+    if m.samples_per_s > best.samples_per_s * (1 + needed):
         return "faster"
-    return "slower" if m.samples_per_s < best.samples_per_s else f"within {MIN_GAIN:.0%}: not worth a change"
+    if m.samples_per_s < best.samples_per_s * (1 - needed):
+        return "slower"
+    noise = "" if needed == MIN_GAIN else f" (the arms' spread, ±{needed:.1%})"
+    return f"within {needed:.0%}{noise}: not worth a change"
+
+
+def needed_gain(m: Measurement, best: Measurement) -> float:
+    """The gain `m` must show over `best` to count: MIN_GAIN, or either arm's spread if larger
+    (a difference inside the segments' own scatter is not one the trials would see)."""
+    return max(MIN_GAIN, m.spread, best.spread)
 
 
 def loss_off(loss: float, reference: float) -> Optional[float]:
@@ -377,27 +410,36 @@ def _largest_index(plan: SizePlan) -> int:
 # ----------------------------------------------------------------------------- the cache
 
 
-def fingerprint(task: Mapping[str, Any], config: Mapping[str, Any], dims: Sequence[Dimension]) -> str:
+def fingerprint(
+    task: Mapping[str, Any],
+    config: Mapping[str, Any],
+    dims: Sequence[Dimension],
+    workers: int = 1,
+    strategy: str = "ddp",
+) -> str:
     """The model fingerprint of one measured configuration: the task (its fields and user
-    modules' hashes), the configuration without the measured settings, the settings measured
-    and the rules they were measured by."""
+    modules' hashes), the configuration without the measured settings, the trial's workers
+    (and their strategy, with several: each rank's batch and wrapper are what is measured),
+    the settings measured and the rules they were measured by."""
     measured = {d.name for d in dims}
     payload = {
         "task": task,
         "config": {k: v for k, v in sorted(config.items()) if k not in measured},
+        "workers": [workers, strategy if workers > 1 else None],
         "dimensions": [[d.name, list(d.values)] for d in dims],
-        "rules": [WARMUP_STEPS, MEASURED_STEPS, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN],
+        "rules": [METHOD, WARMUP_STEPS, MIN_STEPS, SEGMENTS, LOSS_AT, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN],
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def where_measured(device: str, torch_version: str) -> str:
-    return f"{device} | torch {torch_version}"
+def where_measured(device: str, torch_version: str, driver: str = "") -> str:
+    """The cache's second key: a choice holds for one device, torch and GPU driver."""
+    return f"{device} | torch {torch_version}" + (f" | driver {driver}" if driver else "")
 
 
 class Cache:
-    """Choices by model fingerprint, then by device and torch version, in one JSON file."""
+    """Choices by model fingerprint, then by device, torch version and driver, in one JSON file."""
 
     def __init__(self, path: str):
         self.path = path
@@ -411,7 +453,9 @@ class Cache:
         if result.cached:
             return
         data = self.all()
-        data.setdefault(key, {})[where_measured(result.device, result.torch)] = result.to_json()
+        data.setdefault(key, {})[where_measured(result.device, result.torch, result.driver)] = (
+            result.to_json()
+        )
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -428,9 +472,11 @@ class Cache:
         return data if isinstance(data, dict) else {}
 
 
-def reuse(entries: Mapping[str, Mapping[str, Any]], device: str, torch_version: str) -> Optional[Result]:
-    """The cached result for this device and torch, marked as reused (no cost this time)."""
-    raw = entries.get(where_measured(device, torch_version))
+def reuse(
+    entries: Mapping[str, Mapping[str, Any]], device: str, torch_version: str, driver: str = ""
+) -> Optional[Result]:
+    """The cached result for this device, torch and driver, marked as reused (no cost this time)."""
+    raw = entries.get(where_measured(device, torch_version, driver))
     if raw is None:
         return None
     try:
@@ -462,16 +508,26 @@ def summary_line(result: Result, label: str) -> str:
     return f"{label}: {choice}, {result.speedup:.2f}x the reference's samples/s; {cost}"
 
 
-ARM_COLUMNS = ["arm", "samples/s", "loss", "seconds", "verdict"]
+ARM_COLUMNS = ["arm", "samples/s", "spread", "steps", "loss", "seconds", "verdict"]
+ARM_NUMBERS = {1, 2, 3, 4, 5}  # the columns of figures (right-aligned)
 
 
 def arm_rows(result: Result) -> list[list[str]]:
-    """One row per arm (ARM_COLUMNS): what it changed, measured, and the verdict."""
+    """One row per arm (ARM_COLUMNS): what it changed, measured (its rate, the spread of its
+    segments' rates, its timed steps), and the verdict."""
     rows = []
     for arm in result.arms:
         m = arm.measured
         figures = (
-            ["", "", ""] if m is None else [f"{m.samples_per_s:.1f}", f"{m.loss:.4g}", f"{m.seconds:.1f}"]
+            ["", "", "", "", ""]
+            if m is None
+            else [
+                f"{m.samples_per_s:.1f}",
+                f"±{m.spread:.1%}" if m.steps else "",
+                str(m.steps) if m.steps else "",
+                f"{m.loss:.4g}",
+                f"{m.seconds:.1f}",
+            ]
         )
         rows.append([arm.change, *figures, arm.verdict])
     return rows
@@ -479,5 +535,5 @@ def arm_rows(result: Result) -> list[list[str]]:
 
 def table_markdown(result: Result) -> str:
     """The arms of one size as a Markdown table."""
-    lines = [f"| {' | '.join(ARM_COLUMNS)} |", "| --- | ---: | ---: | ---: | --- |"]
+    lines = [f"| {' | '.join(ARM_COLUMNS)} |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     return "\n".join([*lines, *(f"| {' | '.join(row)} |" for row in arm_rows(result))])

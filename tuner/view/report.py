@@ -356,7 +356,7 @@ def _autotune(data: SweepData) -> list[Block]:
         blocks.append(Text(autotune.summary_line(result, f"Size {shown}" if shown else "The model")))
         rows = autotune.arm_rows(result)
         if rows:
-            blocks.append(Table(autotune.ARM_COLUMNS, rows, right={1, 2, 3}))
+            blocks.append(Table(autotune.ARM_COLUMNS, rows, right=autotune.ARM_NUMBERS))
     return blocks
 
 

@@ -1,10 +1,13 @@
 """`training.autotune`'s arms, measured where a trial would run (torch: run in a Ray task).
 
 Each arm builds the trial's parts afresh with its settings (`build_parts`, as a trial does:
-same seed, so the same weights and batches), trains `WARMUP_STEPS` optimizer steps, then
-`MEASURED_STEPS` between two device synchronisations, and reports samples/s over those and the
-mean loss of the last few. Between arms, compiled graphs are dropped (`torch.compiler.reset`),
-so each compiled arm pays for and measures its own compile, and memory is handed back.
+same seed, so the same weights and batches; a DDP or FSDP trial's rank 0, its share of the
+batch, with its strategy on a process group of one), trains `WARMUP_STEPS` optimizer steps,
+takes the batches its loader holds ready untimed, then times a window of steps in segments
+between device synchronisations (`tuner.autotune` says how long and why), and reports samples/s
+over the window, the spread of its segments' rates, and the mean loss of the same steps in
+every arm. Between arms, compiled graphs are dropped (`torch.compiler.reset`), so each compiled
+arm pays for and measures its own compile, and memory is handed back.
 
 The search itself (which arm next, the loss guard, the choice) is `tuner.autotune`'s, pure;
 this module only measures, as the memory probe (`probe`) measures memory.
@@ -14,10 +17,11 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from itertools import islice
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -35,10 +39,25 @@ from tuner.trial.loop.run import build_parts, optimizer_step
 AS_SET = {"min_micro_batch": 1 << 62, "find_batch_size": False}
 
 
-def environment(device: torch.device) -> tuple[str, str]:
-    """(device name, torch version): with the model fingerprint, the cache's key."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    return name, torch.__version__
+def environment(device: torch.device) -> tuple[str, str, str]:
+    """(device name, torch version, GPU driver version): with the model fingerprint, the
+    cache's key. The driver is the kernel module's version ("" on CPU, or where it cannot be
+    read): a new driver brings new kernels' speeds, so a choice is measured again."""
+    if device.type != "cuda":
+        return "CPU", torch.__version__, ""
+    return torch.cuda.get_device_name(device), torch.__version__, gpu_driver()
+
+
+def gpu_driver(path: str = "/proc/driver/nvidia/version") -> str:
+    """The NVIDIA kernel module's version ("580.159.04"), read from where the driver states
+    it on Linux; "" where there is none (another vendor's GPU, another system)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else ""
 
 
 def device_for(spec: TrialSpec) -> torch.device:
@@ -57,32 +76,61 @@ def tune_sizes(
     cached: dict[str, dict[str, dict[str, Any]]],
 ) -> list[dict[str, Any]]:
     """Each configuration's result (autotune.Result as JSON, with its model fingerprint under
-    "key"): reused from `cached` (fingerprint -> entries) for this device and torch, else
-    measured, sharing one budget of `budget_s` seconds."""
+    "key"): reused from `cached` (fingerprint -> entries) for this device, torch and driver,
+    else measured, sharing one budget of `budget_s` seconds."""
     device = device_for(spec)
-    name, version = environment(device)
-    today = datetime.date.today().isoformat()
+    name, version, driver = environment(device)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out, t0 = [], time.monotonic()
-    for config in configs:
-        dims = dimensions_here(config, spec, searched, device)
-        key = autotune.fingerprint(task, config, dims)
-        result = autotune.reuse(cached.get(key, {}), name, version)
-        if result is None:
-            left = budget_s - (time.monotonic() - t0)
-            result = autotune.Result({}, [], 0.0, budget_s, 1.0)  # the file's settings
-            if not dims:
-                result.note = "nothing to measure on this device"
-            elif left <= 0:
-                result.note = "no budget left for this size"
-            else:
-                try:
-                    result = autotune.search(dims, _arms_of(config, spec, device), left)
-                except autotune.AutotuneError as err:
-                    result.note = str(err)
-            result.budget_s = budget_s
-            result.device, result.torch, result.measured_on = name, version, today
-        out.append({**result.to_json(), "key": key})
+    with one_rank_group(spec, device):
+        for config in configs:
+            dims = dimensions_here(config, spec, searched, device)
+            key = autotune.fingerprint(task, config, dims, spec.workers, spec.strategy)
+            result = autotune.reuse(cached.get(key, {}), name, version, driver)
+            if result is None:
+                left = budget_s - (time.monotonic() - t0)
+                result = autotune.Result({}, [], 0.0, budget_s, 1.0)  # the file's settings
+                if not dims:
+                    result.note = "nothing to measure on this device"
+                elif left <= 0:
+                    result.note = "no budget left for this size"
+                else:
+                    try:
+                        result = autotune.search(dims, _arms_of(config, spec, device), left)
+                    except autotune.AutotuneError as err:
+                        result.note = str(err)
+                result.budget_s = budget_s
+                result.device, result.torch, result.driver, result.measured_on = name, version, driver, now
+            out.append({**result.to_json(), "key": key})
     return out
+
+
+@contextmanager
+def one_rank_group(spec: TrialSpec, device: torch.device) -> Iterator[None]:
+    """A process group of this one process, for the arms of a trial of several workers: they
+    wrap the model in the trial's strategy (DDP, FSDP), whose constructors talk to a group."""
+    import torch.distributed as dist
+
+    if spec.workers <= 1 or dist.is_initialized():
+        yield
+        return
+    cuda = device.type == "cuda"
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1,
+        device_id=device if cuda else None,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class ArmSession(LocalSession):
+    """Rank 0 of the trial's `world` workers, for an arm: its share of the batch and of the data."""
+
+    def __init__(self, root: str, world: int):
+        super().__init__(root)
+        self.rank, self.local_rank, self.world_size = 0, 0, max(1, world)
 
 
 def _arms_of(config: dict[str, Any], spec: TrialSpec, device: torch.device) -> autotune.Measure:
@@ -114,9 +162,9 @@ def measure(
     device: torch.device,
     seconds_left: float,
     warmup: int = autotune.WARMUP_STEPS,
-    steps: int = autotune.MEASURED_STEPS,
 ) -> autotune.Measurement:
-    """One arm: `config` with `settings`, its samples/s over `steps` synced steps and its loss."""
+    """One arm: `config` with `settings`, its steady samples/s (and their spread) over a timed
+    window, and its loss."""
     t0 = time.monotonic()
     deadline = t0 + seconds_left
     threads = int(settings.get("threads") or config.get("threads") or max(1, int(spec.cpus_per_worker)))
@@ -130,22 +178,8 @@ def measure(
     try:
         with tempfile.TemporaryDirectory(prefix="tuner-autotune-") as tmp:
             hp = {**config, **settings, **AS_SET}
-            p = build_parts(hp, spec, LocalSession(tmp), device, gpu)
-            batches = _steps(p)
-            for x, y in islice(batches, warmup):
-                optimizer_step(p, x, y)
-            gpu.sync()
-            start, seen, losses = time.perf_counter(), 0, []
-            for x, y in islice(batches, steps):
-                losses.append(optimizer_step(p, x, y) / len(y))
-                seen += len(y)
-                if time.monotonic() > deadline:
-                    return _stopped(t0, len(losses), steps)
-            gpu.sync()
-            elapsed = time.perf_counter() - start
-            tail = losses[-autotune.LOSS_STEPS :]
-            loss = float(torch.stack(tail).mean()) if tail else math.nan
-            return autotune.Measurement(seen / max(elapsed, 1e-9), loss, time.monotonic() - t0)
+            p = build_parts(hp, spec, ArmSession(tmp, spec.workers), device, gpu)
+            return _timed(p, gpu, warmup, deadline, t0)
     except Exception as err:  # noqa: BLE001 - an arm that fails is refused, not the sweep
         why = (
             f"out of memory: {first_line(err)}"
@@ -162,9 +196,75 @@ def measure(
         use_threads(before)
 
 
-def _stopped(t0: float, done: int, steps: int) -> autotune.Measurement:
-    why = f"stopped at the budget after {done} of {steps} timed steps"
-    return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
+class _Budget(Exception):
+    """The budget ran out inside the arm's steps."""
+
+
+def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotune.Measurement:
+    """Warm-up, the loader's buffer, then the timed window (see `window_steps`)."""
+    batches = _steps(p)
+    losses: list[torch.Tensor] = []
+    count = [0, 0]  # optimizer steps taken, timed steps taken
+
+    def step(timed: bool) -> int:
+        x, y = next(batches)
+        loss = optimizer_step(p, x, y)
+        count[0] += 1
+        if autotune.LOSS_AT - autotune.LOSS_STEPS < count[0] <= autotune.LOSS_AT:
+            losses.append(loss / len(y))
+        if timed:
+            count[1] += 1
+        if count[0] > warmup and time.monotonic() > deadline:
+            raise _Budget
+        return len(y)
+
+    workers = p.train.workers()
+    window = window_steps(workers)
+    try:
+        for _ in range(warmup):
+            step(False)
+        for _ in range(untimed_steps(warmup, p.train.buffered(), workers)):
+            step(False)
+        # The first batch after the buffer is waited for: the clock starts once it is here.
+        step(False)
+        gpu.sync()
+        rates, seen, start = [], 0, time.perf_counter()
+        mark = start
+        for _ in range(autotune.SEGMENTS):
+            n = sum(step(True) for _ in range(window // autotune.SEGMENTS))
+            gpu.sync()
+            now = time.perf_counter()
+            rates.append(n / max(now - mark, 1e-9))
+            seen, mark = seen + n, now
+    except _Budget:
+        why = f"stopped at the budget after {count[1]} of {window} timed steps"
+        return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
+    rate = seen / max(mark - start, 1e-9)
+    loss = float(torch.stack(losses).mean()) if losses else math.nan
+    spread = (max(rates) - min(rates)) / 2 / rate
+    return autotune.Measurement(rate, loss, time.monotonic() - t0, spread=spread, steps=window)
+
+
+def untimed_steps(done: int, buffered: int, workers: int) -> int:
+    """Steps to take untimed after `done` warm-up steps: at least the `buffered` batches the
+    loader may hold ready, and one more (a CUDA feed holds one ahead), filled while the
+    warm-up's slow steps ran (timed, they would read as speed the loader does not have); then
+    up to the end of a round of its `workers`, which start a pass together and deliver in
+    rounds, so that the next batch, waited for before the clock starts, begins a round."""
+    if workers <= 0:
+        return 0
+    least = done + buffered + 1
+    return -(-least // workers) * workers - done
+
+
+def window_steps(workers: int) -> int:
+    """Timed steps of an arm whose loader has `workers` processes: at least MIN_STEPS, whole
+    rounds of the workers in each of the SEGMENTS segments, and enough rounds that one
+    round's phase at either end moves the rate by less than MIN_GAIN (a loader of many
+    workers delivers in bursts of them); at most MAX_STEPS."""
+    rounds = max(1, workers) * autotune.SEGMENTS
+    least = max(autotune.MIN_STEPS, math.ceil(max(1, workers) / autotune.MIN_GAIN))
+    return min(-(-least // rounds) * rounds, max(rounds, autotune.MAX_STEPS // rounds * rounds))
 
 
 def _steps(p: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

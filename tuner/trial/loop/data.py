@@ -237,6 +237,9 @@ def _as_tensors(ds: Dataset) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     return None
 
 
+# Batches each DataLoader worker loads ahead (torch's default, set here so that autotune knows
+# how many batches a loader holds ready: the buffer it must not time as speed).
+PREFETCH_FACTOR = 2
 # In-memory data up to this size as float is converted once; larger stays compact (uint8) and
 # is converted batch by batch on the device.
 PREPARE_ONCE_BYTES = 256 * 2**20
@@ -325,10 +328,19 @@ class Batches:
                 self.ds,
                 batch_sampler=self._plan,
                 num_workers=self.loader_workers,
+                prefetch_factor=PREFETCH_FACTOR if self.loader_workers > 0 else None,
                 pin_memory=self.pin,  # pinned pages: the feed's non_blocking copies are async
                 persistent_workers=self.loader_workers > 0,
             )
         yield from self._loader
+
+    def buffered(self) -> int:
+        """How many batches the loader's workers hold ready at most (none for in-memory data)."""
+        return 0 if self.tensors is not None else PREFETCH_FACTOR * self.loader_workers
+
+    def workers(self) -> int:
+        """The loader's worker processes (none for in-memory data: gathered directly)."""
+        return 0 if self.tensors is not None else self.loader_workers
 
     def close(self) -> None:
         """Stop the loader's worker processes (dropping the last reference to it does)."""
