@@ -5,11 +5,12 @@ from __future__ import annotations
 import gc
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from tests.distributed import run_workers, spawn
+from tests.distributed import _trial, run_workers, spawn
 from tests.test_loop import hp
 from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.spec import TrialSpec
@@ -194,3 +195,78 @@ def test_ddp_gradients_are_views_into_its_buckets() -> None:
         net = optimizer = grads = None  # noqa: F841
         gc.collect()  # (and any reference cycle through the module)
         dist.destroy_process_group()
+
+
+def test_ddp_gradients_stay_bucket_views_through_accumulation(tmp_path: Path) -> None:
+    """Issue 49, E7: under accumulation the first micro-batches run in `no_sync`, where DDP's
+    reducer does not touch the gradients; zeroed to None at each step, they are then fresh
+    tensors beside the buckets (the copy gradient_as_bucket_view saves), until the last
+    micro-batch copies them in. Zeroed in place, they stay views into the one bucket."""
+    import torch.distributed as dist
+
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.loop.run import build_parts, optimizer_step
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    p: Any = None
+    hooks: list[Any] = []
+    try:
+        # Rank 0 of 2 (on a group of one, as autotune's arms run): 32 samples a step, in 2.
+        session = LocalSession(str(tmp_path))
+        session.world_size = 2
+        p = build_parts(PARAMS, _spec("ddp"), session, torch.device("cpu"))
+        assert (p.per_rank_batch, p.state.micro_batch) == (32, 16)
+        batches = p.feed(p.train.train_steps(0, p.per_rank_batch))
+        optimizer_step(p, *next(batches))  # the first synced backward makes them bucket views
+        seen: set[int] = set()
+        for q in p.model.parameters():
+            hooks.append(q.register_post_accumulate_grad_hook(lambda q: seen.add(_storage(q.grad))))
+        for _ in range(2):
+            optimizer_step(p, *next(batches))
+        buckets = {_storage(q.grad) for q in p.model.parameters()}
+        assert len(buckets) == 1  # a small model fills one bucket
+        assert seen == buckets  # every micro-batch accumulated into it, none into a copy
+    finally:
+        for h in hooks:
+            h.remove()
+        if p is not None:
+            p.close()
+        p = hooks = None  # (as above: DDP's reducer goes before the group)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _storage(t: Any) -> int:
+    return int(t.untyped_storage().data_ptr())
+
+
+def _compiled_ddp(rank: int, root: str) -> None:
+    """One rank of a compiled DDP trial, every graph Dynamo hands a backend noted: whether
+    gradients were on (training, or evaluation) and whether it has dynamic sizes."""
+    graphs: list[list[bool]] = []
+
+    def noting(gm: torch.fx.GraphModule, inputs: list) -> Any:
+        graphs.append([torch.is_grad_enabled(), any(isinstance(i, torch.SymInt) for i in inputs)])
+        return gm.forward
+
+    real = torch.compile
+    torch.compile = lambda fn=None, **kw: real(fn, **{**kw, "backend": noting})  # type: ignore[assignment]
+    try:
+        spec = {**_spec("ddp").to_dict(), "workers": 2}
+        _trial(rank, root, {**PARAMS, "micro_batch": None, "compile": True}, spec, False)
+    finally:
+        torch.compile = real
+    Path(root, f"graphs-{rank}.json").write_text(json.dumps(graphs))
+
+
+def test_a_compiled_ddp_trial_trains_and_evaluates_compiled_graphs_of_static_shapes(tmp_path: Path) -> None:
+    """Issue 49, E2, E9, E8: the built-in MLP (an nn.Sequential) in a 2-rank DDP trial with
+    training.compile. Each rank's training step and its evaluation are compiled (Dynamo hands
+    the backend their graphs), and no graph has dynamic sizes: 242 samples a rank in steps of
+    32 end in a partial step every epoch, which must not turn the full steps' graph dynamic."""
+    spawn(_compiled_ddp, str(tmp_path))
+    for rank in range(2):
+        graphs = json.loads((tmp_path / f"graphs-{rank}.json").read_text())
+        assert any(grad for grad, _ in graphs), f"rank {rank} trained eagerly: {graphs}"
+        assert any(not grad for grad, _ in graphs), f"rank {rank} evaluated eagerly: {graphs}"
+        assert not any(dynamic for _, dynamic in graphs), f"rank {rank}: dynamic graphs {graphs}"

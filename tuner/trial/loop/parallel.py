@@ -7,6 +7,7 @@ Each strategy is an object with the same few calls, so the loop never branches o
   place by `fully_shard`), compiled where asked in the order each wrapper needs; the optimizer
   is built afterwards, over what `wrap` left.
 - `sync(net, last)`: the context of one micro-batch; DDP reduces gradients on the last only.
+- `zero_grad(optimizer)`: gradients cleared for the next step (DDP's in place: see there).
 - `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
   same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
   The optimizer may be None (weights only).
@@ -42,6 +43,10 @@ class Single:
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         return nullcontext()
 
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        # None, not zeros: the memory is free until backward makes the gradients again.
+        optimizer.zero_grad(set_to_none=True)
+
     def state(
         self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
     ) -> tuple[dict, Optional[dict]]:
@@ -74,21 +79,30 @@ class DDP(Single):
         param_dtype: Optional[torch.dtype] = None,
     ) -> nn.Module:
         model.to(device)
+        if compile:
+            # The model inside, before DDP wraps it: DDP's forward calls it with DDP marked
+            # active, so Dynamo still splits its graph at DDP's gradient buckets (all-reduces
+            # overlap backward: `optimize_ddp`), and evaluation, which calls the model itself,
+            # runs compiled too. Compiling DDP's own call instead captured no frame of a
+            # built-in model, an nn.Sequential (torch 2.13: the trial ran eager; see
+            # compile_forward).
+            compile_forward(model)
         ids = [device.index] if device.type == "cuda" else None
         # Gradients as views into DDP's all-reduce buckets: no second copy of them (4 bytes
-        # per parameter in fp32), and no copy into the buckets each step.
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
-        if compile:
-            # The wrapper, not the model: Dynamo then sees DDP and splits the graph at its
-            # gradient buckets, so all-reduces overlap backward (a compiled model inside DDP
-            # hides them from it). Evaluation calls the plain model, uncompiled. (Dynamo
-            # traces DDP's own call, unlike other torch classes': see compile_forward.)
-            net.compile()
-        return net
+        # per parameter in fp32), and no copy into the buckets each step (see zero_grad).
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         # All-reduce once per step, on the last micro-batch.
         return nullcontext() if last else net.no_sync()  # type: ignore[operator]
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        # In place: the gradients stay views into DDP's buckets. Set to None, the micro-batches
+        # before the last (in `no_sync`, where the reducer does nothing) would accumulate into
+        # fresh tensors beside the buckets, the copy gradient_as_bucket_view is there to save,
+        # until the last one's reduction copied them in. (Every parameter has a gradient under
+        # DDP, which requires it, so zeros step nothing an unused parameter would not.)
+        optimizer.zero_grad(set_to_none=False)
 
     def all_agree(self, ok: bool, device: torch.device) -> bool:
         flag = torch.tensor([int(ok)], device=device)
@@ -135,6 +149,9 @@ class FSDP(DDP):
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         return nullcontext()
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)  # FSDP2's gradients are sharded, not in buckets
 
     def state(
         self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
@@ -189,8 +206,22 @@ def compile_forward(module: nn.Module) -> None:
     """torch.compile a module's forward, in place: its state_dict keys stay its own (no
     `_orig_mod.`). Not `Module.compile()`: that compiles the module's call, and on torch's own
     classes (nn.Sequential, as the built-in models are) Dynamo skips those frames as torch's
-    code, so nothing was compiled (torch 2.13: no graph captured, the trial ran eager)."""
-    module.forward = torch.compile(module.forward)  # type: ignore[method-assign]
+    code, so nothing was compiled (torch 2.13: no graph captured, the trial ran eager).
+
+    The first dimension of each tensor argument, the batch, is marked static: an epoch's
+    partial last batch (and evaluation's chunks) then get graphs of their own shapes, and the
+    full batches keep theirs. Left to Dynamo, the second batch size seen turns the graph
+    dynamic in it, and from then on the full batches run that dynamic graph (the newest is
+    tried first), with the kernels it can specialise less."""
+    compiled = torch.compile(module.forward)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.dim() > 0:
+                torch._dynamo.mark_static(a, 0)
+        return compiled(*args, **kwargs)
+
+    module.forward = forward  # type: ignore[method-assign]
 
 
 def make_strategy(name: str, world_size: int) -> Single:

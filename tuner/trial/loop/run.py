@@ -229,7 +229,7 @@ def optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Forward/backward in micro-batches; gradients equal those of the whole batch."""
-    p.optimizer.zero_grad(set_to_none=True)
+    p.strategy.zero_grad(p.optimizer)
     n = len(y)
     micro = p.state.micro_batch
     chunks = [(x, y)] if micro >= n else list(zip(x.split(micro), y.split(micro), strict=True))
