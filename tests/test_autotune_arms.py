@@ -48,7 +48,8 @@ def test_the_arms_that_exist_on_cpu_run_and_the_fastest_within_the_guard_is_chos
     fastest = max(a.measured.samples_per_s for a in passing)  # type: ignore[union-attr]
     noise = max(autotune.MIN_GAIN, *(a.measured.spread for a in passing))  # type: ignore[union-attr]
     assert chosen.measured.samples_per_s * (1 + noise) >= fastest  # type: ignore[union-attr]
-    assert all(a.measured.steps == autotune_measure.window_steps(0) for a in passing)  # type: ignore[union-attr]
+    # Windows of at least the steps MIN_GAIN needs, longer where they took under MIN_WINDOW_S.
+    assert all(a.measured.steps >= autotune_measure.window_steps(0) for a in passing)  # type: ignore[union-attr]
     assert result.choice == chosen.settings
     assert result.speedup == pytest.approx(chosen.measured.samples_per_s / reference.samples_per_s)  # type: ignore[union-attr]
     assert result.device == "CPU" and result.torch and result.budget_s == 300 and not result.cached

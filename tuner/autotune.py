@@ -12,9 +12,11 @@ pay for compiling, cuDNN's benchmark and the allocator's growth, the steps the l
 prefetch buffer holds are taken untimed (while a slow first step ran, its workers filled it:
 timed, they read as speed the loader does not have), then a window of whole rounds of the
 loader's workers, at least `MIN_STEPS` and long enough that one round's phase moves the rate by
-less than `MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations. The spread
-of the segments' rates is the arm's noise: a setting moves off its current value only for a
-gain above `MIN_GAIN` and above the noise of both arms compared. A DDP or FSDP trial's arm runs
+less than `MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations (a window
+shorter than `MIN_WINDOW_S` is timed again, as many steps longer as it needs). The arm's rate
+is the median of the segments' (one the machine's other work slowed is left out), and their
+spread is its noise: a setting moves off its current value only for a gain above `MIN_GAIN`
+and above the noise of both arms compared. A DDP or FSDP trial's arm runs
 one rank's share of the batch with the trial's strategy (on a process group of one), so its
 samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the same batches in every
 arm) is compared with the reference's: one off by more than `LOSS_TOLERANCE` (relative) is
@@ -63,11 +65,15 @@ DEFAULT_BUDGET_S = 300
 MAX_SIZES = 3
 # Steps before anything is timed (compiling, cuDNN's benchmark, the allocator's growth).
 WARMUP_STEPS = 3
-# The timed window: at least this many steps, in this many segments (the spread is theirs).
+# The timed window: at least this many steps, in this many segments (the rate is their
+# median, the spread their scatter).
 MIN_STEPS = 32
-SEGMENTS = 4
-# Most timed steps an arm runs (a loader of many workers asks for long windows).
-MAX_STEPS = 1024
+SEGMENTS = 8
+# And at least this many seconds: a window of a few milliseconds (a small model on a CPU)
+# reads the machine's scheduling hiccups, not the arm. A shorter one is timed again, longer.
+MIN_WINDOW_S = 1.0
+# Most timed steps an arm runs in one window.
+MAX_STEPS = 65536
 # The loss compared: the mean of steps LOSS_AT - LOSS_STEPS .. LOSS_AT of every arm (the same
 # batches in every arm, whatever its window).
 LOSS_STEPS = 5
@@ -108,7 +114,7 @@ class Measurement:
     loss: float = math.nan
     seconds: float = 0.0  # the arm's own cost: build, warm-up, timed steps
     error: Optional[str] = None  # failed (out of memory, compile error), or stopped at the budget
-    spread: float = 0.0  # half the range of the segments' rates, relative to the rate: its noise
+    spread: float = 0.0  # the segments' scatter around the rate, relative to it: its noise
     steps: int = 0  # timed steps
 
 
@@ -427,7 +433,10 @@ def fingerprint(
         "config": {k: v for k, v in sorted(config.items()) if k not in measured},
         "workers": [workers, strategy if workers > 1 else None],
         "dimensions": [[d.name, list(d.values)] for d in dims],
-        "rules": [METHOD, WARMUP_STEPS, MIN_STEPS, SEGMENTS, LOSS_AT, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN],
+        "rules": [
+            *(METHOD, WARMUP_STEPS, MIN_STEPS, SEGMENTS, MIN_WINDOW_S),
+            *(LOSS_AT, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN),
+        ],
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -225,24 +226,47 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
             step(False)
         for _ in range(untimed_steps(warmup, p.train.buffered(), workers)):
             step(False)
-        # The first batch after the buffer is waited for: the clock starts once it is here.
-        step(False)
-        gpu.sync()
-        rates, seen, start = [], 0, time.perf_counter()
-        mark = start
-        for _ in range(autotune.SEGMENTS):
-            n = sum(step(True) for _ in range(window // autotune.SEGMENTS))
-            gpu.sync()
-            now = time.perf_counter()
-            rates.append(n / max(now - mark, 1e-9))
-            seen, mark = seen + n, now
+        while True:
+            # Up to the start of a round, whose first batch is waited for: the clock starts
+            # once it is here.
+            for _ in range((-count[0]) % max(1, workers) + 1):
+                step(False)
+            rate, spread, elapsed = _window(step, gpu, window)
+            if elapsed >= autotune.MIN_WINDOW_S or window >= autotune.MAX_STEPS:
+                break
+            window = longer_window(window, elapsed, workers)
     except _Budget:
         why = f"stopped at the budget after {count[1]} of {window} timed steps"
         return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
-    rate = seen / max(mark - start, 1e-9)
     loss = float(torch.stack(losses).mean()) if losses else math.nan
-    spread = (max(rates) - min(rates)) / 2 / rate
     return autotune.Measurement(rate, loss, time.monotonic() - t0, spread=spread, steps=window)
+
+
+def _window(step: Any, gpu: Any, window: int) -> tuple[float, float, float]:
+    """An arm's rate over `window` timed steps: the median of its segments' samples/s (a
+    segment the machine's other work slowed is not the arm's), their spread (half the range of
+    the others, the fastest and the slowest left out, relative to the rate), and the seconds."""
+    gpu.sync()
+    rates, start = [], time.perf_counter()
+    mark = start
+    for _ in range(autotune.SEGMENTS):
+        n = sum(step(True) for _ in range(window // autotune.SEGMENTS))
+        gpu.sync()
+        now = time.perf_counter()
+        rates.append(n / max(now - mark, 1e-9))
+        mark = now
+    rates.sort()
+    rate = statistics.median(rates)
+    return rate, (rates[-2] - rates[1]) / 2 / rate, mark - start
+
+
+def longer_window(window: int, elapsed: float, workers: int) -> int:
+    """A window long enough for MIN_WINDOW_S at the pace `window` steps in `elapsed` seconds
+    showed (a fifth more, for the pace to vary), in whole rounds, at most MAX_STEPS."""
+    rounds = max(1, workers) * autotune.SEGMENTS
+    wanted = math.ceil(window * 1.2 * autotune.MIN_WINDOW_S / max(elapsed, 1e-6))
+    most = max(rounds, autotune.MAX_STEPS // rounds * rounds)
+    return min(max(-(-wanted // rounds) * rounds, 2 * window), most)
 
 
 def untimed_steps(done: int, buffered: int, workers: int) -> int:
