@@ -7,7 +7,8 @@ one configuration misbehave at epoch 2: "oom" (torch.OutOfMemoryError), "nan" (a
 val_loss), "boom" (a ValueError), "text" (val_loss "abc"); "slow" sleeps `epoch_s` per epoch so
 a test can catch it mid-way; "final" reports a test_loss for the last epoch after the loop;
 "linger" takes `linger_s` to wind down however the loop ends (a user's loop saving its work in
-a `finally`, also when the scheduler stops it).
+a `finally`, also when the scheduler stops it); "early" returns after epoch 2 (its own early
+stopping).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def _epochs(
             val_loss = "abc"
         _note(ctx, "trained.txt", epoch + 1)  # never trimmed: every epoch ever trained
         ctx.report({"val_loss": val_loss, "train_loss": loss.detach()}, state=ctx.state_dict(model, opt))
+        if behave == "early" and epoch == 1:
+            return
     if behave == "final":
         with torch.no_grad():
             test_loss = sum(nn.functional.mse_loss(model(x), y, reduction="sum") for x, y in val) / 64

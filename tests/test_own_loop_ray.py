@@ -33,7 +33,7 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     raw = own(schedule={"max_epochs": 3, "early_stopping": False}, output=str(tmp_path))
     raw["search"] = {
         "algorithm": "grid",
-        "params": {"behave": {"type": "grid", "values": ["ok", "oom", "nan", "boom"]}, "lr": 0.05},
+        "params": {"behave": {"type": "grid", "values": ["ok", "oom", "nan", "boom", "early"]}, "lr": 0.05},
     }
     out = run_sweep(parse_sweep(raw))
     t = _trials(out)
@@ -41,6 +41,8 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     assert t["oom"]["failure"] == "oom" and t["oom"]["status"] != "ERROR"
     assert t["nan"]["failure"] == "diverged" and t["nan"]["status"] != "ERROR"
     assert t["boom"]["status"] == "ERROR" and t["boom"]["failure"].startswith("error: ValueError: boom")
+    # A loop that returns before max_epochs stopped itself (its early stopping), not the scheduler.
+    assert t["early"]["epochs"] == 2 and t["early"]["stopped_itself"] and not t["early"]["stopped_early"]
     boom_dir = Path(out.sweep_dir) / t["boom"]["trial_id"]
     assert "boom: this configuration fails on purpose" in (boom_dir / "traceback.txt").read_text()
     assert out.summary["best"]["trial_id"] == t["ok"]["trial_id"]

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, cli
+from tuner.sweepdir import read_metrics
 
 NANOGPT = ROOT / "tests" / "nanogpt_like" / "train.py"
+LIGHTNING = ROOT / "tests" / "lightning_like.py"
 FLASH = "AttributeError: 'GPTConfig' object has no attribute 'flash'"
 
 
@@ -67,6 +69,52 @@ def test_an_unpatched_nanogpt_under_torchrun_stops_after_fail_fast_trials_with_i
     report = cli("report", str(sweep), "--format", "md")
     assert report.returncode == 0, report.stderr
     assert f"| error | 0 | {FLASH} |" in report.stdout, report.stdout
+
+
+LIT_SWEEP = f"""
+name: lit
+task:
+  command: python {LIGHTNING} --curve {{curve}} --lr {{lr}} --epochs {{max_epochs}}
+  checkpoints: true
+metric: val_loss
+mode: min
+search:
+  num_samples: 3
+  params:
+    curve: {{type: grid, values: [peaks, stops, early]}}
+    lr: {{type: loguniform, low: 1.0e-3, high: 1.0e-1}}
+schedule:
+  max_epochs: 6
+output: runs
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_a_lightning_style_script_at_the_defaults(tmp_path: Path) -> None:
+    """A Lightning-style script, 2 trials at once, random search with ASHA: its sanity check
+    reported as epoch 0 is recorded (it failed the trial); its own EarlyStopping, an exit 0
+    before max_epochs, is its own ending, not the scheduler's."""
+    (tmp_path / "sweep.yaml").write_text(LIT_SWEEP)
+    done = cli("sweep", "sweep.yaml", cwd=tmp_path, on_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sweep = tmp_path / "runs" / "lit"
+    summary = json.loads((sweep / "summary.json").read_text())
+    by = {t["config"]["curve"]: t for t in summary["trials"]}
+    assert sorted(by) == ["early", "peaks", "stops"], summary["trials"]
+    for curve, epochs in (("early", 2), ("stops", 3), ("peaks", 6)):
+        t = by[curve]
+        itself = (sweep / t["trial_id"] / "stopped_itself.txt").exists()
+        assert t["status"] == "TERMINATED" and t["epochs"] == epochs and itself == (epochs < 6), t
+        assert t["stopped_itself"] is itself and t["stopped_early"] is False, t
+        rows = read_metrics(str(sweep / t["trial_id"]))
+        first = 1 if curve == "early" else 0  # (the others report their sanity check, as epoch 0)
+        assert [r["epoch"] for r in rows] == list(range(first, epochs + 1)), rows
+        assert rows[0]["val_loss"] == [2.0, 1.0][first], rows
+    assert summary["counts"] == {"completed": 1, "stopped itself": 2}, summary["counts"]
+    assert by["peaks"]["best_epoch"] == 2 and summary["best"]["trial_id"] == by["peaks"]["trial_id"]
+    report = cli("report", str(sweep), "--format", "md")
+    assert "0 stopped early by the scheduler; 2 stopped by their own code before max_epochs" in report.stdout
 
 
 # ----------------------------------------------------------------------------- no Ray

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from tuner.sweepdir import (
     NEVER_STARTED,
     NOTICE,
+    STOPPED_ITSELF,
     error_line,
     finite,
     read_metrics,
@@ -28,7 +29,7 @@ from tuner.sweepdir import (
 
 FINISHED = ("TERMINATED", "ERROR")
 # Metrics reported for the loop's own bookkeeping rather than as results.
-NOT_METRICS = frozenset({"failure_detail", "wall_time", NOTICE})
+NOT_METRICS = frozenset({"failure_detail", "wall_time", NOTICE, STOPPED_ITSELF})
 
 
 class Outcome(str, Enum):
@@ -43,6 +44,9 @@ class Outcome(str, Enum):
     TIMEOUT = "timeout"
     ERROR = "error"  # its code raised (Tune: ERROR)
     UNFINISHED = "unfinished"  # running now, or cut off when the sweep stopped
+    # Its own code ended its training before max_epochs (its early stopping); last, so that
+    # the codes of the others stay what older sweeps' TensorBoard columns hold.
+    STOPPED_ITSELF = "stopped itself"
 
     @classmethod
     def parse(cls, word: str) -> Outcome:
@@ -61,7 +65,7 @@ class Outcome(str, Enum):
     @property
     def code(self) -> int:
         """The outcome as a number, its place here (TensorBoard's HParams columns hold only
-        numbers): 0-2 ended well, 3-6 failed, 7 unfinished."""
+        numbers): 0-2 and 8 ended well, 3-6 failed, 7 unfinished."""
         return list(Outcome).index(self)
 
     @classmethod
@@ -73,13 +77,17 @@ class Outcome(str, Enum):
 _OLD_WORDS = {"stopped_early": Outcome.STOPPED_EARLY.value}
 
 
-def outcome_of(status: str, failure: Optional[str], stopped_early: bool, stopped: bool = False) -> Outcome:
-    """The Outcome of a trial from its record's status, its failure, whether ASHA stopped it
-    and whether the sweep's end (its target reached) did."""
+def outcome_of(
+    status: str, failure: Optional[str], stopped_early: bool, stopped: bool = False, itself: bool = False
+) -> Outcome:
+    """The Outcome of a trial from its record's status, its failure, whether ASHA stopped it,
+    whether the sweep's end (its target reached) did, and whether its own code did (`itself`)."""
     if failure:
         return Outcome.parse(failure.split(":")[0])
     if stopped:
         return Outcome.STOPPED
+    if itself and status == "TERMINATED":
+        return Outcome.STOPPED_ITSELF
     if stopped_early:
         return Outcome.STOPPED_EARLY
     return Outcome.COMPLETED if status == "TERMINATED" else Outcome.UNFINISHED
@@ -96,7 +104,7 @@ class TrialRecord:
     epochs: int
     time_s: float  # training + evaluation time over all its epochs
     failure: Optional[str]  # None, "diverged", "oom", "error: <exception>"
-    stopped_early: bool
+    stopped_early: bool  # by the scheduler (ASHA), at a rung
     best_value: Optional[float]
     best_epoch: Optional[int]
     path: str = ""
@@ -106,6 +114,7 @@ class TrialRecord:
     started: Optional[float] = None  # when it first started (time.time()), if known
     ended: Optional[float] = None  # when it ended; None while unfinished
     never_started: bool = False  # Tune failed it before it started (no code of the user's ran)
+    stopped_itself: bool = False  # its own code ended training before max_epochs (not a scheduler)
 
     @property
     def finished(self) -> bool:
@@ -138,8 +147,10 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     best_row = best_row_of(rows, metric, mode)
     config = info.get("config") or {}
     stopped = info.get("stopped") == TARGET
-    stopped_early = status == "TERMINATED" and failure is None and epochs < max_epochs and not stopped
-    outcome = outcome_of(status, failure, stopped_early, stopped)
+    itself = bool(last.get(STOPPED_ITSELF)) and failure is None and not stopped
+    short = status == "TERMINATED" and failure is None and epochs < max_epochs
+    stopped_early = short and not stopped and not itself
+    outcome = outcome_of(status, failure, stopped_early, stopped, itself)
     return TrialRecord(
         trial_id=str(info.get("trial_id", os.path.basename(trial_dir))),
         status=status,
@@ -158,6 +169,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         started=float(info["started"]) if finite(info.get("started")) else None,
         ended=None if outcome is Outcome.UNFINISHED else _ended(info, rows),
         never_started=status == "ERROR" and bool(info.get(NEVER_STARTED)),
+        stopped_itself=outcome is Outcome.STOPPED_ITSELF,
     )
 
 

@@ -70,6 +70,9 @@ HPARAMS_SESSION_MARKER = ".hparams-session"
 SWEEP_RUN = "sweep"  # TensorBoard's run of the sweep as a whole (the driver's; tuner.history)
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
 NOTICE = "notice"
+# A journal key, on the last row of a trial whose own code ended its training before
+# max_epochs (its own early stopping: a script exiting 0, task.train returning), not a scheduler.
+STOPPED_ITSELF = "stopped_itself"
 
 
 def checkpoint_name(epoch: int) -> str:

@@ -23,6 +23,7 @@ DPI = 100
 OUTCOME_COLORS = {
     Outcome.COMPLETED.value: "#2da44e",
     Outcome.STOPPED_EARLY.value: "#8c959f",
+    Outcome.STOPPED_ITSELF.value: "#57ab5a",
     Outcome.DIVERGED.value: "#e16f24",
     Outcome.OOM.value: "#8250df",
     Outcome.ERROR.value: "#cf222e",

@@ -293,6 +293,9 @@ def _failures(data: SweepData, path: str) -> list[Block]:
         else "No trial failed",
         f"{early} stopped early by the scheduler",
     ]
+    itself = sum(1 for r in data.records if r.stopped_itself)
+    if itself:
+        parts.append(f"{itself} stopped by their own code before max_epochs (its early stopping)")
     if unfinished:
         parts.append(f"{unfinished} unfinished (running now, or cut off when the sweep stopped)")
     blocks.append(Text("; ".join(parts) + "."))

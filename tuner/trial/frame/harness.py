@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from tuner import autotune
-from tuner.sweepdir import TRIAL_LOG, finite
+from tuner.sweepdir import STOPPED_ITSELF, TRIAL_LOG, finite
 from tuner.trial.frame.gpu import NoGpu, make_gpu
 from tuner.trial.frame.journal import LOG_FORMAT, NOTICE, MetricsLog, NullMetricsLog, write_traceback
 from tuner.trial.frame.memory import release
@@ -219,6 +219,12 @@ class Progress:
         it): a final metric after training, such as a test loss."""
         self.writer.scalars(metrics, epoch)
         self.journal.amend(metrics, epoch)
+
+    def stopped_itself(self, epoch: int) -> None:
+        """The trial's own code ended its training after `epoch`, before max_epochs (its own
+        early stopping): its last row says so, for the record (no scheduler stopped it)."""
+        self.log.info("the trial's code ended its training after epoch %d (its own early stopping)", epoch)
+        self.journal.amend({STOPPED_ITSELF: True}, epoch)
 
     def kick(self) -> None:
         """The epoch is reported: the watchdog gives the next one its time."""

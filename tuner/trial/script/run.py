@@ -38,6 +38,7 @@ from tuner.sweepdir import (
     SCRIPT_CONFIG,
     SCRIPT_REPORTS_PATTERN,
     SCRIPT_RUN,
+    read_metrics,
     script_reports_name,
 )
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
@@ -99,6 +100,9 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
         proc.stop()  # at once after a stop by the scheduler (its report did not return)
         progress.close()
     code = proc.returncode
+    if code == 0 and follower.ended is None and not follower.complete and follower.last is not None:
+        # It exited before max_epochs, on its own: its early stopping, not a scheduler's.
+        progress.stopped_itself(follower.epoch)
     if follower.ended is None and code:
         if not follower.complete:
             raise failure(code, proc, spec.launcher)
@@ -182,7 +186,7 @@ class Follower:
         spec = self.f.spec
         row = dict(report)
         epoch, ckpt = row.pop("epoch", None), row.pop("checkpoint", None)
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < self.epoch or epoch < 1:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < self.epoch:
             raise ScriptError(
                 f"the script reported epoch {epoch!r} after epoch {self.epoch}: report epochs done, "
                 "1 after the first, on from the restored checkpoint's after a resume"
@@ -190,6 +194,8 @@ class Follower:
         for key, value in row.items():
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise ScriptError(f"the script reported {key}={value!r}: metrics are numbers (or strings)")
+        if epoch == self.epoch and self.last is None:
+            return self._before_training(row, epoch)
         if epoch == self.epoch:
             self._amend(row, epoch)
             return True
@@ -234,14 +240,31 @@ class Follower:
         )
         return True
 
+    def _before_training(self, row: dict[str, Any], epoch: int) -> bool:
+        """A report before this run trained an epoch: the model as it starts. At epoch 0 (an
+        evaluation before training, as nanoGPT's first eval) it is recorded as epoch 0 in the
+        journal and TensorBoard, which no scheduler judges (no epoch was trained); at the
+        epoch a resumed run restored (the restored model evaluated again), it is that epoch's,
+        recorded already: left as recorded."""
+        if epoch > 0:
+            self.f.log.info("epoch %d (restored) reported again before training: kept as recorded", epoch)
+            return True
+        row = screened({**row, "epoch": 0, "epoch_time_s": time.perf_counter() - self._t0}, self.f.spec, 0)
+        self.last = row
+        done = read_metrics(self.f.session.trial_dir) if self.f.session.is_main else []
+        if done and done[-1].get("epoch") == 0 and "failure" not in row:  # a restart's own epoch 0
+            self.progress.amend({k: v for k, v in row.items() if k != "epoch"}, 0)
+            return True
+        if not self.progress.record(row):  # (a non-finite loss before any training: diverged)
+            self.ended = str(row["failure"])
+            return False
+        self._t0 = time.perf_counter()
+        return True
+
     def _amend(self, row: dict[str, Any], epoch: int) -> None:
         """A second report of the epoch reported last (a test metric after training): its new
         metrics join that epoch's; the scheduler has already judged the epoch."""
-        if self.last is None or epoch == 0:
-            raise ScriptError(
-                f"the script reported epoch {epoch} again before reporting any epoch of this run: "
-                "report epochs done, on from the restored checkpoint's after a resume"
-            )
+        assert self.last is not None, "an amend before any report"
         new = {k: v for k, v in row.items() if k not in self.last}
         kept = sorted(k for k in row if k in self.last and row[k] != self.last[k])
         if kept:

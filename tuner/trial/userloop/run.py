@@ -51,6 +51,8 @@ def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
         oom = _call(fn, dict(hp), ctx, f)
         if oom is None:
             ctx.flush()  # the last epoch, held until the function returned
+            if ctx.last is not None and "failure" not in ctx.last and ctx.epoch < f.spec.max_epochs:
+                progress.stopped_itself(ctx.epoch)  # it returned early: its own early stopping
             return ctx.last
         # Outside the except block: the traceback, and with it the user's tensors, is gone.
         release(f.device)
