@@ -22,6 +22,7 @@ from tuner.sweepdir import (
     STOPPED_ITSELF,
     error_line,
     finite,
+    read_lineage,
     read_metrics,
     recovered_record,
     trial_dirs,
@@ -115,6 +116,10 @@ class TrialRecord:
     ended: Optional[float] = None  # when it ended; None while unfinished
     never_started: bool = False  # Tune failed it before it started (no code of the user's ran)
     stopped_itself: bool = False  # its own code ended training before max_epochs (not a scheduler)
+    # A population's member (pbt, pb2): its configuration per epoch range, {"epochs": [first,
+    # last], "config": ..., "donor": the trial whose weights the range started from, or None}.
+    # Its `config` is then the last range's. None: not a member (or not perturbed yet).
+    schedule: Optional[list[dict[str, Any]]] = None
 
     @property
     def finished(self) -> bool:
@@ -146,6 +151,10 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     # failed at is not (a later error never discards what a trial reported).
     best_row = best_row_of(rows, metric, mode)
     config = info.get("config") or {}
+    lineage = read_lineage(trial_dir)
+    schedule = None if lineage is None else schedule_of(lineage["segments"], epochs, hparams)
+    if lineage is not None:
+        config = lineage["segments"][-1]["config"]
     stopped = info.get("stopped") == TARGET
     itself = bool(last.get(STOPPED_ITSELF)) and failure is None and not stopped
     short = status == "TERMINATED" and failure is None and epochs < max_epochs
@@ -170,7 +179,49 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         ended=None if outcome is Outcome.UNFINISHED else _ended(info, rows),
         never_started=status == "ERROR" and bool(info.get(NEVER_STARTED)),
         stopped_itself=outcome is Outcome.STOPPED_ITSELF,
+        schedule=schedule,
     )
+
+
+def schedule_of(segments: list[dict[str, Any]], epochs: int, hparams: Sequence[str]) -> list[dict[str, Any]]:
+    """A member's lineage as epoch ranges: [{"epochs": [first, last], "config": its `hparams`,
+    "donor": the trial whose weights it continued from at the range's start, or None}]."""
+    out = []
+    for i, seg in enumerate(segments):
+        start = int(seg["epoch"])
+        end = int(segments[i + 1]["epoch"]) if i + 1 < len(segments) else max(epochs, start)
+        config = seg["config"]
+        entry = {"epochs": [start + 1, end], "config": {k: config[k] for k in hparams if k in config}}
+        out.append({**entry, "donor": seg.get("donor")})
+    return out
+
+
+def weights_schedule(trials: Sequence[TrialRecord], trial: TrialRecord, epoch: int) -> list[dict[str, Any]]:
+    """The configurations that trained `trial`'s weights of `epoch`, epoch range by range,
+    oldest first, through the trials it continued from (a population's lineage followed
+    back): [{"trial": ..., "epochs": [first, last], "config": ...}]. A trial without a schedule
+    trained them all itself."""
+    by_id = {t.trial_id: t for t in trials}
+    out: list[dict[str, Any]] = []
+    current: Optional[TrialRecord] = trial
+    last = epoch
+    while current is not None and last > 0:
+        ranges = current.schedule or [{"epochs": [1, last], "config": current.config, "donor": None}]
+        donor = None
+        for seg in reversed(ranges):
+            first, end = int(seg["epochs"][0]), int(seg["epochs"][1])
+            if first > last:
+                continue
+            trained = [first, min(end, last)]
+            out.append({"trial": current.trial_id, "epochs": trained, "config": seg["config"]})
+            if seg.get("donor") is not None:
+                donor = str(seg["donor"])
+                last = first - 1
+                break
+        else:
+            break
+        current = by_id.get(donor) if donor is not None else None
+    return out[::-1]
 
 
 def _ended(info: dict[str, Any], rows: list[dict[str, Any]]) -> Optional[float]:
@@ -256,7 +307,7 @@ def summarize(
         status = FAILED if errors else status  # (no error among them: interrupted, as it stands)
     elif ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
         status = ended
-    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended", "never_started")
+    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended", "never_started", "schedule")
     return {
         "name": name,
         "metric": metric,
@@ -272,6 +323,12 @@ def summarize(
             "config": top.config,
             "metrics": top.best_metrics,
             "epoch": top.best_epoch,
+            # A population's best: the configurations that trained its weights, range by range.
+            **(
+                {"schedule": weights_schedule(trials, top, top.best_epoch or 0)}
+                if top.schedule is not None
+                else {}
+            ),
         },
         **(
             {"objectives": [[n, m] for n, m in objectives], "pareto": pareto(trials, objectives)}
@@ -284,6 +341,7 @@ def summarize(
             {
                 **{k: v for k, v in asdict(r).items() if k not in hidden},
                 **({NEVER_STARTED: True} if r.never_started else {}),
+                **({"schedule": r.schedule} if r.schedule is not None else {}),
             }
             for r in trials
         ],

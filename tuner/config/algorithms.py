@@ -77,6 +77,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             several_objectives=True,
             schedulers=("fifo", "asha"),
             default_scheduler="fifo",
+            schedulers_why="grid runs each combination once as it is; a population (pbt, pb2) evolves "
+            "search.num_samples configurations: use random",
             runs_grid=True,
             no_extend="runs every combination once",
             warm_starts=False,
@@ -88,6 +90,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             kinds=EVERY_KIND,
             several_objectives=True,
             ranks_earlier=True,
+            # (pbt and pb2 start from random search's population and evolve it)
+            schedulers=("asha", "fifo", "pbt", "pb2"),
         ),
         Algorithm(
             name="bohb",
@@ -107,6 +111,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             builds="tuner.search.algorithms:plan_optuna",
             kinds=DISTRIBUTIONS,
             several_objectives=True,
+            schedulers_why="a population (pbt, pb2) starts from random search's configurations and "
+            "evolves them: use random",
             preload=("optuna", "tuner.search.searchers"),
         ),
     )

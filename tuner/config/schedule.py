@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, field_validator, model_validator
 
 from tuner.config.base import Section, one_of
+from tuner.config.population import PopulationSection
 from tuner.config.schedulers import SCHEDULERS
 from tuner.errors import ConfigError
 
@@ -56,7 +57,8 @@ class ScheduleSection(Section):
     scheduler: Optional[str] = Field(
         None,
         description=f"What decides which trials go on: {' | '.join(SCHEDULERS)} (fifo: every trial "
-        "trains to max_epochs; asha: poor trials stop at rungs). Default: the algorithm's (asha for "
+        "trains to max_epochs; asha: poor trials stop at rungs; pbt, pb2: population-based "
+        "training, schedule.pbt). Default: the algorithm's (asha for "
         "random, optuna and bohb, fifo for grid), fifo with several objectives "
         "(docs/explanation/algorithms.md).",
     )
@@ -65,6 +67,11 @@ class ScheduleSection(Section):
         description="Stop poor trials early: true is schedule.scheduler asha, false fifo. Default: "
         "on for random and optuna, off for grid and with several objectives (where true is "
         "refused); bohb always uses it (asynchronous BOHB).",
+    )
+    pbt: PopulationSection = Field(
+        default_factory=PopulationSection,
+        description="Population-based training (schedule.scheduler: pbt or pb2): how often and how "
+        "the population is perturbed (docs/how-to/population.md).",
     )
     trial_timeout: Optional[float] = Field(
         None,

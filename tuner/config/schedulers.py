@@ -1,7 +1,10 @@
 """Early stopping as a registry of its own: one record a scheduler, chosen by `schedule.scheduler`.
 
 - `fifo`: every trial trains to `max_epochs` (Tune's first-in first-out; nothing stopped);
-- `asha`: asynchronous successive halving (Li et al. 2020), which stops poor trials at rungs.
+- `asha`: asynchronous successive halving (Li et al. 2020), which stops poor trials at rungs;
+- `pbt`: population-based training (Jaderberg et al. 2017): the worst trials continue from the
+  best ones' checkpoints with perturbed configurations (schedule.pbt);
+- `pb2`: the same, the new configurations chosen by a GP bandit (Parker-Holder et al. 2020).
 
 Ray keeps searchers and schedulers apart, and so does tuner: a search algorithm
 (tuner.config.algorithms) proposes configurations, a scheduler decides which trials go on.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner.config.algorithms import ALGORITHMS, Algorithm, imported
+from tuner.config.population import check_population
 from tuner.errors import ConfigError
 
 # What a scheduler's check reads: the SweepConfig, its sections valid each on its own
@@ -53,6 +57,10 @@ class Scheduler:
     whole_curve: bool = False  # decides from each trial's whole learning curve, not one rung's value
     # What validate refuses for it besides the traits above (a parameter it cannot perturb, ...).
     check: Optional[Callable[[SweepFile], None]] = None
+    # "module:function" that takes over handing out the trials, fn(plan, request, scheduler) ->
+    # SearchPlan (a population hands out its own members, holding back those that wait for the
+    # others); None: the algorithm's searcher does.
+    hands_out: Optional[str] = None
 
     @property
     def needs_checkpoints(self) -> bool:
@@ -70,6 +78,10 @@ class Scheduler:
             imported(self.seeds)(scheduler, request)
         return scheduler
 
+    def adapt(self, plan: Any, request: Any, scheduler: Any) -> Any:
+        """The plan as this scheduler runs it: its own way of handing out trials, if it has one."""
+        return plan if self.hands_out is None else imported(self.hands_out)(plan, request, scheduler)
+
 
 SCHEDULERS: dict[str, Scheduler] = {
     s.name: s
@@ -83,6 +95,22 @@ SCHEDULERS: dict[str, Scheduler] = {
             stops_early=True,
             one_objective="ASHA ranks trials by one metric and would stop the ones that trade it for "
             "the other objectives; with several objectives early stopping is off (leave it unset)",
+        ),
+        *(
+            Scheduler(
+                name=name,
+                title=title,
+                builds=f"tuner.search.pbt:{name}",
+                pauses=True,
+                clones=True,
+                one_objective=f"{name} ranks the population by one metric (the first objective)",
+                check=check_population,
+                hands_out="tuner.search.pbt:hand_out",
+            )
+            for name, title in (
+                ("pbt", "population-based training"),
+                ("pb2", "population-based bandits (PB2)"),
+            )
         ),
     )
 }
@@ -133,7 +161,9 @@ def check_pair(cfg: SweepFile) -> Scheduler:
         )
     if count > 1 and not scheduler.several_objectives:
         raise ConfigError(field, scheduler.one_objective)
-    if scheduler.needs_checkpoints and getattr(cfg.task, "checkpoints", True) is False:
+    # (task.checkpoints is the script's word that it writes checkpoints: the other modes always do)
+    writes = "checkpoints" not in cfg.trial_mode.fields or cfg.task.checkpoints is not False
+    if scheduler.needs_checkpoints and not writes:
         does = "pauses trials" if scheduler.pauses else "continues trials from others' checkpoints"
         raise ConfigError(
             "task.checkpoints",

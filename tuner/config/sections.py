@@ -29,6 +29,7 @@ from tuner.config.objectives import (
     mode_shape,
     pairs,
 )
+from tuner.config.population import perturbed
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.config.schedulers import Scheduler, check_pair
@@ -355,7 +356,10 @@ class SweepConfig(Section):
         modes = directions(self.metric, self.mode)
         self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
         check_several(len(modes), self.algorithm)
-        check_pair(self)  # the algorithm with its scheduler
+        scheduler = check_pair(self)  # the algorithm with its scheduler
+        if scheduler.clones and self.schedule.pbt.perturb is None:
+            # Resolved once, as sweep.yaml then records it (no re-validation).
+            self.schedule.pbt.__dict__["perturb"] = perturbed(self)
         if "autotune" in self.search.params:
             raise ConfigError(
                 "search.params.autotune",

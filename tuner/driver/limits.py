@@ -108,7 +108,9 @@ class Budgeted(TrialScheduler):
     def choose_trial_to_run(self, tune_controller: Any) -> Optional[Trial]:
         if self.limits.spent():
             for trial in tune_controller.get_trials():
-                if trial.status == Trial.PENDING:
+                if trial.status == Trial.PAUSED:  # (a population's member, waiting): it ends here
+                    tune_controller.stop_trial(trial)
+                elif trial.status == Trial.PENDING:
                     # Named (an empty directory, as Tune makes for every trial it queues for
                     # an actor), since Tune asks every trial for its path when it ends.
                     trial.init_local_path()

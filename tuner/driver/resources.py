@@ -408,6 +408,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         start_dir=os.getcwd(),
         storage=storage,
         sweep_dir=sweep_dir,
+        perturbed=tuple(cfg.schedule.pbt.perturb or ()) if cfg.scheduler.clones else (),
     )
 
 

@@ -166,6 +166,12 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
     if cfg.algorithm.no_extend:
         why = cfg.algorithm.no_extend
         raise ConfigError("--num-samples", f"a {cfg.search.algorithm} sweep {why}: nothing to add")
+    if cfg.scheduler.clones:
+        raise ConfigError(
+            "--num-samples",
+            f"a {cfg.scheduler.name} sweep's population trained side by side from the start: a member "
+            "added now could not catch up (start a new sweep, warm-started from this one)",
+        )
     if more < 1:
         raise ConfigError("--num-samples", f"must be >= 1, got {more}")
     total = cfg.search.num_samples + more
@@ -292,6 +298,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         res.max_concurrent,
         start.prior,
         objectives=cfg.objectives,
+        place=start.mirror or start.sweep_dir,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
@@ -389,8 +396,15 @@ class TrialNames:
     """Trial (and directory) names: the trial id, or for a trial continued by `resume`, the
     directory it ran in, so it finds its checkpoints, journal and TensorBoard run there."""
 
-    def __init__(self, resumed: Optional[list[tuple[dict[str, Any], str]]] = None):
-        self.pending = [(algorithms.key(c), name) for c, name in (resumed or [])]
+    def __init__(
+        self,
+        resumed: Optional[list[tuple[dict[str, Any], str]]] = None,
+        chosen: Optional[dict[str, str]] = None,
+    ):
+        # `chosen`: the plan's searcher names its trials itself (a population's members).
+        listed = [] if chosen is not None else resumed or []
+        self.pending = [(algorithms.key(c), name) for c, name in listed]
+        self.chosen = chosen if chosen is not None else {}
         self.given: dict[str, str] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TrialNames:
@@ -402,7 +416,7 @@ class TrialNames:
 
     def __call__(self, trial: Any) -> str:
         if trial.trial_id not in self.given:
-            name = trial.trial_id
+            name = self.chosen.get(trial.trial_id, trial.trial_id)
             k = algorithms.key(trial.config)
             for i, (config_key, old) in enumerate(self.pending):
                 if config_key == k:
@@ -473,7 +487,7 @@ def _launch(
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
-    names = TrialNames(start.resumed_dirs)
+    names = TrialNames(start.resumed_dirs, plan.names)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
     )

@@ -156,13 +156,19 @@ def plan_grid(r: SearchRequest) -> SearchPlan:
 
 
 def plan_random(r: SearchRequest) -> SearchPlan:
-    prior, search = r.prior, r.search
-    start = _start(r)
-    start += top_earlier(prior.earlier, r.metric, r.mode, search.num_samples - len(start))
-    drawn = random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
-    fresh = _not_started(start + drawn, prior)
+    prior = r.prior
+    fresh = _not_started(random_list(r), prior)
     todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
     return _listed_plan(r, todo, "random search")
+
+
+def random_list(r: SearchRequest) -> list[dict[str, Any]]:
+    """Random search's configurations, in the order it runs them, the same on every run of the
+    sweep: search.start_with's, a warm start's best earlier ones, then draws of the seed."""
+    search = r.search
+    start = _start(r)
+    start += top_earlier(r.prior.earlier, r.metric, r.mode, search.num_samples - len(start))
+    return start + random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
 
 
 TOP_EARLIER = 5  # random search runs this many of a warm start's best earlier configurations first
@@ -299,6 +305,7 @@ def build(
     max_concurrent: Optional[int] = None,
     prior: Optional[Prior] = None,
     objectives: Sequence[tuple[str, str]] = (),
+    place: Any = None,
 ) -> SearchPlan:
     """The Tune pieces for `search.algorithm` over `params` (fixed values included), with the
     sweep's scheduler (`schedule.scheduler`, or the algorithm's default), its state rebuilt
@@ -307,6 +314,8 @@ def build(
     `max_concurrent`: trials running at once (None: as many as resources allow).
     `prior`: the earlier run of a resumed sweep (None: a new sweep).
     `objectives`: (metric, mode) of each when there are several (`metric`, `mode`: the first).
+    `place`: where the sweep lives (its directory, or an s3:// sweep's mirror), for a scheduler
+    that reads its trials' files (a population).
     """
     try:
         algorithm = ALGORITHMS[search.algorithm]
@@ -326,9 +335,10 @@ def build(
         tuple(objectives),
         algorithm,
         scheduler,
+        place,
     )
     plan: SearchPlan = algorithm.builder()(request)
     plan.scheduler = scheduler.build(request)
     if plan.scheduler is not None:
         plan.description += f" + {scheduler.title}"
-    return plan
+    return scheduler.adapt(plan, request, plan.scheduler)

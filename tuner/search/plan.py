@@ -50,6 +50,9 @@ class SearchPlan:
     num_samples: int
     description: str
     points: Optional[list[dict[str, Any]]] = None  # grid/random: exactly the trials to run
+    # Tune trial id -> the directory it continues in, for trials the plan's searcher names
+    # itself (a population's members); None: a resumed trial is found by its configuration.
+    names: Optional[dict[str, str]] = None
 
 
 def key(config: dict[str, Any]) -> str:
@@ -108,3 +111,6 @@ class SearchRequest:
     objectives: tuple[tuple[str, str], ...] = ()
     algorithm: Optional[Algorithm] = None  # search.algorithm's record
     scheduler: Optional[Scheduler] = None  # the scheduler the sweep runs with (its record)
+    # Where the sweep lives, for a scheduler that reads or writes its trials' files (a
+    # population): its directory, or an s3:// sweep's sweepdir.remote.Mirror; None: nowhere.
+    place: Any = None

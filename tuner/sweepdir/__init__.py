@@ -6,6 +6,7 @@ write it: a name that stays inside output, one run at a time under a lock (claim
       sweep/                    events.out.* (TensorBoard's run of the sweep as a whole)
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
+                                lineage.json (pbt, pb2: its configuration per epoch range)
                                 (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
@@ -34,6 +35,7 @@ from tuner.sweepdir.files import (
     EXPORT_FILES,
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
+    LINEAGE_FILE,
     LOCK_FILE,
     METRICS_FILE,
     NEVER_STARTED,
@@ -71,6 +73,7 @@ from tuner.sweepdir.files import (
     read_best_record,
     read_config,
     read_environments,
+    read_lineage,
     read_metrics,
     read_record,
     read_summary,
@@ -85,6 +88,7 @@ from tuner.sweepdir.files import (
     trial_disk_full,
     write_atomic,
     write_autotune,
+    write_lineage,
     write_record,
     write_summary,
 )
@@ -102,6 +106,7 @@ __all__ = [
     "Claim",
     "HPARAMS_EXPERIMENT_MARKER",
     "HPARAMS_SESSION_MARKER",
+    "LINEAGE_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
     "NOTICE",
@@ -143,6 +148,7 @@ __all__ = [
     "read_best_record",
     "read_config",
     "read_environments",
+    "read_lineage",
     "read_metrics",
     "read_record",
     "read_summary",
@@ -160,6 +166,7 @@ __all__ = [
     "trial_disk_full",
     "write_atomic",
     "write_autotune",
+    "write_lineage",
     "write_record",
     "write_summary",
 ]

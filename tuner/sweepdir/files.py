@@ -7,6 +7,7 @@
       sweep/                    events.out.*: TensorBoard's run of the sweep as a whole
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
+                                lineage.json (pbt, pb2: its configuration per epoch range)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Each file is written at once by the process that knows its facts: `tuner_trial.json`
@@ -37,6 +38,9 @@ SUMMARY_FILE = "summary.json"
 AUTOTUNE_FILE = "autotune.json"  # training.autotune: the choice, its arms, what it cost (the driver's)
 ENVIRONMENT_FILE = "environment.json"  # what each run of the sweep ran on (tuner.environment)
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
+# A population's member (schedule.scheduler: pbt, pb2): its configuration per epoch range and
+# the trial whose weights each range started from (the driver's: tuner.search.pbt).
+LINEAGE_FILE = "lineage.json"
 # A record's key: Tune failed the trial before it started (its reused actor could not be reset),
 # so it ended in error without running any code of yours, and `resume` runs it.
 NEVER_STARTED = "never_started"
@@ -396,8 +400,35 @@ def trial_dirs(sweep_dir: str) -> list[str]:
 
 
 def full_config(trial_dir: str) -> dict[str, Any]:
-    """Everything the trial ran with (searched and fixed values, training defaults)."""
+    """Everything the trial ran with (searched and fixed values, training defaults); for a
+    member of a population (pbt, pb2) the configuration it runs with now, which its newest
+    weights were trained with (its lineage's last)."""
+    lineage = read_lineage(trial_dir)
+    if lineage is not None:
+        return dict(lineage["segments"][-1]["config"])
     return dict((recovered_record(trial_dir) or {}).get("config") or {})
+
+
+def read_lineage(trial_dir: str) -> Optional[dict[str, Any]]:
+    """A population member's lineage.json: {"member": its index in the population, "segments":
+    [{"epoch": the epoch the range starts after, "config": the whole configuration, "donor":
+    the trial whose checkpoint of that epoch it continued from (None: its own), ...}, ...]},
+    oldest first; None for a trial that has none (or a damaged one)."""
+    value, _ = _read_object(os.path.join(trial_dir, LINEAGE_FILE))
+    segments = value.get("segments") if value is not None else None
+    if not isinstance(segments, list) or not segments:
+        return None
+    if not all(isinstance(s, dict) and isinstance(s.get("config"), dict) for s in segments):
+        return None
+    return value
+
+
+def write_lineage(trial_dir: str, lineage: dict[str, Any]) -> str:
+    """Write a member's lineage.json (atomically); its path."""
+    os.makedirs(trial_dir, exist_ok=True)
+    path = os.path.join(trial_dir, LINEAGE_FILE)
+    write_atomic(path, json.dumps(json_safe(lineage), indent=1))
+    return path
 
 
 def resources_of(trial_dir: str) -> dict[str, Any]:

@@ -203,6 +203,7 @@ class Progress:
         # (The caller reports, not a callback: a closure over the trial's objects would keep
         # them alive in the traceback of an error raised while reporting.)
         self.writer.scalars(metrics, int(metrics["epoch"]))
+        self.writer.scalars({f"config/{k}": v for k, v in self.session.shown.items()}, int(metrics["epoch"]))
         if self.notice:
             metrics[NOTICE], self.notice = self.notice, None
         # Journal first, then checkpoint, then report: a kill between any two leaves a

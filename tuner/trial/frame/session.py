@@ -36,6 +36,9 @@ class Session:
     metric: Optional[str] = None  # the sweep's metric: the trial's first report must hold it
     best: Optional[BestCheckpoint] = None  # the best epoch's weights (trials in a sweep directory)
     also: tuple[str, ...] = ()  # the other objectives' metrics, with several: likewise
+    # The trial's values of the parameters a population perturbs, recorded with every epoch
+    # (config/<name> in TensorBoard): its configuration's schedule, epoch by epoch.
+    shown: dict[str, Any] = {}
     # Around the wait for the driver in a report: the trial's watchdog has no deadline there
     # (harness.guarded sets it; see Watchdog.held).
     held: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
@@ -71,6 +74,10 @@ class Session:
         if self.best is not None and state is not None and self.is_main:
             self.best.offer(metrics, state)
         self._report(metrics, state)
+
+    def show(self, config: dict[str, Any], names: Sequence[str]) -> None:
+        """Record the values of `names` in `config` with every epoch (those it has)."""
+        self.shown = {name: config[name] for name in names if name in config}
 
     def keep_best(self, metric: Optional[str], mode: str) -> None:
         """Keep the trial's best epoch's weights in its directory (by `metric` and `mode`)."""

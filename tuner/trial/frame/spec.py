@@ -58,6 +58,9 @@ class TrialSpec:
     sweep_dir: Optional[str] = None
     # training.autotune's choice per model size (tuner.autotune.Table as JSON); None: off.
     autotune: Optional[dict[str, Any]] = None
+    # The parameters a population perturbs (schedule.scheduler: pbt, pb2): each trial shows
+    # its values as scalars over the epochs (TensorBoard's config/<name>).
+    perturbed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The mode alone says what runs: a field that chooses a mode running another function

@@ -144,6 +144,7 @@ class Rank:
                 spec.metric, spec.mode, spec.also, local_rank=job["local_rank"],
                 own_dir=spec.sweep_dir is not None, tune_checkpoint=job.get("checkpoint"), objects=objects,
             )  # fmt: skip
+            session.show(hp, spec.perturbed)
             try:
                 MODES[spec.trial_mode].function()(hp, spec, session)
             except SystemExit:

@@ -40,6 +40,7 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     session = TuneSession(
         spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
     )
+    session.show(config, spec.perturbed)
     MODES[spec.trial_mode].function()(config, spec, session)
 
 

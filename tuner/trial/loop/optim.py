@@ -84,6 +84,25 @@ def init_state(optimizer: torch.optim.Optimizer) -> None:
                     value.zero_()
 
 
+def set_hyperparameters(optimizer: torch.optim.Optimizer, schedule: Any, s: Settings) -> None:
+    """The trial's settings on an optimizer and schedule whose state came from a checkpoint:
+    its learning rate (at the schedule's step), weight decay and momentum are the
+    configuration's, not the checkpoint's. The same values on a plain resume (the expression
+    LambdaLR itself computes); the new ones after population-based training continued the
+    trial from another's checkpoint with a perturbed configuration."""
+    options = OPTIMIZERS[s.optimizer][1](s)
+    for group in optimizer.param_groups:
+        group.update({k: v for k, v in options.items() if k in group})
+    if isinstance(schedule, torch.optim.lr_scheduler.LambdaLR):
+        schedule.base_lrs = [s.lr for _ in optimizer.param_groups]
+        for group, factor in zip(optimizer.param_groups, schedule.lr_lambdas, strict=True):
+            group["initial_lr"] = s.lr
+            group["lr"] = s.lr * factor(schedule.last_epoch)
+    else:
+        for group in optimizer.param_groups:
+            group["lr"] = s.lr
+
+
 def lr_factor(s: Settings, steps_per_epoch: int, max_epochs: int) -> Callable[[int], float]:
     """Step -> multiple of the base lr: linear warm-up, then constant or cosine to 0."""
     warmup = max(0, round(s.warmup_epochs * steps_per_epoch))

@@ -20,6 +20,7 @@ from torch import nn
 if TYPE_CHECKING:
     from tuner.trial.frame.gpu import NoGpu
     from tuner.trial.frame.session import Session
+    from tuner.trial.frame.settings import Settings
     from tuner.trial.frame.spec import TrialSpec
     from tuner.trial.loop.amp import Amp
     from tuner.trial.loop.data import Batches, DataBundle
@@ -65,6 +66,7 @@ class Parts:
     state: TrainState
     log: logging.Logger
     num_params: int = 0  # the model's trainable parameters (an objective: metric num_params)
+    settings: Optional[Settings] = None  # the trial's training settings (restore applies them)
 
     def close(self) -> None:
         """End what outlives a reference: the DataLoaders' worker processes."""
@@ -102,6 +104,10 @@ def restore(p: Parts) -> bool:
     p.amp.scaler.load_state_dict(payload["scaler"])
     p.schedule.load_state_dict(payload["schedule"])
     p.state = TrainState(**payload["state"])
+    if p.settings is not None:  # the configuration's lr, weight decay, momentum: not the checkpoint's
+        from tuner.trial.loop.optim import set_hyperparameters
+
+        set_hyperparameters(p.optimizer, p.schedule, p.settings)
     torch.set_rng_state(payload["rng_cpu"].cpu())
     if payload["rng_cuda"] is not None and p.device.type == "cuda":
         torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)

@@ -114,6 +114,7 @@ def build_parts(
         state=TrainState(micro_batch=micro),
         log=log,
         num_params=num_params,
+        settings=s,
     )
 
 
