@@ -95,17 +95,16 @@ def perturbation_epochs(interval: int, max_epochs: int) -> list[int]:
     return list(range(interval, max_epochs, interval))
 
 
-def _why_fixed(name: str, mode: str, model: str) -> str:
+def _why_fixed(name: str, cfg: Any) -> str:
     """Why tuner's own loop cannot change parameter `name` between epochs ("" if it can)."""
+    mode, model = cfg.trial_mode.name, cfg.task.model or ""
     if mode not in ("loop", "hooks") or name in TRAINING_PERTURBABLE or name == "dropout":
         return ""
     if name in _TRAINING_FIXED:
         return _TRAINING_FIXED[name]
     if name in catalogue.MODELS.get(model, {}):
         return "it sizes the model: the donor's weights have the donor's shapes"
-    from tuner.config.sections import TrainingSection
-
-    if name in TrainingSection.model_fields:
+    if name in type(cfg.training).model_fields:
         return "tuner's loop reads it once, at a trial's start"
     return ""
 
@@ -137,7 +136,7 @@ def check_population(cfg: Any) -> None:
             f"{every} leaves no perturbation before schedule.max_epochs ({schedule.max_epochs}): "
             "make it smaller",
         )
-    mode, model = cfg.trial_mode.name, cfg.task.model or ""
+    mode = cfg.trial_mode.name
     for key in pop.perturb or []:
         p = search.params.get(key)
         if p is None:
@@ -148,7 +147,7 @@ def check_population(cfg: Any) -> None:
             raise ConfigError(
                 f"search.params.{key}", "a grid's values are taken in turn: perturb a choice instead"
             )
-        why = _why_fixed(key, mode, model)
+        why = _why_fixed(key, cfg)
         if why:
             raise ConfigError(
                 f"search.params.{key}",

@@ -186,6 +186,12 @@ class Population:
             self.names[trial_id] = m.name
         return dict(m.config)
 
+    def added(self, trial: Trial) -> None:
+        """A Tune trial of a member exists (it may fail before it reports anything)."""
+        i = self.of_trial.get(trial.trial_id)
+        if i is not None:
+            self.trials[i] = trial
+
     def result(self, trial: Trial, result: dict[str, Any]) -> str:
         i = self.of_trial.get(trial.trial_id)
         if i is None:
@@ -303,6 +309,9 @@ class PopulationScheduler(FIFOScheduler):
     @property
     def supports_buffered_results(self) -> bool:
         return False  # every epoch's result is seen as it comes: a member waits at its epoch
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        self.population.added(trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         return self.population.result(trial, result)

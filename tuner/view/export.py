@@ -7,7 +7,9 @@ checkpoints. From those this writes an export directory:
     model.pt       the weights as a plain state dict (no DDP `module.` or compile `_orig_mod.`
                    prefixes): torch.load(...) and model.load_state_dict(...), no tuner needed
     config.json    the trial's whole resolved configuration (searched and fixed values,
-                   training settings) and the sweep's task, metric and mode
+                   training settings) and the sweep's task, metric and mode; for a
+                   population's member (pbt, pb2) its configuration now, and `schedule`: the
+                   configurations that trained the weights, epoch range by range
     metrics.json   the metrics of the epoch the weights are from
     model.ts.pt    (--format torchscript) torch.jit.load-able
     model.onnx     (--format onnx, with the `onnx` extra)
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner.config import ConfigError, SweepConfig
-from tuner.results import TrialRecord, ranked, records
+from tuner.results import TrialRecord, ranked, records, weights_schedule
 from tuner.sweepdir import (
     BEST_DIR,
     BEST_RECORD,
@@ -57,6 +59,9 @@ class Chosen:
     cfg: SweepConfig
     trial: TrialRecord
     best: dict[str, Any]  # best.json: epoch, metric, value, weights (the file's path)
+    # A population's member (pbt, pb2): the configurations that trained these weights, range
+    # by range, through the trials they came from (results.weights_schedule).
+    schedule: Optional[list[dict[str, Any]]] = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -68,6 +73,7 @@ class Chosen:
             "mode": self.cfg.direction,
             "task": self.cfg.task.model_dump(mode="json"),
             "config": full_config(self.trial.path),
+            **({"schedule": self.schedule} if self.schedule is not None else {}),
         }
 
     def metrics(self) -> dict[str, Any]:
@@ -100,7 +106,8 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
     best = read_best_record(trial.path)
     if best is None:
         raise ConfigError("", f"trial {trial.trial_id} kept no weights: {_why_none(cfg)}")
-    return Chosen(cfg, trial, best)
+    schedule = None if trial.schedule is None else weights_schedule(trials, trial, int(best["epoch"]))
+    return Chosen(cfg, trial, best, schedule)
 
 
 def _why_none(cfg: SweepConfig) -> str:

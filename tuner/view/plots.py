@@ -74,6 +74,73 @@ def best_so_far(
     return _save(fig, path)
 
 
+def lineage(
+    lines: dict[str, list[tuple[int, int, Optional[str]]]], ancestry: set[tuple[str, int, int]], path: str
+) -> str:
+    """A population's lineage: each trial a row, each of its epoch ranges (start, end, donor)
+    a line, an arrow from the donor's row where a range began from another's checkpoint; the
+    ranges in `ancestry` ((trial, first epoch, last epoch): the best weights') drawn thick."""
+    names = list(lines)
+    fig = _figure(8.0, max(2.5, 0.35 * len(names) + 1.2))
+    ax = fig.add_subplot()
+    if not names:
+        _empty(ax, "no trials yet")
+        return _save(fig, path)
+    row = {name: i for i, name in enumerate(names)}
+    for name, ranges in lines.items():
+        for start, end, donor in ranges:
+            ax.plot([start, end], [row[name]] * 2, color="#8c959f", linewidth=2)
+            if donor is not None and donor in row:
+                ax.annotate(
+                    "",
+                    xy=(start, row[name]),
+                    xytext=(start, row[donor]),
+                    arrowprops={"arrowstyle": "->", "color": "#e16f24", "linewidth": 1.2},
+                )
+    for name, first, last in ancestry:
+        if name in row:
+            ax.plot([first - 1, last], [row[name]] * 2, color="#0969da", linewidth=4)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_title("Lineage: which trial continued from which, when")
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, path)
+
+
+def schedule(
+    trained: Sequence[dict[str, Any]], names: Sequence[str], params: dict[str, ParamT], path: str
+) -> str:
+    """The best weights' schedule: each parameter's value over the epochs that trained them
+    (`trained`: [{"epochs": [first, last], "config": ...}]), a panel each."""
+    shown = [n for n in names if any(n in s["config"] for s in trained)]
+    fig = _figure(8.0, max(2.5, 2.0 * len(shown)))
+    if not shown or not trained:
+        _empty(fig.add_subplot(), "no schedule")
+        return _save(fig, path)
+    axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, name in zip(axes, shown, strict=True):
+        xs, ys = [], []
+        for s in trained:
+            if name in s["config"]:
+                xs += [s["epochs"][0] - 1, s["epochs"][1]]
+                ys += [s["config"][name]] * 2
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in ys):
+            ax.plot(xs, ys, color="#0969da", linewidth=2)
+            if isinstance(params.get(name), (LogUniform, LogRandInt)):
+                ax.set_yscale("log")
+        else:  # a choice: its values on the axis, in order
+            values = list(dict.fromkeys(str(v) for v in ys))
+            ax.plot(xs, [values.index(str(v)) for v in ys], color="#0969da", linewidth=2)
+            ax.set_yticks(range(len(values)), values)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("epoch")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_title("The best weights' schedule")
+    return _save(fig, path)
+
+
 def overlaid(series: dict[str, Sequence[tuple[float, float]]], xlabel: str, metric: str, path: str) -> str:
     """One best-so-far step line per sweep, on shared axes (the comparison report)."""
     fig = _figure()

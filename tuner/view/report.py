@@ -5,7 +5,8 @@ trial and the command that trains it again, the leaderboard, best-so-far against
 time and as trials finished, learning curves of the top trials, parallel coordinates,
 hyperparameter importance (fANOVA), failures by cause, compute accounting (CPU/GPU-seconds), and
 the environment the sweep ran on (versions, GPUs, the code's commit); with several objectives,
-the Pareto front (drawn, and its trials listed) after the leaderboard.
+the Pareto front (drawn, and its trials listed) after the leaderboard; for a population (pbt,
+pb2), its lineage and the schedule that trained the best weights.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tuner.results import (
     pareto,
     ranked,
     short,
+    weights_schedule,
 )
 from tuner.sweepdir import (
     AUTOTUNE_FILE,
@@ -80,6 +82,7 @@ def build(data: SweepData, out: str) -> list[Block]:
     points, running = analysis.best_so_far(data)
     blocks: list[Block] = [Text(_overview(data)), *_best(data), *_leaderboard(data)]
     blocks += _pareto(data, png("pareto.png"))
+    blocks += _population(data, png("lineage.png"), png("schedule.png"))
     blocks += [
         Heading("Best so far"),
         Image(plots.best_so_far(points, running, data.metric, png("best_so_far.png")), "best so far"),
@@ -208,6 +211,48 @@ def _best_weights(data: SweepData, trial_id: str) -> list[Block]:
             "TorchScript or ONNX (python -m tuner export --format torchscript|onnx):"
         ),
         Code(model),
+    ]
+
+
+def _population(data: SweepData, lineage_png: str, schedule_png: str) -> list[Block]:
+    """A population's lineage (which trial continued from which, when) and the schedule of
+    each perturbed parameter that trained the best weights."""
+    members = [r for r in data.records if r.schedule is not None]
+    top, schedule = ranked(data.records, data.mode), data.cfg.schedule
+    if not members or not top:
+        return []
+    best = top[0]
+    trained = weights_schedule(data.records, best, best.best_epoch or best.epochs)
+    perturbed = list(data.cfg.schedule.pbt.perturb or [])
+    clones = [(r.trial_id, s) for r in members for s in (r.schedule or [])[1:]]
+    rows = [
+        [
+            f"{s['epochs'][0]}-{s['epochs'][1]}",
+            s["trial"],
+            *(short(s["config"].get(n, "")) for n in perturbed),
+        ]
+        for s in trained
+    ]
+    ancestry = {(s["trial"], s["epochs"][0], s["epochs"][1]) for s in trained}
+    lines = {
+        r.trial_id: [(s["epochs"][0] - 1, s["epochs"][1], s.get("donor")) for s in (r.schedule or [])]
+        for r in data.records
+    }
+    return [
+        Heading("Population"),
+        Text(
+            f"{len(members)} trials, perturbed every {schedule.pbt.every(schedule.max_epochs)} "
+            f"epochs: {len(clones)} times a trial continued from another's checkpoint with a perturbed "
+            f"configuration ({', '.join(perturbed)}). Each line is a trial's epochs; an arrow, a trial "
+            "continuing from another; the best weights' line is drawn thick."
+        ),
+        Image(plots.lineage(lines, ancestry, lineage_png), "lineage"),
+        Text(
+            f"The best weights ({best.trial_id}, epoch {best.best_epoch}) were trained by these "
+            "configurations, epoch range by range (summary.json's best.schedule):"
+        ),
+        Table(["epochs", "trial", *perturbed], rows),
+        Image(plots.schedule(trained, perturbed, data.cfg.search.params, schedule_png), "schedule"),
     ]
 
 
