@@ -81,6 +81,8 @@ def train(config: dict[str, Any], ctx: Any) -> None:
     state = ctx.restore()  # None unless the trial resumes (paused, retried, `tuner resume`)
     if state is not None:
         ctx.load_state_dict(model, optimizer, state)
+        for group in optimizer.param_groups:  # config's lr, not the checkpoint's (pbt changes it)
+            group["lr"] = float(config["lr"])
     batches = ctx.loader(train_set, int(config["batch_size"]))
     val_batches = ctx.loader(val_set, int(config["batch_size"]), shuffle=False)
     for _epoch in range(ctx.epoch, ctx.max_epochs):  # ctx.epoch: epochs done before a resume

@@ -1,0 +1,206 @@
+"""Population-based training against random search + ASHA, at the same epoch budget, on real
+training (issue 47).
+
+Two tasks where a schedule matters, each trained by real sweeps (`python -m tuner sweep`, a
+private local Ray each, 2 trials at a time on a 2-core machine):
+
+- digits_cnn: tuner's loop, the built-in CNN on the digits data, SGD with momentum at a
+  constant learning rate and weight decay, both searched (a decaying rate is what helps);
+- char_lm: the char-level transformer of search_spaces/char_lm.py (`task.train`), AdamW at a
+  constant learning rate, searched.
+
+Per task and seed, side by side and alternating which goes first: pbt (a population of
+POPULATION trials of MAX_EPOCHS epochs, perturbed every INTERVAL) and random + ASHA (the same
+space, ASHA_TRIALS trials of up to MAX_EPOCHS, grace 1, reduction factor 3). Every epoch any
+trial trained is counted, in the order the epochs ended (their journals' wall_time); the
+budget is pbt's (POPULATION x MAX_EPOCHS epochs). Reported per task and method, over seeds:
+the best value within the budget (median and each seed's), the epochs spent until the best
+so far reaches the task's target (median; a seed that never reaches it counts as infinite),
+and the wall time. The goal: pbt reaches the target in at most 0.8x random + ASHA's epochs.
+
+    python scripts/bench_pbt.py --seeds 5 --out /tmp/bench_pbt      # ~1-2 h on 2 cores
+    python scripts/bench_pbt.py --report /tmp/bench_pbt             # the tables again
+    python scripts/bench_pbt.py --smoke --out /tmp/bench_pbt_smoke  # a minute: it runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner.sweepdir import read_metrics, trial_dirs  # noqa: E402
+
+POPULATION, MAX_EPOCHS, INTERVAL, ASHA_TRIALS = 6, 8, 2, 20
+
+TASKS: dict[str, dict[str, Any]] = {
+    "digits_cnn": {
+        "task": {"model": "cnn", "data": "digits"},
+        "metric": "val_acc",
+        "mode": "max",
+        "target": 0.975,
+        "params": {
+            "lr": {"type": "loguniform", "low": 1e-3, "high": 0.5},
+            "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-2},
+            "channels": 16,
+            "blocks": 2,
+            "optimizer": "sgd",
+            "momentum": 0.9,
+        },
+        "training": {"batch_size": 64, "amp": "off", "lr_schedule": "constant"},
+    },
+    "char_lm": {
+        "task": {"train": "search_spaces.char_lm:train"},
+        "metric": "val_loss",
+        "mode": "min",
+        "target": 1.7,
+        "params": {
+            "lr": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
+            "width": 64,
+            "layers": 1,
+            "heads": 4,
+            "block_size": 32,
+            "dropout": 0.0,
+            "modules": "argparse,collections",
+            "chars": 30000,
+            "batch_size": 32,
+        },
+        "training": {},
+    },
+}
+
+
+def sweep_file(task: str, method: str, seed: int, out: Path, smoke: bool) -> dict[str, Any]:
+    t = TASKS[task]
+    epochs, population = (3, 3) if smoke else (MAX_EPOCHS, POPULATION)
+    schedule: dict[str, Any] = {"max_epochs": epochs}
+    if method == "pbt":
+        schedule.update(scheduler="pbt", pbt={"interval": 1 if smoke else INTERVAL})
+        samples = population
+    else:
+        schedule.update(scheduler="asha", grace_epochs=1, reduction_factor=3)
+        samples = 4 if smoke else ASHA_TRIALS
+    return {
+        "name": f"{task}-{method}-{seed}",
+        "task": t["task"],
+        "metric": t["metric"],
+        "mode": t["mode"],
+        "search": {"algorithm": "random", "num_samples": samples, "seed": seed, "params": t["params"]},
+        "schedule": schedule,
+        "resources": {"workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
+        "training": t["training"],
+        "output": str(out),
+    }
+
+
+def run(task: str, method: str, seed: int, out: Path, smoke: bool) -> dict[str, Any]:
+    raw = sweep_file(task, method, seed, out / "sweeps", smoke)
+    path = out / "files" / f"{raw['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(raw))
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "sweep", str(path)], cwd=ROOT, capture_output=True, text=True
+    )
+    wall = time.monotonic() - began
+    if done.returncode not in (0, 1):
+        raise RuntimeError(
+            f"{raw['name']}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    rows = []
+    for d in trial_dirs(str(out / "sweeps" / raw["name"])):
+        rows += [r for r in read_metrics(d) if "failure" not in r]
+    rows.sort(key=lambda r: r["wall_time"])
+    values = [float(r[raw["metric"]]) if math.isfinite(float(r[raw["metric"]])) else math.nan for r in rows]
+    return {"task": task, "method": method, "seed": seed, "wall_s": round(wall, 1), "values": values}
+
+
+def measured(result: dict[str, Any], budget: int, target: float, mode: str) -> dict[str, Any]:
+    """Best within `budget` epochs, epochs until the best reaches `target` (inf: never)."""
+    sign = 1.0 if mode == "max" else -1.0
+    best, reached = -math.inf, math.inf
+    for i, v in enumerate(result["values"][:budget], 1):
+        if math.isfinite(v):
+            best = max(best, sign * v)
+        if best >= sign * target and reached == math.inf:
+            reached = i
+    return {"best": sign * best, "epochs_to_target": reached, "epochs": len(result["values"])}
+
+
+def report(out: Path, smoke: bool) -> str:
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    lines = []
+    for task in TASKS:
+        mine = [r for r in results if r["task"] == task]
+        if not mine:
+            continue
+        t = TASKS[task]
+        budget = (3 * 3) if smoke else POPULATION * MAX_EPOCHS
+        lines.append(f"\n{task}: budget {budget} epochs, target {t['metric']} {t['target']} ({t['mode']})\n")
+        head = ("method", "seeds", "best at budget (median)", "each seed", "epochs to target (median)")
+        lines.append("| " + " | ".join((*head, "each seed", "wall s (median)")) + " |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+        medians = {}
+        for method in ("pbt", "asha"):
+            rs = sorted((r for r in mine if r["method"] == method), key=lambda r: r["seed"])
+            if not rs:
+                continue
+            m = [measured(r, budget, t["target"], t["mode"]) for r in rs]
+            best = [x["best"] for x in m]
+            reach = [x["epochs_to_target"] for x in m]
+            medians[method] = statistics.median(reach)
+            lines.append(
+                f"| {'pbt' if method == 'pbt' else 'random + ASHA'} | {len(rs)} | "
+                f"{statistics.median(best):.4f} | "
+                f"{', '.join(f'{b:.4f}' for b in best)} | {statistics.median(reach):g} | "
+                f"{', '.join(f'{x:g}' for x in reach)} | {statistics.median(r['wall_s'] for r in rs):.0f} |"
+            )
+        if len(medians) == 2 and math.isfinite(medians["asha"]) and medians["asha"] > 0:
+            lines.append(
+                f"\npbt / random+ASHA epochs to target (medians): {medians['pbt'] / medians['asha']:.2f}x"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--out", type=Path, default=Path("/tmp/bench_pbt"))
+    ap.add_argument("--report", type=Path, help="print the tables of an earlier --out")
+    ap.add_argument("--smoke", action="store_true", help="tiny sweeps: it runs")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(report(args.report, args.smoke))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TUNER_CACHE_DIR", str(args.out / "cache"))
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    for seed in range(args.seeds):
+        for task in args.tasks.split(","):
+            order = ("pbt", "asha") if seed % 2 == 0 else ("asha", "pbt")  # alternating
+            for method in order:
+                result = run(task, method, seed, args.out, args.smoke)
+                result["load"] = os.getloadavg()[0]
+                with open(args.out / "results.jsonl", "a") as f:
+                    f.write(json.dumps(result) + "\n")
+                print(
+                    f"{task} {method} seed {seed}: {len(result['values'])} epochs, {result['wall_s']} s",
+                    flush=True,
+                )
+    print(report(args.out, args.smoke))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
