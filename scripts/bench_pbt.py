@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.sweepdir import read_metrics, trial_dirs  # noqa: E402
 
-POPULATION, MAX_EPOCHS, INTERVAL, ASHA_TRIALS = 6, 8, 2, 20
+POPULATION, MAX_EPOCHS, INTERVAL, ASHA_TRIALS = 6, 8, 2, 26
 
 TASKS: dict[str, dict[str, Any]] = {
     "digits_cnn": {

@@ -242,26 +242,31 @@ def test_a_script_restarts_on_its_donors_checkpoint_and_a_failed_member_leaves_t
     _check_handed_on(rows, lineages)
 
 
-def test_tuners_loop_with_hooks_runs_the_new_lr_and_exports_the_schedule(
+def test_tuners_loop_with_hooks_under_pb2_runs_the_new_lr_and_exports_the_schedule(
     ray_session: Any, tmp_path: Path
 ) -> None:
     raw = _debug_population(tmp_path, "hooks")
     raw["task"]["metrics"] = "tests.mode_tasks:error"
-    raw["search"]["num_samples"], raw["schedule"]["max_epochs"] = 2, 2
+    raw["search"]["num_samples"] = 3
+    raw["schedule"]["scheduler"] = "pb2"  # (its second perturbation has a history to model)
     raw["metric"], raw["mode"] = "val_err", "min"
     (tmp_path / "hooks.yaml").write_text(json.dumps(raw))
     out = cli("sweep", str(tmp_path / "hooks.yaml"), on_session=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     sweep = tmp_path / "hooks"
-    lineages = {d: read_lineage(str(d)) for d in sweep.iterdir() if d.is_dir()}
-    ((recipient, lineage),) = [(d, lin) for d, lin in lineages.items() if lin and len(lin["segments"]) > 1]
-    seg = lineage["segments"][1]
-    (row,) = [r for r in read_metrics(str(recipient)) if r["epoch"] == 2]
-    assert row["lr"] == pytest.approx(seg["config"]["lr"])  # the restored optimizer runs the new lr
     from tests import tbread
 
-    shown = tbread.steps(recipient)["config/lr"]  # TensorBoard: the perturbed lr over the epochs
-    first = lineage["segments"][0]["config"]["lr"]
-    assert shown == [(1, pytest.approx(first)), (2, pytest.approx(seg["config"]["lr"]))]
+    recipients = 0
+    for d in (d for d in sweep.iterdir() if d.is_dir() and read_lineage(str(d))):
+        segments = read_lineage(str(d))["segments"]  # type: ignore[index]
+        rows = {r["epoch"]: r for r in read_metrics(str(d))}
+        shown = dict(tbread.steps(d)["config/lr"])  # TensorBoard: the perturbed lr over the epochs
+        for i, seg in enumerate(segments):
+            end = segments[i + 1]["epoch"] if i + 1 < len(segments) else 3
+            for epoch in range(seg["epoch"] + 1, end + 1):
+                assert rows[epoch]["lr"] == pytest.approx(seg["config"]["lr"])  # the optimizer runs it
+                assert shown[epoch] == pytest.approx(seg["config"]["lr"])
+        recipients += len(segments) - 1
+    assert recipients == 2  # one at each of its two perturbations
     exported = json.loads((sweep / "best" / "config.json").read_text())
     assert exported["schedule"] and exported["schedule"][-1]["epochs"][1] == exported["epoch"]

@@ -103,6 +103,9 @@ class Population:
         self.names: dict[str, str] = {}  # Tune trial id -> the directory it continues in
         self.lineage_written: set[int] = set()
         self.ended: set[int] = set()  # ended in an earlier run
+        # resources.max_concurrent_trials (or what fits, for multi-worker trials): kept here,
+        # not by Tune's ConcurrencyLimiter, which counts a paused member as running.
+        self.limit = r.max_concurrent
 
     # ------------------------------------------------------------------ resume
 
@@ -176,7 +179,7 @@ class Population:
         if not left:
             return Searcher.FINISHED
         ready = [i for i in left if i not in self.waiting]
-        if not ready:
+        if not ready or self.full():
             return None
         i = ready[0]
         self.handed.add(i)
@@ -277,6 +280,11 @@ class Population:
         self.place.write_lineage(m.name, {"member": m.index, "segments": m.segments})
         self.lineage_written.add(m.index)
 
+    def full(self) -> bool:
+        """As many members run (or are about to) as the sweep lets run at once."""
+        busy = (Trial.RUNNING, Trial.PENDING)
+        return self.limit is not None and sum(t.status in busy for t in self.trials.values()) >= self.limit
+
     def runnable(self, trial: Trial) -> bool:
         i = self.of_trial.get(trial.trial_id)
         return i is None or i not in self.waiting
@@ -325,6 +333,8 @@ class PopulationScheduler(FIFOScheduler):
         for trial in trials:
             if trial.status == Trial.PENDING:
                 return trial
+        if self.population.full():
+            return None
         paused = [t for t in trials if t.status == Trial.PAUSED and self.population.runnable(t)]
         by_member = self.population.of_trial
         paused.sort(key=lambda t: by_member.get(t.trial_id, 0))

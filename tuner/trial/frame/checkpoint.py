@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from typing import Any, Optional
 
 from tuner.sweepdir import (
@@ -85,12 +86,17 @@ def save_atomic(state: Any, final: str) -> str:
     mid-write leaves a .tmp, never half a file; a failed write (a full disk) not even that."""
     import torch
 
+    return replace_atomic(final, lambda tmp: torch.save(state, tmp))
+
+
+def replace_atomic(final: str, write: Callable[[str], Any]) -> str:
+    """`write(path)` into a temporary beside `final`, then renamed onto it (see save_atomic)."""
     root = os.path.dirname(final)
     os.makedirs(root, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".checkpoint-", suffix=".tmp")
     os.close(fd)
     try:
-        torch.save(state, tmp)
+        write(tmp)
     except BaseException:
         os.remove(tmp)
         raise

@@ -35,6 +35,7 @@ from tuner.sweepdir import (
     read_metrics,
     script_checkpoint_name,
 )
+from tuner.trial.frame.checkpoint import numbered, replace_atomic
 
 _OWN = re.compile(CHECKPOINT_PATTERN)
 _SCRIPT = re.compile(SCRIPT_CHECKPOINT_PATTERN)
@@ -48,7 +49,7 @@ class NoCheckpoint(FileNotFoundError):
 def checkpoint_epoch(trial_dir: str) -> Optional[int]:
     """The epoch of a trial's newest checkpoint in its directory (tuner's file, or a script's
     directory), or None when it has none."""
-    epochs = _epochs(trial_dir, _OWN) + _epochs(os.path.join(trial_dir, SCRIPT_CHECKPOINTS), _SCRIPT)
+    epochs = numbered(trial_dir, _OWN) + numbered(os.path.join(trial_dir, SCRIPT_CHECKPOINTS), _SCRIPT)
     return max(epochs, default=None)
 
 
@@ -59,16 +60,9 @@ def copy_checkpoint(src: str, dst: str, epoch: int) -> str:
     own = os.path.join(src, checkpoint_name(epoch))
     script = os.path.join(src, SCRIPT_CHECKPOINTS, script_checkpoint_name(epoch))
     if os.path.isfile(own):
-        final = os.path.join(dst, checkpoint_name(epoch))
-        os.makedirs(dst, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dst, prefix=".checkpoint-", suffix=".tmp")
-        os.close(fd)
-        try:
-            shutil.copyfile(own, tmp)
-        except BaseException:
-            os.remove(tmp)
-            raise
-        os.replace(tmp, final)
+        final = replace_atomic(
+            os.path.join(dst, checkpoint_name(epoch)), lambda tmp: shutil.copyfile(own, tmp)
+        )
         _drop_later(dst, _OWN, epoch, lambda e: os.remove(os.path.join(dst, checkpoint_name(e))))
         return final
     if os.path.isdir(script):
@@ -90,15 +84,8 @@ def copy_checkpoint(src: str, dst: str, epoch: int) -> str:
     raise NoCheckpoint(f"{src} has no checkpoint of epoch {epoch}")
 
 
-def _epochs(root: str, pattern: re.Pattern[str]) -> list[int]:
-    if not os.path.isdir(root):
-        return []
-    found = (pattern.match(name) for name in os.listdir(root))
-    return sorted(int(m.group(1)) for m in found if m)
-
-
 def _drop_later(root: str, pattern: re.Pattern[str], epoch: int, remove: Any) -> None:
-    for later in _epochs(root, pattern):
+    for later in numbered(root, pattern):
         if later > epoch:
             with contextlib.suppress(OSError):
                 remove(later)
