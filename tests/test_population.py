@@ -308,3 +308,55 @@ def test_the_best_weights_schedule_follows_the_lineage_back() -> None:
         {"trial": "c", "epochs": [5, 6], "config": {"lr": 5}},
     ]
     assert weights_schedule([a, b, c], c, 3) == [{"trial": "c", "epochs": [1, 3], "config": {"lr": 4}}]
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def _left_by_a_kill(tmp_path: Path, reached: int) -> tuple[Any, Path]:
+    """A 4-member population's directory as a kill left it: `reached` members trained epoch 1
+    (journal and checkpoint) and wait there, the others never started; its request."""
+    import json
+
+    from tuner.search.algorithms import random_list
+    from tuner.search.plan import Prior, SearchRequest
+    from tuner.sweepdir import checkpoint_name, write_record
+
+    cfg = _cfg(**{"search.num_samples": 4, "schedule.pbt.interval": 1})
+    sweep = tmp_path / "pop"
+    r = SearchRequest(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_acc", "max", None, Prior())
+    r.place = str(sweep)
+    for i, config in enumerate(random_list(r)[:reached]):
+        d = sweep / f"t{i}"
+        write_record(str(d), {"trial_id": d.name, "config": config, "status": "RUNNING", "started": float(i)})
+        (d / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_acc": 0.1 * (i + 1)}) + "\n")
+        (d / checkpoint_name(1)).write_bytes(b"weights of t%d" % i)
+    return r, sweep
+
+
+def test_a_resumed_population_makes_the_perturbation_every_member_had_reached(tmp_path: Path) -> None:
+    from tuner.search.pbt import pbt
+    from tuner.sweepdir import checkpoint_name, read_lineage
+
+    r, sweep = _left_by_a_kill(tmp_path, reached=4)
+    population = pbt(r).population
+    assert population.decided == {1} and not population.waiting
+    (member,) = [m for m in population.members if len(m.segments) > 1]  # the worst: t0
+    assert member.name == "t0" and member.segments[1]["donor"] == "t3"  # from the best
+    assert (sweep / "t0" / checkpoint_name(1)).read_bytes() == b"weights of t3"
+    assert [read_lineage(str(sweep / f"t{i}"))["member"] for i in range(4)] == [0, 1, 2, 3]  # type: ignore[index]
+    again = pbt(r).population  # resumed once more: the same decision, recorded, not made again
+    assert again.members[0].segments == member.segments
+    handed = [again.hand_out(f"x{i}") for i in range(5)]
+    assert handed[0] == member.config and handed[4] == "FINISHED"
+    assert again.names == {f"x{i}": f"t{i}" for i in range(4)}  # each in its own directory
+
+
+def test_members_waiting_for_others_are_held_back_until_they_arrive(tmp_path: Path) -> None:
+    from tuner.search.pbt import pbt
+
+    r, _ = _left_by_a_kill(tmp_path, reached=3)
+    population = pbt(r).population
+    assert not population.decided and population.waiting == {0: 1, 1: 1, 2: 1}
+    assert population.hand_out("new") == population.members[3].config  # the one not there yet
+    assert population.hand_out("held") is None  # the others wait for it
