@@ -281,6 +281,13 @@ def test_a_ray_actor_finds_its_own_gpu(ids: list[Any], visible: Any, index: int)
     assert cuda_index(ids, visible) == index
 
 
+def test_a_gpu_that_is_not_visible_is_an_error_naming_both_not_gpu_0() -> None:
+    # Issue 49, E10: GPU 0 is another trial's (or another rank's) GPU; training there
+    # silently was the fall-back.
+    with pytest.raises(RuntimeError, match=r"GPU 3, not among CUDA_VISIBLE_DEVICES=0,1"):
+        cuda_index([3], "0,1")
+
+
 # ----------------------------------------------------------------------------- GPU stats and share
 
 

@@ -323,7 +323,13 @@ def cuda_index(ray_gpu_ids: Sequence[Any], visible: Optional[str]) -> int:
     if visible is None:
         return int(gpu)
     listed = [v.strip() for v in visible.split(",")]
-    return listed.index(gpu) if gpu in listed else 0
+    if gpu not in listed:
+        # Not a guess: GPU 0 of this list is another trial's (or another rank's).
+        raise RuntimeError(
+            f"Ray gave this process GPU {gpu}, not among CUDA_VISIBLE_DEVICES={visible}: "
+            "something changed CUDA_VISIBLE_DEVICES after Ray set it"
+        )
+    return listed.index(gpu)
 
 
 @contextmanager
