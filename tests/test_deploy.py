@@ -70,6 +70,30 @@ def test_rayjob_parses_and_runs_a_valid_retryable_sweep() -> None:
     _valid_sweep_command(words)
 
 
+def test_every_pod_of_the_rayjob_has_a_dev_shm_for_loaders_nccl_and_the_object_store() -> None:
+    # Issue 49, E12: a container's /dev/shm is 64 MiB unless the pod mounts a larger one;
+    # DataLoader workers hand batches over through it, NCCL's shared-memory transport and Ray's
+    # object store live in it, and running out is a bus error, not an out-of-memory.
+    cluster = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]]
+    pods += [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    for pod in pods:
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for container in pod["containers"]:
+            [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+            shm = volumes[mount["name"]]["emptyDir"]
+            assert shm["medium"] == "Memory", shm
+            limit = _gib(shm["sizeLimit"])
+            # Counted against the container's memory: a part of it, not all, and well over 64 MiB.
+            memory = _gib(container["resources"]["limits"]["memory"])
+            assert 1 <= limit < memory, (shm, container["resources"])
+
+
+def _gib(quantity: str) -> float:
+    value, unit = re.fullmatch(r"(\d+)(Gi|Mi)", quantity).groups()  # type: ignore[union-attr]
+    return int(value) / (1024 if unit == "Mi" else 1)
+
+
 def test_sbatch_script_is_valid_bash_and_runs_a_valid_retryable_sweep() -> None:
     text = SBATCH.read_text()
     assert subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True).returncode == 0
@@ -153,7 +177,7 @@ def test_every_pod_of_the_rayjob_makes_its_certificate_and_speaks_tls(tmp_path: 
         for container in pod["containers"]:
             env = {e["name"]: e["value"] for e in container["env"]}
             assert env["RAY_USE_TLS"] == "1"
-            assert {m["mountPath"] for m in container["volumeMounts"]} == {tls_dir}
+            assert {m["mountPath"] for m in container["volumeMounts"]} - {"/dev/shm"} == {tls_dir}
             files = {k: here / Path(env[k]).relative_to(tls_dir) for k in env if k.startswith("RAY_TLS_")}
             assert files["RAY_TLS_SERVER_KEY"].stat().st_mode & 0o777 == 0o600
             assert "10.2.3.4" in _verified(files["RAY_TLS_SERVER_CERT"], files["RAY_TLS_CA_CERT"])
