@@ -84,10 +84,21 @@ def settle(
     sizes = plan(cfg)
     store = autotune.Cache(cache or cache_path())
     print(f"[tuner] autotune: {sizes.note}, within a budget of {budget_s:g} s", flush=True)
-    raw = _run_task(cfg, res, sizes, budget_s, store.all())
+    try:
+        raw = _run_task(cfg, res, sizes, budget_s, store.all())
+    except TimeoutError:
+        # A step that never ends (a hung loader, a compile stuck): the trials run as the file
+        # says, and the task is gone with whatever it held.
+        spent = budget_s + SLACK_S
+        why = f"the measuring task did not finish within {spent:g} s of budget and slack: cancelled"
+        raw = [
+            {**autotune.Result({}, [], 0.0, budget_s, 1.0, note=why).to_json(), "key": None}
+            for _ in sizes.configs
+        ]
     results = [autotune.Result.from_json(r) for r in raw]
     for r, result in zip(raw, results, strict=True):
-        store.put(r["key"], result)
+        if r["key"] is not None:
+            store.put(r["key"], result)
     for config, result in zip(sizes.configs, results, strict=True):
         print(f"[tuner] {autotune.summary_line(result, _label(config, sizes.by))}", flush=True)
     table = autotune.table_of(sizes, results)
@@ -132,14 +143,14 @@ def _run_task(
     budget_s: float,
     cached: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    import ray
-
     spec = resources.trial_spec(cfg, res, "", None)
     task_fp = {k: v for k, v in warm.fingerprint(cfg).items() if k != "objectives"}
     gpus = 1 if res.gpus_per_worker > 0 else 0  # a whole GPU: nothing else on it while measured
-    task = ray.remote(num_cpus=res.cpus_per_worker, num_gpus=gpus, max_retries=0)(_tune)
-    ref = task.remote(sizes.configs, spec, searched(cfg), budget_s, task_fp, cached)
-    return ray.get(ref, timeout=budget_s + SLACK_S)
+    args = (sizes.configs, spec, searched(cfg), budget_s, task_fp, cached)
+    what = "autotune's measuring task"
+    return resources.run_task(
+        _tune, args, budget_s + SLACK_S, what, num_cpus=res.cpus_per_worker, num_gpus=gpus
+    )
 
 
 def _tune(*args: Any) -> list[dict[str, Any]]:

@@ -416,14 +416,37 @@ def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryPro
     """gpus_per_worker: pack: the peak memory of the space's largest configuration, measured
     in a Ray task that holds one whole GPU (nothing else runs on it meanwhile). A failure
     propagates; `plan` reports it against the field."""
-    import ray
-
     spec = trial_spec(cfg, probe_request(cfg.resources), "", None)
     hp = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
     kind = {"accelerator_type": cfg.resources.accelerator_type} if cfg.resources.accelerator_type else {}
-    task = ray.remote(num_gpus=1, num_cpus=spec.cpus_per_worker, max_retries=0, **kind)(_measure)
-    profile = ray.get(task.remote(hp, spec), timeout=timeout_s)
+    profile = run_task(
+        _measure, (hp, spec), timeout_s, "the memory probe", num_gpus=1, num_cpus=spec.cpus_per_worker, **kind
+    )
     return replace(profile, label=packing.label(hp, cfg.search.params))
+
+
+# How long a cancelled task may take to end (its worker process killed) before the driver
+# goes on without knowing.
+CANCEL_WAIT_S = 60.0
+
+
+def run_task(
+    fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float, what: str, **options: Any
+) -> Any:
+    """`fn(*args)` in a Ray task of `options` (no retries), its result within `timeout_s`; past
+    it the task is cancelled, its worker process ended with what it holds (a whole GPU, on a
+    cluster: left running, a hung probe or autotune kept it from the trials), and TimeoutError
+    names `what`."""
+    import ray
+
+    ref = ray.remote(max_retries=0, **options)(fn).remote(*args)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        pass
+    ray.cancel(ref, force=True)
+    ray.wait([ref], timeout=CANCEL_WAIT_S)  # (resolved as cancelled once its process is gone)
+    raise TimeoutError(f"{what} did not finish within {timeout_s:g} s: cancelled")
 
 
 def _measure(hp: dict[str, Any], spec: TrialSpec) -> packing.MemoryProfile:
