@@ -125,6 +125,37 @@ def test_plan_packs_from_the_probe() -> None:
     assert "packed: 4 trials per NVIDIA H100" in res.describe() and "18.0 GiB" in res.describe()
 
 
+def test_pack_probes_the_largest_configuration_with_the_settings_autotune_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 49, E4: the memory share is sized from the probe; autotune may then choose amp off
+    # (the file's bf16 halves activations) or channels_last (cuDNN's workspaces), heavier than
+    # what was probed. So autotune runs first, on the probe's whole GPU, and the probe measures
+    # its choice. The Ray task is the seam: what it is handed is what the GPU would measure.
+    from tuner import autotune
+
+    cfg = debug_config(
+        tmp_path, resources__gpus_per_worker="pack", training__amp="bf16", training__autotune=True
+    )
+    handed: list[dict] = []
+    monkeypatch.setattr(
+        resources, "run_task", lambda fn, args, *a, **kw: handed.append(args[0]) or profile(17.5)
+    )
+    asked: list[resources.TrialResources] = []
+
+    def tune(res: resources.TrialResources) -> dict:
+        asked.append(res)
+        return autotune.Table([], {}, {"amp": "off", "channels_last": True}).to_json()
+
+    res = resources.plan(cfg.resources, CLUSTER, NODES, probe=resources.pack_probe(cfg, tune))
+    assert res.trials_per_gpu == 4
+    [measured_on] = asked  # autotune ran once, first, as the probe runs: one worker, a whole GPU
+    assert (measured_on.workers, measured_on.gpus_per_worker) == (1, 1.0)
+    [hp] = handed
+    assert (hp["amp"], hp["channels_last"]) == ("off", True)
+    assert hp["width"] == packing.probe_config(cfg.hyperparameters())["width"]  # still the largest
+
+
 def test_plan_refuses_pack_that_cannot_fit_or_has_no_gpu() -> None:
     with pytest.raises(ConfigError, match=r"resources.gpus_per_worker: pack: .* needs 80\.5 GiB"):
         resources.plan(_section(gpus_per_worker="pack"), CLUSTER, NODES, probe=lambda: profile(80.0))

@@ -13,10 +13,12 @@ prefetch buffer holds are taken untimed (while a slow first step ran, its worker
 timed, they read as speed the loader does not have), then a window of whole rounds of the
 loader's workers, at least `MIN_STEPS` and long enough that one round's phase moves the rate by
 less than `MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations (a window
-shorter than `MIN_WINDOW_S` is timed again, as many steps longer as it needs). The arm's rate
-is the median of the segments' (one the machine's other work slowed is left out), and their
-spread is its noise: a setting moves off its current value only for a gain above `MIN_GAIN`
-and above the noise of both arms compared. A DDP or FSDP trial's arm runs
+shorter than `MIN_WINDOW_S` at the arm's pace is timed again, as many steps longer as it
+needs). The arm's rate is the median of the segments' (one the machine's other work slowed is
+left out); their spread, shown with it, is its noise. A setting moves off its current value only
+for a gain above `MIN_GAIN` that the segments bear out: the arm's segments are faster than the
+best arm's in at least `SURE` of their pairs (a rank test, as the machine's other work only ever
+slows a segment, by any amount). A DDP or FSDP trial's arm runs
 one rank's share of the batch with the trial's strategy (on a process group of one), so its
 samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the same batches in every
 arm) is compared with the reference's: one off by more than `LOSS_TOLERANCE` (relative) is
@@ -80,9 +82,11 @@ LOSS_STEPS = 5
 LOSS_AT = WARMUP_STEPS + MIN_STEPS
 # Relative difference from the reference arm's loss that an arm may show.
 LOSS_TOLERANCE = 0.05
-# A setting moves off its current value only for more than this gain in samples/s (and more
-# than the arms' spread).
+# A setting moves off its current value only for more than this gain in samples/s, and only
+# where the arm's segments beat the best arm's in at least this share of their pairs (for 8
+# segments each, one-sided Mann-Whitney at about 5%).
 MIN_GAIN = 0.03
+SURE = 0.75
 # How arms are measured: a choice cached under another method is measured again. "steady":
 # the loader's buffer left out, windows of whole loader rounds (issue 49; before it, 20 steps
 # read the prefetch buffer as speed).
@@ -116,6 +120,7 @@ class Measurement:
     error: Optional[str] = None  # failed (out of memory, compile error), or stopped at the budget
     spread: float = 0.0  # the segments' scatter around the rate, relative to it: its noise
     steps: int = 0  # timed steps
+    segments: list[float] = field(default_factory=list)  # each segment's samples/s
 
 
 # (settings of the arm, seconds of budget left) -> what it measured
@@ -164,7 +169,8 @@ class Result:
 def _measurement(raw: Mapping[str, Any]) -> Measurement:
     # Strict JSON keeps a NaN loss as the string "NaN": float() reads it back.
     numbers = {k: float(raw[k]) for k in ("samples_per_s", "loss", "seconds", "spread") if k in raw}
-    return Measurement(**numbers, steps=int(raw.get("steps", 0)), error=raw.get("error"))
+    segments = [float(r) for r in raw.get("segments") or []]
+    return Measurement(**numbers, steps=int(raw.get("steps", 0)), segments=segments, error=raw.get("error"))
 
 
 class AutotuneError(RuntimeError):
@@ -214,8 +220,8 @@ def search(
 
 
 def judge(m: Measurement, reference: Measurement, best: Optional[Measurement]) -> str:
-    """'faster' when `m` passes the loss guard and beats `best` by more than `needed_gain`;
-    else why not."""
+    """'faster' when `m` passes the loss guard and beats `best` by more than MIN_GAIN, borne out
+    by its segments (`beats`); else why not."""
     if m.error is not None:
         return f"failed: {m.error}"
     off = loss_off(m.loss, reference.loss)
@@ -223,19 +229,24 @@ def judge(m: Measurement, reference: Measurement, best: Optional[Measurement]) -
         shown = "not finite" if off is None else f"{off:.1%} off the reference's"
         return f"refused: loss {m.loss:.4g} {shown} (tolerance {LOSS_TOLERANCE:.0%})"
     assert best is not None
-    needed = needed_gain(m, best)
-    if m.samples_per_s > best.samples_per_s * (1 + needed):
-        return "faster"
-    if m.samples_per_s < best.samples_per_s * (1 - needed):
+    if m.samples_per_s > best.samples_per_s * (1 + MIN_GAIN):
+        share = beats(m.segments, best.segments)
+        if share >= SURE:
+            return "faster"
+        return f"within the noise: its segments beat the best's in {share:.0%} of pairs (needs {SURE:.0%})"
+    if m.samples_per_s < best.samples_per_s * (1 - MIN_GAIN):
         return "slower"
-    noise = "" if needed == MIN_GAIN else f" (the arms' spread, ±{needed:.1%})"
-    return f"within {needed:.0%}{noise}: not worth a change"
+    return f"within {MIN_GAIN:.0%}: not worth a change"
 
 
-def needed_gain(m: Measurement, best: Measurement) -> float:
-    """The gain `m` must show over `best` to count: MIN_GAIN, or either arm's spread if larger
-    (a difference inside the segments' own scatter is not one the trials would see)."""
-    return max(MIN_GAIN, m.spread, best.spread)
+def beats(these: Sequence[float], those: Sequence[float]) -> float:
+    """The share of pairs (one of `these`, one of `those`) in which the first is the larger (ties
+    count half): Mann-Whitney's U over the pairs. 1.0 where either has no segments (figures
+    measured whole, or given)."""
+    if not these or not those:
+        return 1.0
+    wins = sum((a > b) + 0.5 * (a == b) for a in these for b in those)
+    return wins / (len(these) * len(those))
 
 
 def loss_off(loss: float, reference: float) -> Optional[float]:
@@ -435,7 +446,7 @@ def fingerprint(
         "dimensions": [[d.name, list(d.values)] for d in dims],
         "rules": [
             *(METHOD, WARMUP_STEPS, MIN_STEPS, SEGMENTS, MIN_WINDOW_S),
-            *(LOSS_AT, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN),
+            *(LOSS_AT, LOSS_STEPS, LOSS_TOLERANCE, MIN_GAIN, SURE),
         ],
     }
     text = json.dumps(payload, sort_keys=True, default=str)

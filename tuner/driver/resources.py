@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from tuner import packing
+from tuner import autotune, packing
 from tuner.cluster import _ray_internals
 from tuner.cluster.connect import Runtime
 from tuner.config import ConfigError, ResourcesSection, SweepConfig
@@ -310,14 +310,19 @@ def precheck_local(cfg: SweepConfig, runtime: Runtime) -> None:
     plan(cfg.resources, have, [have])
 
 
-def resolve(cfg: SweepConfig) -> TrialResources:
+# training.autotune's choice for trials of the given resources (its table as JSON; None: off).
+Tune = Callable[[TrialResources], Optional[dict[str, Any]]]
+
+
+def resolve(cfg: SweepConfig, tune: Optional[Tune] = None) -> TrialResources:
     """The per-trial request on the cluster Ray is connected to; a ConfigError if no trial
-    could ever run there (called before anything is written)."""
+    could ever run there (called before anything is written, bar autotune's table, which
+    `gpus_per_worker: pack` makes first: see `pack_probe`)."""
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     groups = _ray_internals.autoscaler_node_groups()
-    res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=lambda: _probe_memory(cfg))
+    res = plan(cfg.resources, ray.cluster_resources(), nodes, groups, probe=pack_probe(cfg, tune))
     if cfg.trial_mode.reads_training:
         amp = cfg.hyperparameters()["amp"]
         path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
@@ -412,12 +417,28 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
     )
 
 
-def _probe_memory(cfg: SweepConfig, timeout_s: float = 900) -> packing.MemoryProfile:
-    """gpus_per_worker: pack: the peak memory of the space's largest configuration, measured
-    in a Ray task that holds one whole GPU (nothing else runs on it meanwhile). A failure
-    propagates; `plan` reports it against the field."""
+def pack_probe(cfg: SweepConfig, tune: Optional[Tune] = None) -> Probe:
+    """The memory probe of `gpus_per_worker: pack`, with the settings the trials will run:
+    training.autotune's choice (`tune`) is made first, on the probe's whole GPU, and applied
+    to the largest configuration. Probed with the file's settings instead, a heavier choice
+    (amp off where the file says bf16, channels_last's cuDNN workspaces) would outgrow the
+    memory share the probe sized."""
+
+    def probe() -> packing.MemoryProfile:
+        table = tune(probe_request(cfg.resources)) if tune is not None else None
+        return _probe_memory(cfg, table)
+
+    return probe
+
+
+def _probe_memory(
+    cfg: SweepConfig, table: Optional[dict[str, Any]] = None, timeout_s: float = 900
+) -> packing.MemoryProfile:
+    """gpus_per_worker: pack: the peak memory of the space's largest configuration (with
+    autotune's `table` applied), measured in a Ray task that holds one whole GPU (nothing else
+    runs on it meanwhile). A failure propagates; `plan` reports it against the field."""
     spec = trial_spec(cfg, probe_request(cfg.resources), "", None)
-    hp = packing.probe_config(cfg.hyperparameters(), cfg.search.constraints)
+    hp = autotune.applied(packing.probe_config(cfg.hyperparameters(), cfg.search.constraints), table)
     kind = {"accelerator_type": cfg.resources.accelerator_type} if cfg.resources.accelerator_type else {}
     profile = run_task(
         _measure, (hp, spec), timeout_s, "the memory probe", num_gpus=1, num_cpus=spec.cpus_per_worker, **kind

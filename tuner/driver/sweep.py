@@ -288,7 +288,16 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     warn_unshared(start.storage)
     if start.announce:
         print(start.announce, flush=True)
-    res = resources.resolve(cfg)  # a refused sweep leaves no directory: claim removes it
+    tuned: list[Optional[dict[str, Any]]] = []  # (training.autotune's table, made once)
+
+    def tune(trial: resources.TrialResources) -> Optional[dict[str, Any]]:
+        if not tuned:
+            tuned.append(autotune.for_sweep(cfg, trial, start.sweep_dir, start.mirror))
+        return tuned[0]
+
+    # A refused sweep leaves no directory: claim removes it. `pack` tunes first, then probes
+    # the configuration with the choice (resources.pack_probe).
+    res = resources.resolve(cfg, tune)
     plan = algorithms.build(
         cfg.search,
         cfg.schedule,
@@ -306,8 +315,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
             start.mirror.push(*sweepdir.config_files(start.mirror.local))
     _record_environment(env, start)
     with _disk_full_stops(start.sweep_dir):
-        tuned = autotune.for_sweep(cfg, res, start.sweep_dir, start.mirror)  # (training.autotune)
-        ended = _launch(cfg, res, start, plan, runtime.verbose, tuned)
+        ended = _launch(cfg, res, start, plan, runtime.verbose, tune(res))  # (training.autotune)
         return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
 
 

@@ -231,40 +231,40 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
             # once it is here.
             for _ in range((-count[0]) % max(1, workers) + 1):
                 step(False)
-            rate, spread, elapsed = _window(step, gpu, window)
-            if elapsed >= autotune.MIN_WINDOW_S or window >= autotune.MAX_STEPS:
+            rates = _window(step, gpu, window)
+            rate = statistics.median(rates)
+            paced = window * p.per_rank_batch / rate  # seconds at its own pace
+            if paced >= autotune.MIN_WINDOW_S or window >= autotune.MAX_STEPS:
                 break
-            window = longer_window(window, elapsed, workers)
+            window = longer_window(window, paced, workers)
     except _Budget:
         why = f"stopped at the budget after {count[1]} of {window} timed steps"
         return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
     loss = float(torch.stack(losses).mean()) if losses else math.nan
-    return autotune.Measurement(rate, loss, time.monotonic() - t0, spread=spread, steps=window)
+    ordered = sorted(rates)
+    spread = (ordered[-2] - ordered[1]) / 2 / rate  # the fastest and slowest segments left out
+    seconds = time.monotonic() - t0
+    return autotune.Measurement(rate, loss, seconds, spread=spread, steps=window, segments=rates)
 
 
-def _window(step: Any, gpu: Any, window: int) -> tuple[float, float, float]:
-    """An arm's rate over `window` timed steps: the median of its segments' samples/s (a
-    segment the machine's other work slowed is not the arm's), their spread (half the range of
-    the others, the fastest and the slowest left out, relative to the rate), and the seconds."""
+def _window(step: Any, gpu: Any, window: int) -> list[float]:
+    """The samples/s of each of the SEGMENTS segments of `window` timed steps."""
     gpu.sync()
-    rates, start = [], time.perf_counter()
-    mark = start
+    rates, mark = [], time.perf_counter()
     for _ in range(autotune.SEGMENTS):
         n = sum(step(True) for _ in range(window // autotune.SEGMENTS))
         gpu.sync()
         now = time.perf_counter()
         rates.append(n / max(now - mark, 1e-9))
         mark = now
-    rates.sort()
-    rate = statistics.median(rates)
-    return rate, (rates[-2] - rates[1]) / 2 / rate, mark - start
+    return rates
 
 
-def longer_window(window: int, elapsed: float, workers: int) -> int:
-    """A window long enough for MIN_WINDOW_S at the pace `window` steps in `elapsed` seconds
-    showed (a fifth more, for the pace to vary), in whole rounds, at most MAX_STEPS."""
+def longer_window(window: int, paced: float, workers: int) -> int:
+    """A window long enough for MIN_WINDOW_S at the pace of `window` steps in `paced` seconds
+    (a fifth more, for the pace to vary), in whole rounds, at most MAX_STEPS."""
     rounds = max(1, workers) * autotune.SEGMENTS
-    wanted = math.ceil(window * 1.2 * autotune.MIN_WINDOW_S / max(elapsed, 1e-6))
+    wanted = math.ceil(window * 1.2 * autotune.MIN_WINDOW_S / max(paced, 1e-6))
     most = max(rounds, autotune.MAX_STEPS // rounds * rounds)
     return min(max(-(-wanted // rounds) * rounds, 2 * window), most)
 
