@@ -13,6 +13,13 @@ runs the same loop as a 1-worker trial. What we relied on Ray Train for, kept:
   1-worker trial does), or, with URI storage, into a directory this actor hands to Tune with
   the report (rank 0 shares its node); every rank resumes from rank 0's newest, which rank 0
   reads and sends to the others (they may be on nodes that cannot read it);
+- the group formed in time: the trial actor waits for every rank to have joined the process
+  group (`await_joined`) for the group's timeout and `JOIN_GRACE_S` more, then fails the trial
+  naming the ranks that did not (NCCL's initialisation blocks, before any watchdog, for as
+  long as a peer does not answer: a filtered port, a wrong interface). Between nodes, gloo and
+  NCCL talk over the interface that holds the node's Ray address, or the one the user set
+  (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`); where neither is known the rank says so and
+  fails, rather than take what the host name resolves to and wait;
 - retries: a rank that raises or dies fails the trial, Tune retries it up to
   `failure.max_failures`; a rank that hangs in a collective fails it after
   `schedule.trial_timeout` (the process group's timeout), not NCCL's 10 minutes;
@@ -41,6 +48,9 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import threading
+import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -70,6 +80,8 @@ class Rank:
 
         self._reports: queue.Queue[Optional[Report]] = queue.Queue()
         self._store: Any = None
+        self._joined: Optional[str] = None  # the run whose process group this rank has joined
+        self._join = threading.Condition()
         self._verdicts: queue.Queue[tuple[str, bool]] = queue.Queue()  # rank 0: (trial, go on)
 
     def where(self) -> tuple[str, str, list[str], Optional[str], int]:
@@ -98,9 +110,10 @@ class Rank:
 
     def run(self, hp: dict[str, Any], spec: TrialSpec, job: dict[str, Any]) -> None:
         """Join the process group and train; returns when the loop does, raises what it raises.
-        `job`: trial_dir, trial_id, rank, local_rank, local_world, host, port, visible,
-        timeout_s, ifname (the network interface between nodes, or None on one node),
-        checkpoint (rank 0, URI storage: Tune's checkpoint to resume from)."""
+        `job`: trial_dir, trial_id, run_id (this start of the trial), rank, local_rank,
+        local_world, host, port, visible, timeout_s, ifname (the network interface between
+        nodes, or None on one node or where none was found), checkpoint (rank 0, URI storage:
+        Tune's checkpoint to resume from)."""
         import torch.distributed as dist
 
         from tuner.trial.frame.session import GroupSession, ray_actor_device
@@ -112,9 +125,7 @@ class Rank:
         os.environ.update(
             {k: str(v) for k, v in env.items()}, MASTER_ADDR=job["host"], MASTER_PORT=str(job["port"])
         )
-        if job["ifname"]:  # gloo and NCCL would otherwise take what the host name resolves to
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", job["ifname"])
-            os.environ.setdefault("NCCL_SOCKET_IFNAME", job["ifname"])
+        os.environ.update(socket_env(job["ifname"], job["host"], os.environ, self._address()))
         if job["visible"] is not None:
             # Every rank sees its node's GPUs of the trial (as Ray Train arranges): NCCL then
             # talks over them directly; each rank's device is its own GPU's place in this list.
@@ -134,6 +145,9 @@ class Rank:
             )  # fmt: skip
             # Checkpoints go from rank 0 to the others as objects: over gloo, not NCCL's GPUs.
             objects = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+            with self._join:
+                self._joined = job["run_id"]
+                self._join.notify_all()
 
             def send(metrics: dict[str, Any], path: Optional[str]) -> bool:
                 self._reports.put((metrics, path))
@@ -155,6 +169,17 @@ class Rank:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._store = None
+
+    def joined(self, run_id: str, timeout_s: float) -> bool:
+        """Whether this rank joined the process group of run `run_id`, waiting up to `timeout_s`."""
+        with self._join:
+            return self._join.wait_for(lambda: self._joined == run_id, timeout_s)
+
+    @staticmethod
+    def _address() -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
 
     def verdict(self, trial_id: str, go: bool) -> None:
         """Rank 0: Tune took the report of `trial_id` it waits on, and goes on or stops it."""
@@ -209,8 +234,7 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
     clean = False
     try:
         where = where or ray.get([r.where.remote() for r in ranks])
-        nodes = [w[0] for w in where]
-        one_node = len(set(nodes)) == 1
+        one_node = len({w[0] for w in where}) == 1
         host = LOOPBACK if one_node else where[0][1]
         timeout_s = spec.trial_timeout or DEFAULT_TIMEOUT_S
         port = ray.get(ranks[0].open_store.remote(host, spec.workers, timeout_s))
@@ -222,18 +246,15 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
             from tuner.trial.frame.stored import continue_from_storage
 
             checkpoint = tune.get_checkpoint() or continue_from_storage(spec.storage, trial_dir)
-        runs = {}
-        for i, r in enumerate(ranks):
-            mine = [j for j, n in enumerate(nodes) if n == nodes[i]]
-            gpus = sorted({g for j in mine for g in where[j][2]}, key=lambda g: (len(g), g))
+        runs, run_id = {}, uuid.uuid4().hex
+        for i, (r, place) in enumerate(zip(ranks, placement(where, spec.gpus_per_worker > 0), strict=True)):
             job = dict(
-                trial_dir=trial_dir, trial_id=ctx.get_trial_id(), rank=i, local_rank=mine.index(i),
-                local_world=len(mine), host=host, port=port, timeout_s=timeout_s,
-                visible=",".join(gpus) if spec.gpus_per_worker > 0 else None,
-                ifname=None if one_node else where[i][3],
-                checkpoint=checkpoint if i == 0 else None,
+                trial_dir=trial_dir, trial_id=ctx.get_trial_id(), run_id=run_id, rank=i, host=host,
+                port=port, timeout_s=timeout_s, checkpoint=checkpoint if i == 0 else None, **place,
             )  # fmt: skip
             runs[r.run.remote(config, spec, job)] = i
+        backend = "nccl" if spec.gpus_per_worker > 0 else "gloo"
+        await_joined(ranks, runs, run_id, timeout_s + JOIN_GRACE_S, backend)
         forward = _Forward(ranks[0], runs, ctx.get_trial_id())
         try:
             forward.run(_reporter(tune))
@@ -264,6 +285,88 @@ def _warm_ranks(shape: tuple[Any, ...]) -> tuple[list[Any], Optional[list[Any]]]
     for r in ranks:
         ray.kill(r)
     return [], None
+
+
+# How long past the group's own timeout the trial actor waits for its ranks to join it.
+JOIN_GRACE_S = 30.0
+
+
+class GroupNotFormed(RuntimeError):
+    """Ranks of a trial did not join its process group in time."""
+
+
+def await_joined(
+    ranks: list[Any], runs: dict[Any, int], run_id: str, deadline_s: float, backend: str
+) -> None:
+    """Return once every rank has joined the process group of `run_id`, or as soon as a rank's
+    run ends (it failed, or returned: `_Forward` takes it from there); raise GroupNotFormed,
+    naming the ranks that did not join, after `deadline_s`."""
+    import ray
+
+    pending = {r.joined.remote(run_id, deadline_s): i for i, r in enumerate(ranks)}
+    late = []
+    while pending:
+        ready, _ = ray.wait([*pending, *runs], num_returns=1)
+        if ready[0] in runs:
+            return
+        i = pending.pop(ready[0])
+        if not ray.get(ready[0]):
+            late.append(i)
+    if late:
+        raise GroupNotFormed(
+            f"ranks {', '.join(map(str, sorted(late)))} did not join the trial's {backend} process group "
+            f"within {deadline_s:g} s: a peer that does not answer (a port filtered between the nodes, "
+            "a wrong network interface: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)"
+        )
+
+
+def placement(where: list[tuple[Any, ...]], use_gpus: bool) -> list[dict[str, Any]]:
+    """Each rank's place, from the ranks' `where` (node id, address, GPU ids, interface, pid):
+    its local rank and the ranks on its node, the GPUs the node's ranks see (every rank sees
+    them all, as Ray Train arranges: NCCL then talks over them directly), and the interface
+    between nodes (None on one node). A GPU rank's local rank is its GPU's index in that list,
+    its CUDA index: what `torch.cuda.set_device(LOCAL_RANK)` takes (ranks sharing a GPU, or
+    without one, are numbered in rank order)."""
+    nodes = [w[0] for w in where]
+    several = len(set(nodes)) > 1
+    out = []
+    for i, w in enumerate(where):
+        mine = [j for j, n in enumerate(nodes) if n == w[0]]
+        gpus = sorted({g for j in mine for g in where[j][2]}, key=lambda g: (len(g), g))
+        if use_gpus:
+            mine.sort(key=lambda j: (min((gpus.index(g) for g in where[j][2]), default=len(gpus)), j))
+        out.append(
+            dict(
+                local_rank=mine.index(i),
+                local_world=len(mine),
+                visible=",".join(gpus) if use_gpus else None,
+                ifname=w[3] if several else None,
+            )
+        )
+    return out
+
+
+SOCKET_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def socket_env(ifname: Optional[str], host: str, env: Mapping[str, str], address: str) -> dict[str, str]:
+    """The interface gloo and NCCL use, for a rank of a trial whose rank 0 is at `host`: none
+    to set on one node (loopback); between nodes, the one the user set, else `ifname`, the one
+    that holds this node's Ray `address`. With neither, an error: gloo and NCCL would take what
+    the host name resolves to (127.0.1.1 in Debian's /etc/hosts) and wait for peers that
+    cannot reach it, until the group's timeout or, NCCL's initialisation, for good."""
+    if host == LOOPBACK:
+        return {}
+    out = {name: env.get(name) or ifname for name in SOCKET_VARIABLES}
+    if all(out.values()):
+        return out  # type: ignore[return-value]
+    import psutil
+
+    names = ", ".join(sorted(psutil.net_if_addrs())) or "none"
+    raise RuntimeError(
+        f"this node's Ray address {address} is on none of this node's network interfaces ({names}), "
+        f"so the ranks' traffic has no known way out: set {' and '.join(SOCKET_VARIABLES)} on every node"
+    )
 
 
 def _interface_of(ip: str) -> Optional[str]:
