@@ -41,6 +41,9 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     assert t["oom"]["failure"] == "oom" and t["oom"]["status"] != "ERROR"
     assert t["nan"]["failure"] == "diverged" and t["nan"]["status"] != "ERROR"
     assert t["boom"]["status"] == "ERROR" and t["boom"]["failure"].startswith("error: ValueError: boom")
+    # Its configuration: what ctx applies and the loop reads, no default only tuner's loop reads.
+    given = json.loads((Path(out.sweep_dir) / t["ok"]["trial_id"] / "tuner_trial.json").read_text())["config"]
+    assert {"batch_size", "amp", "lr", "behave"} <= set(given) and not {"optimizer", "momentum"} & set(given)
     # A loop that returns before max_epochs stopped itself (its early stopping), not the scheduler.
     assert t["early"]["epochs"] == 2 and t["early"]["stopped_itself"] and not t["early"]["stopped_early"]
     boom_dir = Path(out.sweep_dir) / t["boom"]["trial_id"]

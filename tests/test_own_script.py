@@ -112,6 +112,12 @@ def test_a_lightning_style_script_at_the_defaults(tmp_path: Path) -> None:
         assert [r["epoch"] for r in rows] == list(range(first, epochs + 1)), rows
         assert rows[0]["val_loss"] == [2.0, 1.0][first], rows
     assert summary["counts"] == {"completed": 1, "stopped itself": 2}, summary["counts"]
+    # Its configuration is what the script was given: no defaults of tuner's loop (issue 44, 7).
+    for t in summary["trials"]:
+        assert set(json.loads((sweep / t["trial_id"] / "tuner_trial.json").read_text())["config"]) == {
+            "curve",
+            "lr",
+        }
     assert by["peaks"]["best_epoch"] == 2 and summary["best"]["trial_id"] == by["peaks"]["trial_id"]
     report = cli("report", str(sweep), "--format", "md")
     assert "0 stopped early by the scheduler; 2 stopped by their own code before max_epochs" in report.stdout
@@ -194,6 +200,26 @@ def test_the_cause_of_a_plain_script_s_failure() -> None:
     syntax = ['  File "t.py", line 3', "    x = (", "        ^", "SyntaxError: '(' was never closed"]
     assert _cause(syntax)[0] == "SyntaxError: '(' was never closed"  # type: ignore[index]
     assert _cause(["usage: t.py [-h]", "t.py: error: unrecognized arguments: --x"]) is None
+
+
+def test_a_loop_s_configuration_holds_what_ctx_applies_and_what_the_file_sets() -> None:
+    """task.train's config: the settings ctx applies (amp, seed, ...), batch_size and lr, and
+    any the sweep file sets; never the defaults only tuner's loop reads (optimizer, momentum),
+    which tuner_trial.json and best/config.json listed. Read back from sweep.yaml alike."""
+    from tests.test_own_loop import own
+    from tuner.config import parse_sweep, to_yaml
+    from tuner.config.yamlfile import load as load_yaml
+
+    raw = own()
+    raw["training"] = {"weight_decay": 0.01}
+    cfg = parse_sweep(raw)
+    keys = set(cfg.hyperparameters())
+    assert {"lr", "batch_size", "amp", "seed", "weight_decay"} <= keys, keys
+    assert not keys & {"optimizer", "momentum", "lr_schedule", "eval_batch_size", "min_micro_batch"}, keys
+    again = parse_sweep(load_yaml(to_yaml(cfg)))
+    assert set(again.hyperparameters()) == keys
+    script = parse_sweep({**raw, "training": {}, "task": {"command": "python t.py --lr {lr}"}})
+    assert set(script.hyperparameters()) == {"lr"}
 
 
 def test_fail_fast_compares_what_an_error_is_not_its_pids_ports_and_times(tmp_path: Path) -> None:

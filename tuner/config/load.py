@@ -110,8 +110,12 @@ def to_yaml(cfg: SweepConfig, credentials: bool = False) -> str:
     data = cfg.model_dump(mode="json", exclude_none=False)
     if not credentials:
         _drop_credentials(data)
+    given = cfg.trial_mode.training_given
     if not cfg.trial_mode.reads_training:  # (your script): tuner's loop settings do not apply
         del data["training"]  # (validation keeps them at their defaults, which read back)
+    elif given is not None:  # (your loop): what it is given, as `hyperparameters` reads it back
+        set_ = cfg.training.model_fields_set
+        data["training"] = {k: v for k, v in data["training"].items() if k in given or k in set_}
     data["search"]["params"] = {
         k: (p.value if isinstance(p, Fixed) else _param_yaml(p.model_dump(mode="json", exclude_none=True)))
         for k, p in cfg.search.params.items()

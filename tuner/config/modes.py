@@ -41,6 +41,15 @@ LOOP_METRICS = (
 )  # fmt: skip
 
 
+# What ctx applies of the training section (amp, seed, threads, prepare's compile and
+# channels_last, the loaders' workers and prefetch, step's clipping and micro-batches), and
+# the batch size and learning rate a loop reads as config["batch_size"], config["lr"].
+OWN_LOOP_TRAINING = (
+    "batch_size", "lr", "amp", "seed", "threads", "tf32", "compile", "channels_last",
+    "loader_workers", "prefetch", "grad_clip", "micro_batch",
+)  # fmt: skip
+
+
 class SweepFile(Protocol):
     """What a mode's check reads of the sweep file: a SweepConfig (config.sections, which
     imports this module) once its sections are valid each on its own."""
@@ -88,6 +97,10 @@ class Mode:
     no_weights: str = ""  # why a trial of this mode may have none (export says it; "": no reason)
     cannot_rebuild: Optional[str] = None  # why tuner cannot build its model again (None: it can)
     reads_training: bool = True  # the training section (amp, batch_size, ...) applies
+    # The training settings its trials' configuration holds at their defaults (None: all;
+    # a setting the sweep file sets is held too): what the trial's code is given, and what
+    # tuner_trial.json and best/config.json then list, never defaults only tuner's loop reads.
+    training_given: Optional[tuple[str, ...]] = None
     command_line: bool = False  # a trial runs the user's command line (the report shows it)
     reports: Optional[Callable[[TaskSection], Reported]] = None  # None: the user's code names them
 
@@ -175,7 +188,7 @@ def _users_loop(cfg: SweepFile) -> None:
             "resources.gpus_per_worker",
             "pack measures tuner's own loop; with task.train give each trial a share (0.25)",
         )
-    if True in (values_of(cfg.hyperparameters()["find_batch_size"]) or []):
+    if True in (values_of(cfg.hyperparameters().get("find_batch_size")) or []):
         where = "search.params" if "find_batch_size" in cfg.search.params else "training"
         raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
     if cfg.training.autotune:
@@ -209,6 +222,7 @@ MODES: dict[str, Mode] = {
             no_weights="task.command: your script keeps its own weights (its checkpoints); tuner has none",
             cannot_rebuild="task.command: your script builds its own model; tuner keeps no weights of it",
             reads_training=False,
+            training_given=(),
             command_line=True,
         ),
         Mode(
@@ -224,6 +238,7 @@ MODES: dict[str, Mode] = {
             cannot_rebuild="this sweep trained your own loop's model: tuner cannot build it. Load "
             "model.pt into your model (tuner.load_best(sweep_dir, model=YourModel(...))); --format "
             "state_dict",
+            training_given=OWN_LOOP_TRAINING,
         ),
         Mode(
             name="hooks",

@@ -368,7 +368,7 @@ class SweepConfig(Section):
         self.trial_mode.check(self)  # what its mode refuses: tuner's loop, your loop, your script
         check_constraints(self.search, self.hyperparameters())
         check_start_with(self.search, self.hyperparameters())
-        fit = self.hyperparameters()["find_batch_size"]
+        fit = self.hyperparameters().get("find_batch_size")
         if self.resources.strategy == "fsdp" and True in (values_of(fit) or []):
             # A rank that runs out of memory inside a sharded forward leaves the others
             # waiting in an all-gather for ever; the probe cannot be made safe there.
@@ -416,9 +416,14 @@ class SweepConfig(Section):
         return self.search.num_samples
 
     def hyperparameters(self) -> dict[str, ParamT]:
-        """The trial-facing parameters: training defaults, overlaid by search.params."""
+        """The trial-facing parameters: training settings, overlaid by search.params. Those of
+        the settings the trial mode gives its trials (`Mode.training_given`: a script none, your
+        loop what ctx applies) and those the sweep file sets."""
+        given, chosen = self.trial_mode.training_given, self.training.model_fields_set
         base: dict[str, ParamT] = {
-            k: Fixed(value=v) for k, v in self.training.model_dump().items() if v is not None
+            k: Fixed(value=v)
+            for k, v in self.training.model_dump().items()
+            if v is not None and (given is None or k in given or k in chosen)
         }
         base.update(self.search.params)
         return base
