@@ -150,6 +150,14 @@ def test_every_mode_keeps_the_contract(name: str, tmp_path: Path) -> None:
         assert {k for k in reported if k not in declared} == set(), reported
 
     # Exports, or refuses saying why.
+    if mode.best_checkpoint:  # (a script's: its best epoch's own checkpoint directory, copied)
+        best = json.loads((sweep / BEST_DIR / "metrics.json").read_text())
+        assert best["val_loss"] == min(r["val_loss"] for r in rows), best
+        kept = json.loads((sweep / BEST_DIR / "checkpoint" / "state.json").read_text())
+        assert kept == {"epoch": best["epoch"]}, kept
+        with pytest.raises(ConfigError, match=re.escape(mode.cannot_rebuild)):
+            tuner.load_best(str(sweep))
+        return
     if not mode.keeps_weights:
         assert not (sweep / BEST_DIR).exists()
         with pytest.raises(ConfigError, match=re.escape(mode.no_weights)):

@@ -119,6 +119,19 @@ def test_a_lightning_style_script_at_the_defaults(tmp_path: Path) -> None:
             "lr",
         }
     assert by["peaks"]["best_epoch"] == 2 and summary["best"]["trial_id"] == by["peaks"]["trial_id"]
+    # keep_checkpoints 2 keeps the newest two and the best epoch's, which best.json names and
+    # best/ holds a copy of (issue 44, item 6).
+    peaks = sweep / by["peaks"]["trial_id"]
+    assert sorted(p.name for p in (peaks / "checkpoints").iterdir()) == [
+        "epoch_000002", "epoch_000005", "epoch_000006",
+    ]  # fmt: skip
+    named = json.loads((peaks / "best.json").read_text())
+    assert named == {"epoch": 2, "metric": "val_loss", "value": 0.3, "checkpoint": "checkpoints/epoch_000002"}
+    copied = json.loads((sweep / "best" / "checkpoint" / "state.json").read_text())
+    assert copied == {"epoch": 2, "val_loss": 0.3}, copied
+    exported = json.loads((sweep / "best" / "config.json").read_text())
+    assert exported["epoch"] == 2 and exported["config"] == by["peaks"]["config"], exported
+    assert exported["from"] == str(peaks / "checkpoints" / "epoch_000002")
     report = cli("report", str(sweep), "--format", "md")
     assert "0 stopped early by the scheduler; 2 stopped by their own code before max_epochs" in report.stdout
 

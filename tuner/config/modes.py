@@ -94,6 +94,9 @@ class Mode:
     # processes (a script under torchrun): no ranks of its own, actors reused.
     actor_holds_workers: bool = False
     keeps_weights: bool = True  # a trial keeps its best epoch's weights: best/, export
+    # A trial keeps its best epoch's checkpoint directory instead (a script's own, in whatever
+    # format it writes): best/checkpoint/ is a copy, export and load_best name it.
+    best_checkpoint: bool = False
     no_weights: str = ""  # why a trial of this mode may have none (export says it; "": no reason)
     cannot_rebuild: Optional[str] = None  # why tuner cannot build its model again (None: it can)
     reads_training: bool = True  # the training section (amp, batch_size, ...) applies
@@ -219,8 +222,11 @@ MODES: dict[str, Mode] = {
             alone="task.command runs your script",
             actor_holds_workers=True,
             keeps_weights=False,
-            no_weights="task.command: your script keeps its own weights (its checkpoints); tuner has none",
-            cannot_rebuild="task.command: your script builds its own model; tuner keeps no weights of it",
+            best_checkpoint=True,
+            no_weights="task.command: your script keeps its own weights; tuner keeps the best epoch's "
+            "checkpoint only when the script saves one in tuner.checkpoint_dir()",
+            cannot_rebuild="task.command: your script builds its own model and reads its own checkpoints; "
+            "tuner keeps the best epoch's checkpoint directory as the script wrote it",
             reads_training=False,
             training_given=(),
             command_line=True,

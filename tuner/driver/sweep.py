@@ -548,6 +548,21 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
     return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
 
 
+def _keeps_best(
+    cfg: SweepConfig, trials: list[TrialRecord], best: Any, mirror: Optional[remote.Mirror]
+) -> bool:
+    """Whether the sweep's best trial left something for best/: its best weights (tuner's
+    loop, your loop), or its best epoch's checkpoint directory (your script's, when it wrote
+    one, on a local or shared filesystem)."""
+    mode = cfg.trial_mode
+    if mode.keeps_weights:
+        return True
+    if not mode.best_checkpoint or mirror is not None:
+        return False
+    paths = [t.path for t in trials if t.trial_id == str(best)]
+    return bool(paths) and sweepdir.read_best_checkpoint(paths[0]) is not None
+
+
 def finish(
     cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None, mirror: Optional[remote.Mirror] = None
 ) -> SweepOutcome:
@@ -576,7 +591,7 @@ def finish(
         warm.mark_origins(cfg, sweep_dir, summary)
     if "://" not in sweep_dir:
         sweepdir.write_summary(sweep_dir, summary)
-        if summary["best"] is not None and cfg.trial_mode.keeps_weights:
+        if summary["best"] is not None and _keeps_best(cfg, trials, summary["best"]["trial_id"], mirror):
             from tuner.view.export import write_best
 
             if mirror is not None:  # the best trial's weights, uploaded by the trial

@@ -50,7 +50,9 @@ TUNE_ERROR_FILE = "error.txt"  # Tune's, written by the driver
 TRIAL_LOG = "trial.log"
 CHECKPOINT_FILE = "state.pt"  # a checkpoint handed to Ray (Train, or Tune with URI storage)
 CHECKPOINT_PATTERN = r"^checkpoint_e(\d{6})\.pt$"  # a trial's own, one per epoch
-BEST_RECORD = "best.json"  # a trial's best epoch: {epoch, metric, value, weights: best_eNNNNNN.pt}
+# A trial's best epoch: {epoch, metric, value, weights: best_eNNNNNN.pt}; a script's names its
+# checkpoint directory instead: {epoch, metric, value, checkpoint: checkpoints/epoch_NNNNNN}.
+BEST_RECORD = "best.json"
 BEST_WEIGHTS_PATTERN = r"^best_e(\d{6})\.pt$"  # its weights, a plain state dict (the trial's)
 BEST_DIR = "best"  # the sweep's best trial's, exported (also `tuner export`'s files):
 EXPORT_FILES = {"state_dict": "model.pt", "torchscript": "model.ts.pt", "onnx": "model.onnx"}
@@ -95,6 +97,20 @@ def read_best_record(trial_dir: str) -> Optional[dict[str, Any]]:
         return None
     weights = os.path.join(trial_dir, os.path.basename(record["weights"]))
     return {**record, "weights": weights} if os.path.isfile(weights) else None
+
+
+def read_best_checkpoint(trial_dir: str) -> Optional[dict[str, Any]]:
+    """A script trial's best epoch as its best.json says ({epoch, metric, value, checkpoint},
+    checkpoint the directory's path: the script's own checkpoint of that epoch), or None: no
+    best.json, one of weights (tuner's loop), a damaged one, or its directory gone."""
+    record, _ = _read_object(os.path.join(trial_dir, BEST_RECORD))
+    if record is None or not finite(record.get("value")) or not isinstance(record.get("checkpoint"), str):
+        return None
+    name = os.path.basename(record["checkpoint"])
+    if not re.match(SCRIPT_CHECKPOINT_PATTERN, name):
+        return None
+    path = os.path.join(trial_dir, SCRIPT_CHECKPOINTS, name)
+    return {**record, "checkpoint": path} if os.path.isdir(path) else None
 
 
 def script_checkpoint_name(epoch: int) -> str:

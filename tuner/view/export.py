@@ -6,6 +6,8 @@ checkpoints. From those this writes an export directory:
 
     model.pt       the weights as a plain state dict (no DDP `module.` or compile `_orig_mod.`
                    prefixes): torch.load(...) and model.load_state_dict(...), no tuner needed
+    checkpoint/    instead, for a script's sweep (task.command): the best epoch's checkpoint
+                   directory as the script wrote it (its best.json names it), for the script
     config.json    the trial's whole resolved configuration (searched and fixed values,
                    training settings) and the sweep's task, metric and mode; for a
                    population's member (pbt, pb2) its configuration now, and `schedule`: the
@@ -42,6 +44,7 @@ from tuner.sweepdir import (
     check_writable,
     full_config,
     json_default,
+    read_best_checkpoint,
     read_best_record,
     read_config,
     remote,
@@ -50,6 +53,7 @@ from tuner.version import __version__
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
 MARK = "exported_by"  # config.json's key that says a directory is one of ours
+CHECKPOINT = "checkpoint"  # a script's best epoch: its checkpoint directory (best.json, best/)
 
 
 @dataclass
@@ -74,6 +78,8 @@ class Chosen:
             "task": self.cfg.task.model_dump(mode="json"),
             "config": full_config(self.trial.path),
             **({"schedule": self.schedule} if self.schedule is not None else {}),
+            # A script's best epoch: its own checkpoint directory, copied whole beside this.
+            **({CHECKPOINT: CHECKPOINT, "from": self.best[CHECKPOINT]} if CHECKPOINT in self.best else {}),
         }
 
     def metrics(self) -> dict[str, Any]:
@@ -104,6 +110,8 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
     if remote.is_s3(sweep_dir):
         remote.Mirror(sweep_dir).pull_best(os.path.basename(trial.path))
     best = read_best_record(trial.path)
+    if best is None and cfg.trial_mode.best_checkpoint:
+        best = read_best_checkpoint(trial.path)  # a script's: its own checkpoint directory
     if best is None:
         raise ConfigError("", f"trial {trial.trial_id} kept no weights: {_why_none(cfg)}")
     schedule = None if trial.schedule is None else weights_schedule(trials, trial, int(best["epoch"]))
@@ -165,6 +173,10 @@ def load_best(sweep_dir: str, model: Any = None, trial: Optional[str] = None) ->
     epoch instead of the sweep's best.
     """
     chosen = choose(sweep_dir, trial)
+    if CHECKPOINT in chosen.best:  # a script's: in its own format, for its own code to read
+        raise ConfigError(
+            "", f"{chosen.cfg.trial_mode.cannot_rebuild}: load {chosen.best[CHECKPOINT]} as your script does"
+        )
     if model is None:
         return rebuild(chosen)[0]
     from tuner.trial.loop.weights import load_into
@@ -233,7 +245,10 @@ def _write_dir(where: str, chosen: Chosen, fmt: str, built: Optional[tuple[Any, 
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(where)}-", suffix=".tmp")
     try:
-        shutil.copyfile(chosen.best["weights"], os.path.join(tmp, EXPORT_FILES["state_dict"]))
+        if CHECKPOINT in chosen.best:  # (hard links where the filesystem allows: no second copy)
+            shutil.copytree(chosen.best[CHECKPOINT], os.path.join(tmp, CHECKPOINT), copy_function=_link)
+        else:
+            shutil.copyfile(chosen.best["weights"], os.path.join(tmp, EXPORT_FILES["state_dict"]))
         if built is not None:
             from tuner.trial.loop.weights import save_format
 
@@ -246,6 +261,14 @@ def _write_dir(where: str, chosen: Chosen, fmt: str, built: Optional[tuple[Any, 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return where
+
+
+def _link(src: str, dst: str) -> None:
+    """A hard link of `src` (the checkpoint's files are never written again), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _replace(tmp: str, where: str) -> None:

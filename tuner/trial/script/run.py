@@ -33,13 +33,17 @@ from typing import Any, Optional
 from tuner.config.placeholders import as_text, env_name, fill, placeholders
 from tuner.errors import MissingMetricError
 from tuner.sweepdir import (
+    BEST_RECORD,
     SCRIPT_CHECKPOINT_PATTERN,
     SCRIPT_CHECKPOINTS,
     SCRIPT_CONFIG,
     SCRIPT_REPORTS_PATTERN,
     SCRIPT_RUN,
+    finite,
+    read_best_checkpoint,
     read_metrics,
     script_reports_name,
+    write_atomic,
 )
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
 from tuner.trial.frame.checkpoint import numbered
@@ -77,7 +81,7 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     record = os.path.join(session.trial_dir, SCRIPT_RUN)
     stop_stale(record, f.log)  # (before its checkpoints are read: it may be writing one)
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
-    checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints)
+    checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints, session.trial_dir, spec.metric, spec.mode)
     restored = checkpoints.latest()
     epoch = restored or 0
     progress = Progress(session, f.log, f.watchdog)
@@ -209,7 +213,7 @@ class Follower:
             self.ended = str(row["failure"])
             return False
         if ckpt is not None:
-            self.checkpoints.commit(str(ckpt), epoch)
+            self.checkpoints.commit(str(ckpt), epoch, row)
         if epoch == spec.max_epochs:
             # Trained. The scheduler hears of this epoch when the script has ended (`flush`):
             # told now, ASHA ends the trial at max_epochs, and the script with it, in the
@@ -291,12 +295,18 @@ class Follower:
 
 class ScriptCheckpoints:
     """The script's checkpoints: `<root>/epoch_NNNNNN/`, one directory per epoch, the newest
-    `keep` kept. A directory the script filled becomes an epoch's by a rename, so a directory
-    with that name is complete; `.pending-*` ones are what a stopped script was writing."""
+    `keep` kept, and the trial's best epoch's besides (the best by the sweep's metric of
+    those with a checkpoint), named in the trial's best.json as tuner's loop names its best
+    weights: so `best/`, `tuner export` and a user find it (`sweepdir.read_best_checkpoint`).
+    A directory the script filled becomes an epoch's by a rename, so a directory with that
+    name is complete; `.pending-*` ones are what a stopped script was writing."""
 
-    def __init__(self, root: str, keep: int):
+    def __init__(self, root: str, keep: int, trial_dir: str = "", metric: str = "", mode: str = "min"):
         self.root, self.keep = root, max(1, keep)
+        self.trial_dir, self.metric, self.mode = trial_dir, metric, mode
         os.makedirs(root, exist_ok=True)
+        # The best so far survives the process: a resumed trial reads it back.
+        self.best = read_best_checkpoint(trial_dir) if trial_dir else None
 
     def epochs(self) -> list[int]:
         return numbered(self.root, _EPOCH_DIR)
@@ -313,8 +323,9 @@ class ScriptCheckpoints:
             if name.startswith(api.PENDING):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
-    def commit(self, directory: str, epoch: int) -> None:
-        """Make `directory` (inside root) epoch `epoch`'s checkpoint; drop the oldest."""
+    def commit(self, directory: str, epoch: int, metrics: Optional[dict[str, Any]] = None) -> None:
+        """Make `directory` (inside root) epoch `epoch`'s checkpoint (of these `metrics`); drop
+        the oldest, never the best epoch's."""
         src = os.path.realpath(directory)
         if os.path.dirname(src) != os.path.realpath(self.root) or not os.path.isdir(src):
             raise ScriptError(
@@ -325,8 +336,25 @@ class ScriptCheckpoints:
         if os.path.exists(final):  # an earlier run's, past the one it resumed from
             shutil.rmtree(final)
         os.replace(src, final)
+        self._offer(metrics or {}, epoch)
+        best = None if self.best is None else int(self.best["epoch"])
         for old in self.epochs()[: -self.keep]:
-            shutil.rmtree(self.path(old), ignore_errors=True)
+            if old != best:
+                shutil.rmtree(self.path(old), ignore_errors=True)
+
+    def _offer(self, metrics: dict[str, Any], epoch: int) -> None:
+        """best.json names this epoch if its metric beats the best so far (a tie keeps the
+        earlier epoch, as the ranking does); written before older directories go."""
+        value = metrics.get(self.metric)
+        if not self.trial_dir or not finite(value) or "failure" in metrics:
+            return
+        held = None if self.best is None else float(self.best["value"])
+        if held is not None and not (value > held if self.mode == "max" else value < held):
+            return
+        name = os.path.relpath(self.path(epoch), self.trial_dir)
+        record = {"epoch": epoch, "metric": self.metric, "value": float(value), "checkpoint": name}
+        write_atomic(os.path.join(self.trial_dir, BEST_RECORD), json.dumps(record))
+        self.best = {**record, "checkpoint": self.path(epoch)}
 
 
 def _gpu_ids(spec: TrialSpec) -> str:
