@@ -119,8 +119,9 @@ class Population:
         taken: list[tuple[int, Any]] = []
         for t in sorted(found, key=lambda t: (t.started or 0.0, t.trial_id)):
             lineage = read_lineage(t.path)
-            first = (lineage or {}).get("segments", [{}])[0].get("config") or (read_record(t.path) or {}).get(
-                "config", {}
+            # Its first configuration (lineage.json's, else the record's): its place in the plan.
+            first = (
+                lineage["segments"][0]["config"] if lineage else (read_record(t.path) or {}).get("config", {})
             )
             index = (lineage or {}).get("member")
             if not isinstance(index, int) or index not in free:
