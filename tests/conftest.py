@@ -263,7 +263,9 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
         left = processes_left(mark)  # SIGKILLed: gone at once, bar the kernel's tear-down
         modules = [ln.split()[1:] for ln in run.stdout.splitlines() if ln.startswith("DRIVER_MODULES")]
         logs = next(ray_tmp.glob("*/ray/session_*/logs"), ray_tmp)
-        driver_modules = modules[-1] if modules else []
+        # (the driver's line first: `python -m tuner` watches its driver from a parent process,
+        # which imports neither and reports after it)
+        driver_modules = modules[0] if modules else []
         yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, [*secrets.values()])
     finally:
         import shutil
@@ -473,7 +475,26 @@ def kill_9_when(
         time.sleep(0.1)
     os.kill(proc.pid, sig)
     proc.wait(timeout=120)
+    if sig == signal.SIGKILL:
+        unheld(sweep)
     return sweep
+
+
+def unheld(sweep: Path, within_s: float = 120) -> None:
+    """Wait until no run holds the sweep directory: `python -m tuner` killed with -9 takes its
+    driver (a child process, tuner/driver/stopping.py) down with it, a moment later."""
+    from tuner.config import ConfigError
+    from tuner.sweepdir import refuse_if_held
+
+    deadline = time.monotonic() + within_s  # (a hang guard)
+    while True:
+        try:
+            refuse_if_held(str(sweep))
+            return
+        except ConfigError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -30,6 +30,7 @@ import pytest
 from tests import sweeps
 from tests.browser import ARTIFACTS, browser_page, png_size
 from tests.conftest import DEBUG, ROOT, cli
+from tuner.results import number
 
 STATUSES = ["STATUS_FAILURE", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_UNKNOWN"]
 METRICS = ["val_acc", "val_loss", "train_loss"]
@@ -239,6 +240,14 @@ def test_board_report_and_progress_follow_a_running_sweep(tmp_path: Path) -> Non
     assert re.search(r"\r\x1b\[K\[tuner\] 0/1 done · 1 running · 0 pending · best val_acc [\d.]+ ", text), (
         text[-2000:]
     )
+    # Its last state, once stopped, says what the table under it says: the trial unfinished,
+    # the best as the trial's own records have it.
+    best = json.loads((sweep_dir / "summary.json").read_text())["best"]
+    last = text.rsplit("\r\x1b[K", 1)[-1].splitlines()[0]
+    shown = f"best val_acc {number(best['metrics']['val_acc'])} ({best['trial_id']})"
+    assert last.startswith(f"[tuner] 0/1 done · 0 running · 0 pending · 1 unfinished · {shown} · "), last
+    row = rf"\n{best['trial_id']}\s+{re.escape(number(best['metrics']['val_acc']))}\s"  # the table's
+    assert re.search(row, text.replace("\r", "")), text[-2000:]
     after = cli("report", str(sweep_dir), "--format", "md")
     assert after.returncode == 0, after.stderr
     assert "Sweep interrupted" in after.stdout

@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import DEBUG, assert_resources_returned, debug_config, run_cli
+from tests.conftest import DEBUG, assert_resources_returned, cli, debug_config, run_cli
 from tuner.config import ConfigError
 from tuner.driver.resources import TrialResources, check_scalable
 from tuner.driver.sweep import run_sweep
@@ -207,3 +208,51 @@ def test_ddp_trials_whose_ranks_raise_or_hang_fail_alone_and_hand_their_workers_
     log = (Path(out.sweep_dir) / hung["trial_id"] / "trial.log").read_text()
     assert "no epoch finished within 8 s" in log
     assert_resources_returned()
+
+
+BROKEN = "def model(config, input_shape, num_classes):\n    return config['hidden']  # the user's bug\n"
+FIXED = (
+    "from tuner.trial.loop.models import mlp\n\n\n"
+    "def model(config, input_shape, num_classes):\n    return mlp(config, input_shape, num_classes)\n"
+)
+
+
+def test_a_sweep_whose_every_trial_failed_runs_them_again_once_fixed(tmp_path: Path) -> None:
+    """Every trial of a sweep raises (the user's bug; two trials, the defaults otherwise): it
+    completes with nothing left to run, and each way back a user would try (the end of the
+    sweep, `resume`, `sweep` again) names `resume --retry-failed`. Once the code is fixed, that
+    runs the failed trials again from scratch, the same configurations under the same names,
+    their first runs kept under retried/."""
+    module = f"user_model_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(BROKEN)
+    raw = yaml.safe_load(DEBUG.read_text())
+    raw.update(name="allfail", output=str(tmp_path / "runs"))
+    raw["task"]["model"] = f"{module}:model"
+    raw["search"]["num_samples"] = 2
+    raw["schedule"]["max_epochs"] = 1
+    sweep_file, sweep = tmp_path / "allfail.yaml", tmp_path / "runs" / "allfail"
+    sweep_file.write_text(yaml.safe_dump(raw))
+    again = f"python -m tuner resume {sweep} --retry-failed"
+
+    first = cli("sweep", str(sweep_file), on_session=True)
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["counts"] == {"error": 2}, summary["counts"]
+    assert first.returncode == 1 and again in first.stdout, first.stdout[-2000:]
+    nothing = cli("resume", str(sweep))
+    assert nothing.returncode == 0 and "nothing to resume" in nothing.stdout and again in nothing.stdout
+    taken = cli("sweep", str(sweep_file))
+    assert taken.returncode == 2 and "--retry-failed" in taken.stderr, taken.stderr
+
+    (tmp_path / f"{module}.py").write_text(FIXED)
+    fixed = cli("resume", str(sweep), "--retry-failed", on_session=True)
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+    said = "0 trials finished, 0 to continue from checkpoints, 0 to start, 2 failed to run again"
+    assert said in fixed.stdout, fixed.stdout[-2000:]
+    after = json.loads((sweep / "summary.json").read_text())
+    assert after["status"] == "completed" and after["counts"] == {"completed": 2}, after["counts"]
+    before = {t["trial_id"]: t["config"] for t in summary["trials"]}
+    assert {t["trial_id"]: t["config"] for t in after["trials"]} == before  # the same trials, run again
+    for trial in before:
+        assert [r["epoch"] for r in read_metrics(str(sweep / trial))] == [1]  # from scratch, once
+        assert "KeyError" in (sweep / "retried" / trial / "traceback.txt").read_text()  # the first run, kept
+    assert cli("resume", str(sweep), "--retry-failed").stdout.count("nothing to resume") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,11 +13,11 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, cli, processes_left, run_cli
+from tests.conftest import DEBUG, ROOT, cli, processes_left, run_cli, unheld
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
@@ -29,16 +30,21 @@ SAMPLES, EPOCHS = 8, 8
 CTRL_C_SAMPLES = 4  # caught with one finished, one mid-way and the rest to start: each kind resumed
 
 
-def _start(
-    tmp_path: Path, algorithm: str, env: Optional[dict] = None, samples: int = SAMPLES
-) -> subprocess.Popen:
+def _start_args(tmp_path: Path, algorithm: str, samples: int = SAMPLES) -> list[str]:
     args = [
-        sys.executable, "-m", "tuner", "sweep", str(DEBUG), "--output", str(tmp_path),
+        "sweep", str(DEBUG), "--output", str(tmp_path),
         "--algorithm", algorithm, "--num-samples", str(samples), "--max-epochs", str(EPOCHS),
         "--set", "training.batch_size=16",  # slower epochs: trials are caught mid-way
     ]  # fmt: skip
     if algorithm != "bohb":  # every trial runs long enough to be interrupted with checkpoints
         args += ["--set", "schedule.early_stopping=false"]
+    return args
+
+
+def _start(
+    tmp_path: Path, algorithm: str, env: Optional[dict] = None, samples: int = SAMPLES
+) -> subprocess.Popen:
+    args = [sys.executable, "-m", "tuner", *_start_args(tmp_path, algorithm, samples)]
     log = open(tmp_path / "driver.log", "w")
     env = {**os.environ, **(env or {})}
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -62,9 +68,21 @@ def _midway(sweep: Path, trial: str, record: dict) -> bool:
 
 def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int) -> None:
     """Signal the driver once a trial has finished and another is mid-way with a checkpoint."""
+    _stop_when_caught_midway(proc, sweep, lambda: os.kill(proc.pid, sig))
+    if sig == signal.SIGKILL:
+        unheld(sweep)
+
+
+def _stop_when_caught_midway(proc: subprocess.Popen, sweep: Path, stop: Any, epochs: int = 0) -> float:
+    """`stop()` once a trial has finished and another is mid-way with a checkpoint (and the
+    trials have trained more than `epochs` epochs in all); the seconds from then until the
+    command exited."""
     deadline = time.time() + 240
     while time.time() < deadline:
         trials = _trials(sweep)
+        if sum(len(read_metrics(str(sweep / t))) for t in trials) <= epochs:
+            time.sleep(0.05)
+            continue
         finished = [t for t, r in trials.items() if r["status"] != "RUNNING"]
         midway = [
             t
@@ -72,9 +90,11 @@ def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int)
             if _midway(sweep, t, r) and DirCheckpoints(str(sweep / t)).latest_epoch()
         ]
         if finished and midway:
-            os.kill(proc.pid, sig)
-            proc.wait(timeout=120)
-            return
+            start = time.monotonic()
+            stop()
+            proc.wait(timeout=600)  # (a hang guard: the tests bound what they measure themselves)
+            return time.monotonic() - start
+        assert proc.poll() is None, (sweep.parent / "driver.log").read_text()[-3000:]
         time.sleep(0.02)
     proc.kill()
     pytest.fail("the sweep never had a finished trial and a checkpointed one at once")
@@ -182,3 +202,70 @@ def _first_time(log: Path) -> str:
 def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
     out = cli("resume", str(tmp_path))
     assert out.returncode == 2 and "is not a sweep directory" in out.stderr and "Traceback" not in out.stderr
+
+
+def _every_process_of(proc: subprocess.Popen) -> list:
+    import psutil
+
+    top = psutil.Process(proc.pid)
+    return [top, *top.children(recursive=True)]
+
+
+@pytest.mark.usefixtures("ray_session")  # the last resume runs in this process, on the session's Ray
+def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing(tmp_path: Path) -> None:
+    """A terminal's hangup or `kill -TERM -PGID` signals the command's process group; SLURM's
+    scancel signals every process of the job, its Ray's included. The first stops gracefully
+    (the driver's Ray is in a group of its own); after the second the sweep's Ray is gone, and
+    the command notices, writes summary.json (interrupted) from the trials' records and exits
+    130: sooner than it took to start the sweep (Ray 2.60 left the driver to exit 1 at once,
+    or after 60 s without its GCS). `resume` then continues each time, losing nothing."""
+    sweep = tmp_path / "debug"
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "TUNER_TEST_MARK": mark}
+
+    def start(*words: str) -> subprocess.Popen:
+        log = open(tmp_path / "driver.log", "w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "tuner", *words], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,  # a process group of its own, as a job's or a terminal's
+        )  # fmt: skip
+
+    began = time.monotonic()
+    first = _start_args(tmp_path, "random", CTRL_C_SAMPLES)
+    proc = start(*first)
+    while not any(read_metrics(str(t)) for t in sweep.glob("*/") if t.is_dir()):
+        assert proc.poll() is None and time.monotonic() - began < 240, (tmp_path / "driver.log").read_text()
+        time.sleep(0.05)
+    startup = time.monotonic() - began  # launch to the first epoch: imports, Ray up, a trial trained
+    _stop_when_caught_midway(proc, sweep, lambda: os.killpg(proc.pid, signal.SIGTERM))
+    log = (tmp_path / "driver.log").read_text()
+    assert proc.returncode == 130, log[-3000:]
+    assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
+    assert f"continue with: python -m tuner resume {sweep}" in log
+    assert not processes_left(mark)
+    finished, midway = _snapshot(sweep)
+
+    proc = start("resume", str(sweep))
+
+    def scancel() -> None:
+        for p in _every_process_of(proc):
+            with contextlib.suppress(Exception):
+                p.send_signal(signal.SIGTERM)
+
+    trained = sum(len(read_metrics(str(t))) for t in sweep.glob("*/") if t.is_dir())
+    took = _stop_when_caught_midway(proc, sweep, scancel, epochs=trained)  # (once it trains again)
+    log = (tmp_path / "driver.log").read_text()
+    assert proc.returncode == 130, log[-3000:]
+    assert took < startup, (took, startup, log[-3000:])
+    assert "status interrupted" in log and f"continue with: python -m tuner resume {sweep}" in log
+    assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
+    assert not processes_left(mark)
+    more_finished, more_midway = _snapshot(sweep)
+    assert all(more_finished[t] == journal for t, journal in finished.items())  # kept as they were
+    # (a trial caught mid-way both times: it continued from its first checkpoint, then its second)
+    midway = {t: midway.get(t, epoch) for t, epoch in more_midway.items()}
+    finished = more_finished
+
+    out = cli("resume", str(sweep), on_session=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    _check_resumed(sweep, finished, midway, samples=CTRL_C_SAMPLES)

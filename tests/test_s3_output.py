@@ -122,3 +122,24 @@ def test_a_sweep_into_s3_leaves_its_credentials_in_no_file(s3, tmp_path: Path) -
         assert next(ray_tmp.glob("*/ray/session_*/logs/raylet.out"))  # (where its Ray was)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_a_failed_trial_set_aside_in_s3_leaves_its_name_empty_in_the_bucket(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`resume --retry-failed` of an s3:// sweep: a failed trial's first run moves to retried/
+    in the mirror and in the bucket (a trial continues from what the bucket holds under its
+    name: left there, the run again would not start from scratch)."""
+    from tuner.driver.sweep import _set_aside
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = s3_env.make_bucket(f"aside-{uuid.uuid4().hex[:8]}")
+    mirror = remote.Mirror(f"s3://{bucket}/runs/s")
+    for key in ("t1/metrics.jsonl", "t1/checkpoint_000001/state.pt", "t2/metrics.jsonl"):
+        s3_env.client().put_object(Bucket=bucket, Key=f"runs/s/{key}", Body=b"x")
+    mirror.pull()
+    _set_aside(mirror.local, "t1", mirror)
+    moved = ["retried/t1/checkpoint_000001/state.pt", "retried/t1/metrics.jsonl", "t2/metrics.jsonl"]
+    assert sorted(s3_env.keys(bucket)) == [f"runs/s/{k}" for k in moved]
+    assert (Path(mirror.local) / "retried" / "t1" / "metrics.jsonl").is_file()
+    assert not (Path(mirror.local) / "t1").exists()

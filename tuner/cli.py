@@ -20,7 +20,7 @@ from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, refe
 from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.config.schedule import webhook_url
 from tuner.errors import EXIT_HELP, DiskFull, ExitCode
-from tuner.results import number
+from tuner.results import Outcome, number
 from tuner.sweepdir import EXPORT_FILES, NEVER_STARTED
 
 __all__ = ["build_parser", "main", "overrides_from"]
@@ -66,7 +66,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.driver.sweep import resume_sweep
 
-    return _continue(args, lambda runtime: resume_sweep(args.sweep_dir, runtime))
+    again = args.retry_failed
+    return _continue(args, lambda runtime: resume_sweep(args.sweep_dir, runtime, retry_failed=again))
 
 
 def cmd_extend(args: argparse.Namespace) -> int:
@@ -145,7 +146,12 @@ def _print_outcome(outcome: Any) -> int:
     if s["status"] == "failed":  # failure.fail_fast
         print(
             f"stopped: its first trials all failed with {s['error']}; "
-            f"fix it, then: python -m tuner resume {outcome.sweep_dir}"
+            f"fix it, then: python -m tuner resume {outcome.sweep_dir} --retry-failed"
+        )
+    elif failed := sum(n for word, n in s["counts"].items() if Outcome.parse(word).failed) - never:
+        print(
+            f"{failed} trial(s) failed; to run them again (after fixing the cause): "
+            f"python -m tuner resume {outcome.sweep_dir} --retry-failed"
         )
     return outcome.exit_code
 
@@ -218,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted sweep from its directory")
     p.add_argument("sweep_dir", help="the sweep's directory, e.g. runs/digits-mlp")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="also run the trials that failed (error, oom, timeout, diverged) again, from scratch with "
+        "their configurations (after fixing the cause); their first runs are kept in <sweep>/retried/",
+    )
     p.add_argument("--notify", metavar="URL", help="notify.webhook for this run (default: the sweep's)")
     add_runtime_flags(p)
     p.set_defaults(func=cmd_resume)
@@ -300,17 +312,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, watch: bool = False) -> int:
+    """The command line. `watch` (`python -m tuner`): a command that starts a private local Ray
+    runs in a child process this one watches (driver/stopping.py: `watched`)."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv  # `submit` passes its words on as given
     func: Callable[[argparse.Namespace], int] = args.func
+
+    def run() -> int:
+        try:
+            return int(func(args))
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return ExitCode.USAGE
+        except DiskFull as err:  # stopped like an interrupt: resumable
+            print(f"error: {err}", file=sys.stderr)
+            return ExitCode.INTERRUPTED
+
+    if watch and _starts_local_ray(args):
+        from tuner.driver.stopping import watched
+
+        return watched(run, lambda code: _settle(args, code))
+    return run()
+
+
+def _starts_local_ray(args: argparse.Namespace) -> bool:
+    """Whether the command runs a sweep on a private local Ray of its own."""
+    if args.command not in ("sweep", "resume", "extend"):
+        return False
     try:
-        return int(func(args))
-    except ConfigError as err:
+        return not runtime_from(args).joins_cluster()
+    except ConfigError:  # (said by the command itself)
+        return False
+
+
+def _settle(args: argparse.Namespace, code: int) -> int:
+    """The end of a sweep whose driver was ended with its Ray by a stop signal: summary.json
+    from what the trials recorded, the table, how to continue; the exit code."""
+    from tuner.driver.sweep import locate, settle
+
+    if args.command == "sweep":
+        cfg = _load(args)
+        where = locate(cfg.output, cfg.name)[1] or f"{cfg.output.rstrip('/')}/{cfg.name}"
+    else:
+        where = args.sweep_dir
+    try:
+        outcome = settle(where)
+        if outcome is None:
+            print(f"\nstopped (exit {code}) before the sweep began: nothing to continue", file=sys.stderr)
+            return ExitCode.INTERRUPTED
+        print(f"\n[tuner] the sweep's driver ended (exit {code}) after a stop signal; its trials' records:")
+        return _print_outcome(outcome)
+    except ConfigError as err:  # (its sweep.yaml unreadable, say: resume will say so again)
         print(f"error: {err}", file=sys.stderr)
-        return ExitCode.USAGE
-    except DiskFull as err:  # stopped like an interrupt: resumable
-        print(f"error: {err}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except OSError:  # (a terminal gone with its hangup: summary.json is written first)
         return ExitCode.INTERRUPTED

@@ -15,7 +15,7 @@ from ray.tune import Callback
 
 from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull
-from tuner.results import clock, number
+from tuner.results import Outcome, clock, number
 from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
@@ -249,6 +249,11 @@ class Progress(Callback):
     """One live status line on a terminal; a line per finished trial otherwise.
 
     `[tuner] 12/30 done · 2 running · 16 pending · best val_acc 0.9822 (a1b2c_00003) · 0:14`
+
+    Trials a Ctrl-C stopped at their next report count as unfinished, as their records say
+    (TrialRecordCallback). The line's last state, once the sweep has ended, is drawn from its
+    summary (`close`): the table printed under it is read from the same trial records, where a
+    report the driver never took in (a trial stopped at once) is still counted.
     """
 
     def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None, done: int = 0):
@@ -261,6 +266,8 @@ class Progress(Callback):
         self.t0 = time.monotonic()
         self._last_draw = 0.0
         self.started: set[str] = set()
+        self.cut_short: set[str] = set()  # stopped by a Ctrl-C at a report: unfinished, resumable
+        self.trial_best: dict[str, tuple[float, int]] = {}  # trial id -> its best value, that epoch
 
     def setup(self, **info: Any) -> None:
         self.t0 = time.monotonic()
@@ -282,9 +289,13 @@ class Progress(Callback):
             self.failed.add(trial.trial_id)
         if "failure" in result or not isinstance(value, (int, float)) or not math.isfinite(value):
             return
-        better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
-        if better:
+        if self._better(value, self.best):
             self.best = (float(value), trial_name(trial))
+        if self._better(value, self.trial_best.get(trial.trial_id)):  # (ties: the earlier epoch)
+            self.trial_best[trial.trial_id] = (float(value), int(result.get("epoch", 0) or 0))
+
+    def _better(self, value: float, than: Optional[tuple[float, Any]]) -> bool:
+        return than is None or (value > than[0] if self.mode == "max" else value < than[0])
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()
@@ -294,6 +305,10 @@ class Progress(Callback):
             self.stream.flush()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if INTERRUPTED.is_set() and not (trial.last_result or {}).get("done"):
+            self.cut_short.add(trial.trial_id)  # (as TrialRecordCallback: it stays unfinished)
+            self._ended(trials, trial, "stopped")
+            return
         self._ended(trials, trial, "done")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -317,11 +332,18 @@ class Progress(Callback):
                 detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
                 self.stream.write(f"\r\033[K[tuner] trial {trial_name(trial)} {last['failure']}: {detail}\n")
             return
-        value = last.get(self.metric)
         note = last.get("failure") or how
+        epochs = last.get("epoch", 0)
+        best = self.trial_best.get(trial.trial_id)
+        value = (
+            f"no {self.metric}"
+            if best is None
+            else f"best {self.metric} {number(best[0])} at epoch {best[1]}"
+        )
+        resumable = ", unfinished: resume continues it" if how == "stopped" else ""
         self.stream.write(
-            f"[tuner] trial {trial_name(trial)} {note}: {self.metric} {number(value)} at epoch "
-            f"{last.get('epoch', 0)} · {self.line(trials, prefix=False, ending=trial)}\n"
+            f"[tuner] trial {trial_name(trial)} {note} after {epochs} epoch(s){resumable}: {value}"
+            f" · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()
 
@@ -330,33 +352,60 @@ class Progress(Callback):
         self.stream.write(("\r\033[K" if self.live else "") + line + "\n")
         self.stream.flush()
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        if self.live:
-            self.stream.write("\r\033[K" + self.line(trials) + "\n")
-            self.stream.flush()
+    def close(self, summary: dict[str, Any]) -> None:
+        """The live line's last state, once the sweep has ended, from its summary (the table's
+        source): its counts and best as the records have them. (At the experiment's end the
+        line drawn last stays until then.)"""
+        if not self.live:
+            return
+        trials = summary.get("trials") or []
+        counts = {k: int(v) for k, v in (summary.get("counts") or {}).items()}
+        unfinished = counts.get(Outcome.UNFINISHED.value, 0)
+        failed = sum(n for word, n in counts.items() if Outcome.parse(word).failed)
+        best = summary.get("best")
+        shown = None if not best else (best["metrics"].get(self.metric), str(best["trial_id"]))
+        parts = self._parts(
+            len(trials) - unfinished, 0, 0, max(self.total - len(trials), 0), unfinished, failed, shown
+        )
+        parts.append(clock(time.monotonic() - self.t0))
+        self.stream.write("\r\033[K[tuner] " + " · ".join(parts) + "\n")
+        self.stream.flush()
 
     def line(self, trials: list, prefix: bool = True, ending: Any = None) -> str:
         counts: dict[str, int] = {}
         for t in trials:
             # Tune calls on_trial_complete before it marks the trial TERMINATED.
             status = "TERMINATED" if t is ending and t.status not in ("TERMINATED", "ERROR") else t.status
+            if t.trial_id in self.cut_short:
+                status = "UNFINISHED"
             counts[status] = counts.get(status, 0) + 1
         done = self.done_before + counts.get("TERMINATED", 0) + counts.get("ERROR", 0)
         pending = max(self.total - self.done_before - len(trials), 0) + counts.get("PENDING", 0)
-        parts = [f"{done}/{self.total} done", f"{counts.get('RUNNING', 0)} running"]
-        if counts.get("PAUSED"):
-            parts.append(f"{counts['PAUSED']} paused")
-        parts.append(f"{pending} pending")
-        if self.failed:
-            parts.append(f"{len(self.failed)} failed")
-        if self.best:
-            parts.append(f"best {self.metric} {number(self.best[0])} ({self.best[1]})")
+        parts = self._parts(
+            done, counts.get("RUNNING", 0), counts.get("PAUSED", 0), pending,
+            counts.get("UNFINISHED", 0), len(self.failed), self.best,
+        )  # fmt: skip
         elapsed = time.monotonic() - self.t0
         parts.append(clock(elapsed))
         done_here = done - self.done_before
-        if 0 < done_here and done < self.total:
+        if 0 < done_here and done < self.total and not INTERRUPTED.is_set():
             parts.append(f"eta ~{clock(elapsed / done_here * (self.total - done))}")
         return ("[tuner] " if prefix else "") + " · ".join(parts)
+
+    def _parts(
+        self, done: int, running: int, paused: int, pending: int, unfinished: int, failed: int, best: Any
+    ) -> list[str]:
+        parts = [f"{done}/{self.total} done", f"{running} running"]
+        if paused:
+            parts.append(f"{paused} paused")
+        parts.append(f"{pending} pending")
+        if unfinished:
+            parts.append(f"{unfinished} unfinished")
+        if failed:
+            parts.append(f"{failed} failed")
+        if best:
+            parts.append(f"best {self.metric} {number(best[0])} ({best[1]})")
+        return parts
 
     @staticmethod
     def _fit(line: str) -> str:

@@ -66,6 +66,7 @@ class Start:
     announce: Optional[str] = None  # a line printed once Ray is up
     config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
     mirror: Optional[remote.Mirror] = None  # an s3:// sweep: the driver's local copy of it
+    retried: list[str] = field(default_factory=list)  # failed trials to set aside and run afresh
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
@@ -108,30 +109,40 @@ def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> Swee
 
 
 def resume_sweep(
-    sweep_dir: str, runtime: Optional[Runtime] = None, tracking: Optional[TrackingSection] = None
+    sweep_dir: str,
+    runtime: Optional[Runtime] = None,
+    tracking: Optional[TrackingSection] = None,
+    retry_failed: bool = False,
 ) -> SweepOutcome:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones continue from
     their checkpoints in their own directories, and the searcher (rebuilt from every earlier
     result) proposes the rest, so the sweep ends with exactly its planned number of trials.
+    With `retry_failed`, the trials that failed (error, oom, timeout, diverged) run again from
+    scratch, with their configurations and under their own names; their first runs are kept
+    in `retried/` (sweepdir.set_aside) and the searcher is not told their results.
 
     Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
-    planned trial has finished. `tracking`: the sweep's own, as its file gives it (with the
-    credentials sweep.yaml does not keep).
+    planned trial has finished (and, with `retry_failed`, none failed). `tracking`: the
+    sweep's own, as its file gives it (with the credentials sweep.yaml does not keep).
     """
     if remote.is_s3(sweep_dir):
-        return _resume_stored(sweep_dir, runtime, tracking)
+        return _resume_stored(sweep_dir, runtime, tracking, retry_failed)
     sweep_dir = os.path.abspath(sweep_dir)
     sweepdir.refuse_if_held(sweep_dir)
     cfg = sweepdir.read_config(sweep_dir)
     if tracking is not None:
         cfg.tracking = tracking
-    _plan_left(cfg, sweep_dir)  # a finished sweep is left as it is, its lock file included
+    _plan_left(cfg, sweep_dir, retry_failed)  # a finished sweep is left as it is, its lock file included
     with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
-        finished, unfinished = _plan_left(cfg, sweep_dir)  # again: the holder before us may have ended it
-        return run(cfg, runtime or Runtime(), _resumed(cfg, sweep_dir, finished, unfinished), held)
+        # (again: the holder before us may have ended it)
+        finished, unfinished = _plan_left(cfg, sweep_dir, retry_failed)
+        start = _resumed(cfg, sweep_dir, finished, unfinished, retry_failed=retry_failed)
+        return run(cfg, runtime or Runtime(), start, held)
 
 
-def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection]) -> SweepOutcome:
+def _resume_stored(
+    uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection], retry_failed: bool
+) -> SweepOutcome:
     """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
     keeps a second run on this machine out); its unfinished trials continue from their newest
     checkpoints in the bucket, on whichever node they land (trial/frame/stored.py)."""
@@ -141,10 +152,10 @@ def _resume_stored(uri: str, runtime: Optional[Runtime], tracking: Optional[Trac
     cfg = sweepdir.read_config(local)
     if tracking is not None:
         cfg.tracking = tracking
-    _plan_left(cfg, local)  # AlreadyFinished when it is done
+    _plan_left(cfg, local, retry_failed)  # AlreadyFinished when it is done
     with sweepdir.claim(local, new=False, command="resume") as held:
-        finished, unfinished = _plan_left(cfg, local)
-        start = _resumed(cfg, local, finished, unfinished)
+        finished, unfinished = _plan_left(cfg, local, retry_failed)
+        start = _resumed(cfg, local, finished, unfinished, retry_failed=retry_failed)
         start.storage, start.sweep_dir, start.mirror = uri.rsplit("/", 1)[0], None, mirror
         return run(cfg, runtime or Runtime(), start, held)
 
@@ -190,10 +201,36 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
         return run(cfg, runtime or Runtime(), start, held)
 
 
-def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
-    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run."""
+def settle(where: str) -> Optional[SweepOutcome]:
+    """summary.json of a sweep whose driver died under it (its Ray killed by the same signal:
+    driver/stopping.py's `watched`), from the trials' own records as `resume` reads them;
+    None where there is no sweep (the driver died before writing sweep.yaml)."""
+    mirror = None
+    if remote.is_s3(where):
+        mirror = remote.Mirror(where)
+        if not mirror.exists():
+            return None
+        local = mirror.pull()
+    else:
+        local = os.path.abspath(where)
+        if not sweepdir.holds_sweep(local):
+            return None
+    cfg = sweepdir.read_config(local)
+    with sweepdir.claim(local, new=False, command="resume"):
+        return finish(cfg, local, mirror=mirror)
+
+
+def _plan_left(
+    cfg: SweepConfig, sweep_dir: str, retry_failed: bool = False
+) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run (with
+    `retry_failed`: nor any failed trial to run again). A refusal with failed trials names
+    `--retry-failed`, the way on."""
     finished, unfinished = _split(_records(cfg, sweep_dir))
+    failed = _failed(finished)
     status = _status(sweep_dir) if not unfinished else None
+    if retry_failed and failed:
+        return finished, unfinished
     if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
             what = (
@@ -203,10 +240,22 @@ def _plan_left(cfg: SweepConfig, sweep_dir: str) -> tuple[list[TrialRecord], lis
             )
             with sweepdir.claim(sweep_dir, new=False, command="resume"):
                 status = f"{finish(cfg, sweep_dir).summary['status']}; its {what}"
+        again = (
+            f"; {len(failed)} of them failed: fix the cause, then run them again with "
+            f"`python -m tuner resume {sweep_dir} --retry-failed`"
+            if failed
+            else ""
+        )
         raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume"
+            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume{again}"
         )
     return finished, unfinished
+
+
+def _failed(finished: list[TrialRecord]) -> list[TrialRecord]:
+    """The trials `--retry-failed` runs again: those that failed (Outcome.failed) once the
+    user's code had run (one Tune failed before it started runs again anyway)."""
+    return [t for t in finished if t.outcome.failed and not t.never_started]
 
 
 def _split(trials: list[TrialRecord]) -> tuple[list[TrialRecord], list[TrialRecord]]:
@@ -230,8 +279,15 @@ def _resumed(
     finished: list[TrialRecord],
     unfinished: list[TrialRecord],
     doing: str = "resuming",
+    retry_failed: bool = False,
 ) -> Start:
-    """Where a resumed sweep starts from: its finished trials, those to continue, the rest."""
+    """Where a resumed sweep starts from: its finished trials, those to continue, the rest.
+    With `retry_failed`, the failed trials run again from scratch like unfinished ones, under
+    their own names (their first runs set aside as the run starts: `Start.retried`)."""
+    retried = _failed(finished) if retry_failed else []
+    if retried:
+        finished = [t for t in finished if t not in retried]
+        unfinished = [*unfinished, *retried]
     prior = Prior(
         finished=[
             PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
@@ -239,15 +295,32 @@ def _resumed(
         resumed=[full_config(t.path) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
+    again = f", {len(retried)} failed to run again from scratch" if retried else ""
     return Start(
         storage=os.path.dirname(sweep_dir),
         sweep_dir=sweep_dir,
         prior=prior,
         resumed_dirs=[(full_config(t.path), os.path.basename(t.path)) for t in unfinished],
+        retried=[os.path.basename(t.path) for t in retried],
         done=len(finished),
-        announce=f"[tuner] {doing} {cfg.name}: {len(finished)} trials finished, {len(unfinished)} to "
-        f"continue from checkpoints, {max(prior.new or 0, 0)} to start",
+        announce=f"[tuner] {doing} {cfg.name}: {len(finished)} trials finished, "
+        f"{len(unfinished) - len(retried)} to continue from checkpoints, "
+        f"{max(prior.new or 0, 0)} to start{again}",
     )
+
+
+def _set_aside(sweep_dir: str, trial: str, mirror: Optional[remote.Mirror]) -> None:
+    """A failed trial's first run moved to `retried/`, in the bucket too for an s3:// sweep
+    (where a trial continues from what the bucket holds under its name)."""
+    moved = sweepdir.set_aside(sweep_dir, trial)
+    if mirror is None:
+        return
+    src, dst = f"{mirror.key}/{trial}", f"{mirror.key}/{moved}"
+    keys = mirror.fs.find(src)  # (object by object: a prefix is no directory to move)
+    for key in keys:
+        mirror.fs.copy(key, dst + key[len(src) :])
+    if keys:
+        mirror.fs.rm(keys)
 
 
 def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord]:
@@ -314,9 +387,22 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         if start.mirror is not None:
             start.mirror.push(*sweepdir.config_files(start.mirror.local))
     _record_environment(env, start)
+    local = start.mirror.local if start.mirror else start.sweep_dir
+    for trial in start.retried:  # (nothing refused the run: their first runs make way)
+        _set_aside(str(local), trial, start.mirror)
     with _disk_full_stops(start.sweep_dir):
-        ended = _launch(cfg, res, start, plan, runtime.verbose, tune(res))  # (training.autotune)
-        return finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
+        progress = None if runtime.verbose else _progress(cfg, start)
+        ended = _launch(cfg, res, start, plan, runtime.verbose, tune(res), progress)  # (training.autotune)
+        outcome = finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
+        if progress is not None:  # (its last line: what the table under it says)
+            progress.close(outcome.summary)
+        return outcome
+
+
+def _progress(cfg: SweepConfig, start: Start) -> Any:
+    from tuner.driver.callbacks import Progress
+
+    return Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done)
 
 
 def _cluster_gpus() -> dict[str, int]:
@@ -442,21 +528,18 @@ def _launch(
     plan: algorithms.SearchPlan,
     verbose: bool,
     tuned: Optional[dict[str, Any]] = None,
+    progress: Any = None,
 ) -> Optional[str]:
     """Build the Tuner and run it to the end (or to Ctrl-C / SIGTERM); why it ended early
     (`results.BUDGET`, `results.TARGET`, `results.FAILED`), or None. `tuned`: training.autotune's
-    table, which every trial applies to its configuration."""
+    table, which every trial applies to its configuration; `progress`: the progress callback
+    (none with --verbose, where Ray reports)."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
 
     from tuner.driver import dashboard
-    from tuner.driver.callbacks import (
-        HParamsCallback,
-        Progress,
-        TrialRecordCallback,
-        hparam_domains,
-    )
+    from tuner.driver.callbacks import HParamsCallback, TrialRecordCallback, hparam_domains
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
     from tuner.trial.launch.trainables import trainable_for
@@ -478,8 +561,8 @@ def _launch(
         objectives = [n for n, _ in cfg.objectives]
         first = dashboard.columns(objectives) if sweep_dir else None  # (no Dashboard in object storage)
         callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror, first))
-    if not verbose:
-        callbacks.append(Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done))
+    if progress is not None:
+        callbacks.append(progress)
     if sweep_dir or mirror:  # tracking.mlflow, tracking.wandb
         from tuner.driver import tracking
 

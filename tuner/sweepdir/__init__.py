@@ -9,6 +9,7 @@ write it: a name that stays inside output, one run at a time under a lock (claim
                                 lineage.json (pbt, pb2: its configuration per epoch range)
                                 (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
+      retried/<trial>/          a failed trial's first run, set aside by `resume --retry-failed`
 
 Torch- and Ray-free. Modules of this package import each other directly, never this face.
 """
@@ -41,6 +42,7 @@ from tuner.sweepdir.files import (
     NEVER_STARTED,
     NOTICE,
     RECORD_FILE,
+    RETRIED_DIR,
     SCRIPT_CHECKPOINT_PATTERN,
     SCRIPT_CHECKPOINTS,
     SCRIPT_CONFIG,
@@ -85,6 +87,7 @@ from tuner.sweepdir.files import (
     resources_of,
     script_checkpoint_name,
     script_reports_name,
+    set_aside,
     trial_dirs,
     trial_disk_full,
     write_atomic,
@@ -114,6 +117,7 @@ __all__ = [
     "STOPPED_ITSELF",
     "NEVER_STARTED",
     "RECORD_FILE",
+    "RETRIED_DIR",
     "SCRIPT_REPORTS",
     "SCRIPT_REPORTS_PATTERN",
     "SCRIPT_RUN",
@@ -164,6 +168,7 @@ __all__ = [
     "resources_of",
     "script_checkpoint_name",
     "script_reports_name",
+    "set_aside",
     "trial_dirs",
     "trial_disk_full",
     "write_atomic",

@@ -111,6 +111,16 @@ def _make(path: str) -> bool:
         raise ConfigError(field, f"cannot create {path}: {err.strerror}") from None
 
 
+_command_pid: Optional[int] = None  # the command the user started, when it is not this process
+
+
+def held_for(pid: int) -> None:
+    """Name `pid` as the holder of what this process claims: the `python -m tuner` command the
+    user started and can stop, which runs this process as its driver (driver/stopping.py)."""
+    global _command_pid
+    _command_pid = pid
+
+
 def _lock(path: str, field: str, command: str) -> int:
     lock = os.path.join(path, LOCK_FILE)
     try:
@@ -124,7 +134,8 @@ def _lock(path: str, field: str, command: str) -> int:
         os.close(fd)
         raise error from None
     os.ftruncate(fd, 0)
-    note = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
+    pid = _command_pid or os.getpid()
+    note = {"pid": pid, "host": socket.gethostname(), "command": command, "since": time.time()}
     os.pwrite(fd, json.dumps(note).encode(), 0)
     return fd
 
@@ -169,8 +180,8 @@ def refuse_existing(path: str) -> None:
     if set(os.listdir(path)) - {LOCK_FILE}:
         raise ConfigError(
             "name",
-            f"{path} already holds a sweep; continue it with `python -m tuner resume {path}`, "
-            "or choose another --name or --output",
+            f"{path} already holds a sweep; continue it with `python -m tuner resume {path}` "
+            "(`--retry-failed` also runs its failed trials again), or choose another --name or --output",
         )
 
 

@@ -74,6 +74,7 @@ LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
 HPARAMS_SESSION_MARKER = ".hparams-session"
 SWEEP_RUN = "sweep"  # TensorBoard's run of the sweep as a whole (the driver's; tuner.history)
+RETRIED_DIR = "retried"  # failed trials run again by `resume --retry-failed`: their first runs, kept
 # A result key: what the trial worked around (a damaged checkpoint), for the driver to say.
 NOTICE = "notice"
 # A journal key, on the last row of a trial whose own code ended its training before
@@ -413,6 +414,19 @@ def trial_dirs(sweep_dir: str) -> list[str]:
             started = record.get("started")
             found.append((started if finite(started) else 0.0, name, path))
     return [path for _, _, path in sorted(found)]
+
+
+def set_aside(sweep_dir: str, trial_id: str) -> str:
+    """Move a trial's directory to `retried/<trial_id>` (`-2`, `-3`, ... if taken), out of the
+    sweep's trials but kept: its trial is run again from scratch under its own name. The
+    path it now has, relative to the sweep."""
+    n, rel = 1, os.path.join(RETRIED_DIR, trial_id)
+    while os.path.exists(os.path.join(sweep_dir, rel)):
+        n += 1
+        rel = os.path.join(RETRIED_DIR, f"{trial_id}-{n}")
+    os.makedirs(os.path.join(sweep_dir, RETRIED_DIR), exist_ok=True)
+    os.replace(os.path.join(sweep_dir, trial_id), os.path.join(sweep_dir, rel))
+    return rel
 
 
 def full_config(trial_dir: str) -> dict[str, Any]:

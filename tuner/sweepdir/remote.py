@@ -150,8 +150,8 @@ def new_sweep(output: str, name: str) -> Optional[Mirror]:
     if mirror.exists():
         raise ConfigError(
             "name",
-            f"{mirror.uri} already holds a sweep; continue it with `python -m tuner resume {mirror.uri}`, "
-            "or choose another --name or --output",
+            f"{mirror.uri} already holds a sweep; continue it with `python -m tuner resume {mirror.uri}` "
+            "(`--retry-failed` also runs its failed trials again), or choose another --name or --output",
         )
     import shutil
 
