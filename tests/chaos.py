@@ -169,3 +169,110 @@ def broken_or_hang(config: dict[str, Any], input_shape: tuple[int, ...], num_cla
     """`broken_width`'s user bug at that width, else `hang`'s model (hangs at `hang_width`)."""
     _refuse_broken_width(config)
     return _Hang(config, input_shape, num_classes)
+
+
+# ----------------------------------------------------------------------------- OOM on schedule
+
+
+class Injections:
+    """Out-of-memory errors planned for chosen (step, phase, rank, call): `oom_at` in the
+    trial's configuration, a list of [step, phase, rank, call] (phase "forward", "backward" or
+    "step"; call: which forward of that step, counting retries). Each happens once. Steps are
+    counted by a global optimizer hook (the state-making step at lr 0 not counted), so that a
+    model, its backward and the optimizer all see the same clock, one per process."""
+
+    def __init__(self) -> None:
+        self.plan: list[list[Any]] = []
+        self.step = 0
+        self.forwards = 0  # training forwards in this step so far
+        self.fired: list[tuple[int, str, float]] = []  # (step, phase, perf_counter) of each
+        self.step_ends: list[float] = []  # perf_counter at the end of every optimizer step
+        self.hooks: list[Any] = []
+
+    def reset(self, plan: list[list[Any]]) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.__init__()  # type: ignore[misc]
+        self.plan = [list(p) for p in plan]
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.hooks = [
+            register_optimizer_step_pre_hook(self._before_step),
+            register_optimizer_step_post_hook(self._after_step),
+        ]
+
+    def due(self, phase: str, call: int = -1) -> bool:
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        for i, (step, ph, r, at) in enumerate(self.plan):
+            if step == self.step and ph == phase and r == rank and (call < 0 or call >= at):
+                del self.plan[i]
+                self.fired.append((step, phase, time.perf_counter()))
+                return True
+        return False
+
+    def _counted(self, optimizer: torch.optim.Optimizer) -> bool:
+        return any(g["lr"] > 0 for g in optimizer.param_groups)
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._counted(optimizer) and self.due("step"):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: optimizer step {self.step})")
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._counted(optimizer):
+            self.step += 1
+            self.forwards = 0
+            self.step_ends.append(time.perf_counter())
+
+
+INJECTIONS = Injections()
+
+
+class _BackwardOOM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if INJECTIONS.due("backward"):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: backward at step {INJECTIONS.step})")
+        return grad
+
+
+class _Midway(nn.Module):
+    """Between two FSDP units: a forward out of memory after the first unit gathered, a
+    backward one after the later units reduced their gradients."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled():
+            return x
+        INJECTIONS.forwards += 1
+        if INJECTIONS.due("forward", INJECTIONS.forwards - 1):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: forward at step {INJECTIONS.step})")
+        return _BackwardOOM.apply(x)
+
+
+class _Scheduled(nn.Module):
+    def __init__(self, width: int, features: int, classes: int):
+        super().__init__()
+        self.a, self.b, self.c = (
+            nn.Linear(features, width),
+            nn.Linear(width, width),
+            nn.Linear(width, classes),
+        )
+        self.midway = _Midway()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.midway(torch.relu(self.a(x)))
+        return self.c(torch.relu(self.b(x)))
+
+    def fsdp_units(self) -> list[nn.Module]:
+        return [self.a, self.b, self.c]
+
+
+def oom_at(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """An MLP of two FSDP units that runs out of memory as `oom_at` plans (see Injections)."""
+    INJECTIONS.reset(config.get("oom_at") or [])
+    return _Scheduled(int(config["width"]), input_shape[0], num_classes)

@@ -300,7 +300,7 @@ def test_compile_on_cuda_trains(tmp_path: Path) -> None:
     assert s.metrics[-1]["val_acc"] > 0.8
 
 
-def test_a_real_oom_in_the_optimizer_step_ends_the_trial_as_oom(
+def test_a_real_oom_in_the_optimizer_step_is_retried_and_the_trial_finishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def allocate_too_much() -> None:  # a real allocation the CUDA allocator refuses
@@ -309,8 +309,9 @@ def test_a_real_oom_in_the_optimizer_step_ends_the_trial_as_oom(
     before_adam_step(monkeypatch, 3, allocate_too_much)  # after the state's step and one real
     s = train(tmp_path, on_gpu(SYNTH), hp(optimizer="adam", batch_size=256))
     last = s.metrics[-1]
-    assert last["failure"] == "oom" and "optimizer step" in last["failure_detail"]
-    assert "Tried to allocate" in last["failure_detail"]
+    assert "failure" not in last and last["epoch"] == SYNTH.max_epochs
+    log = (tmp_path / "trial.log").read_text()
+    assert "OOM in the optimizer step" in log and "Tried to allocate" in log  # torch's own message
 
 
 def _with_strategy(rank: int, root: str, params: dict, spec: dict) -> None:
@@ -386,3 +387,21 @@ def test_a_packed_sweep_runs_on_the_gpu_end_to_end(tmp_path: Path) -> None:
     for t in trials:
         last = t["last_metrics"]
         assert last["gpu_mem_peak_gb"] > 0 and 0 <= last["gpu_util"] <= 100
+
+
+def test_a_real_oom_in_a_one_rank_nccl_ddp_trial_backs_off_and_finishes(tmp_path: Path) -> None:
+    """The largest configuration of search_spaces/vit_amp.yaml at a batch no GPU holds in one
+    forward (about 32 MB of activations a sample in bf16): the first step runs out of memory for
+    real, through DDP over NCCL, and halves until it fits."""
+    from tests.distributed import spawn
+
+    data = {"samples": 20480, "size": 224, "classes": 10}  # one step of 16384 an epoch
+    spec = TrialSpec(model="vit", data="synthetic_images", data_args=data, max_epochs=1, strategy="ddp")
+    vit = {"width": 512, "depth": 8, "heads": 8, "patch_size": 16, "mlp_ratio": 4}
+    params = hp(amp="bf16", batch_size=16384, eval_batch_size=512, loader_workers=3, **vit)
+    spawn(_with_strategy, str(tmp_path), params, on_gpu(spec).to_dict(), world=1, backend="nccl")
+    last = json.loads((tmp_path / "metrics.json").read_text())[-1]
+    assert "failure" not in last and last["oom_backoffs"] >= 1, last
+    assert last["micro_batch"] == 16384 // 2 ** last["oom_backoffs"]
+    log = (tmp_path / "trial.log").read_text()
+    assert "OOM at micro-batch 16384: retrying the step at 8192" in log and "Tried to allocate" in log

@@ -17,6 +17,7 @@ import tuner.trial.frame.harness as harness
 import tuner.trial.loop.run as loop
 from tests.chaos import before_adam_step
 from tests.test_loop import SYNTH, hp, train
+from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.session import LocalSession
 from tuner.trial.frame.settings import Settings
 from tuner.trial.frame.spec import TrialSpec
@@ -108,20 +109,45 @@ def test_optimizer_state_exists_before_the_first_step_and_changes_nothing(name: 
 # ----------------------------------------------------------------------------- OOM outside micro-batches
 
 
-def test_oom_in_the_optimizer_step_ends_the_trial_as_oom_with_its_cause(
+def test_oom_in_the_optimizer_step_before_it_changed_anything_is_retried_exactly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def oom() -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
 
     before_adam_step(monkeypatch, 4, oom)  # after the state's step and two real ones
-    s = train(tmp_path, SYNTH, hp(optimizer="adam", batch_size=256))  # 2 steps an epoch
+    s = train(tmp_path / "a", SYNTH, hp(optimizer="adam", batch_size=256))  # 2 steps an epoch
+    monkeypatch.undo()
+    train(tmp_path / "b", SYNTH, hp(optimizer="adam", batch_size=256))
+    assert [m["epoch"] for m in s.metrics] == [1, 2] and "failure" not in s.metrics[-1]
+    assert s.metrics[-1]["oom_backoffs"] == 0  # the micro-batch is not what the update needs
+    log = (tmp_path / "a" / "trial.log").read_text()
+    assert "OOM in the optimizer step (CUDA out of memory. Tried to allocate 2.00 GiB" in log
+    a = DirCheckpoints(str(tmp_path / "a")).load("cpu")["model"]
+    b = DirCheckpoints(str(tmp_path / "b")).load("cpu")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same update, run once
+
+
+def test_oom_partway_through_the_optimizer_step_ends_the_trial_as_oom_with_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parts: list[Any] = []
+    monkeypatch.setattr(loop, "build_parts", lambda *a, **k: parts.append(build_parts(*a, **k)) or parts[-1])
+
+    def oom_after_a_change() -> None:  # as a for-each update that ran out after its first moments
+        moment = next(iter(parts[-1].optimizer.state.values()))["exp_avg"]
+        with torch.no_grad():
+            moment.mul_(0.9)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+
+    before_adam_step(monkeypatch, 4, oom_after_a_change)
+    s = train(tmp_path, SYNTH, hp(optimizer="adam", batch_size=256))
     assert len(s.metrics) == 2  # epoch 1, then the trial's result
     last = s.metrics[-1]
     assert last["failure"] == "oom" and last["val_acc"] == -math.inf
     detail = last["failure_detail"]
-    assert "optimizer step" in detail and "Tried to allocate 2.00 GiB" in detail
-    assert last["oom_backoffs"] == 0  # not retried: the step may have updated some moments
+    assert "optimizer step" in detail and "Tried to allocate 2.00 GiB" in detail and "partway" in detail
+    assert last["oom_backoffs"] == 0
 
 
 def test_oom_in_evaluation_halves_the_evaluation_chunk_and_goes_on(tmp_path: Path) -> None:

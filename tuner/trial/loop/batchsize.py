@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import nn
 
-from tuner.trial.frame.memory import TrialOOM, is_oom, release
+from tuner.trial.frame.memory import TrialOOM, release
+from tuner.trial.loop.lockstep import attempt
 
 if TYPE_CHECKING:
     from tuner.trial.loop.parts import Parts
@@ -28,22 +29,22 @@ def fit_micro_batch(p: Parts) -> int:
     x, y = next(p.feed(p.train.train_steps(0, p.per_rank_batch)))
 
     def fits(m: int) -> bool:
-        try:
-            # No gradient collective: a rank out of memory must not strand the others in one.
+        def one_step() -> None:
+            # No gradient collective (DDP): the probe measures memory, not the all-reduce.
             with p.strategy.sync(p.net, last=False):
                 with p.amp.autocast():
                     loss = p.objective.loss(p.net(x[:m]), y[:m])
                 loss.backward()
             p.optimizer.step()  # the optimizer's state takes memory too
-            ok = True
-        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-            if not is_oom(err):
-                raise
-            ok = False
-        # Outside the except block: the traceback, and with it the try's tensors, is gone.
+
+        # Every rank moves to the same next size: out of memory on one is out on all.
+        _, short = attempt(p.strategy.gate, one_step, lambda: "forward")
+        if short is not None:
+            p.strategy.reset(p.net)
+            p.strategy.gate.clear()
         p.optimizer.zero_grad(set_to_none=True)
         release(p.device)
-        return p.strategy.all_agree(ok, p.device)  # every rank moves to the same next size
+        return short is None
 
     with preserved(p.model, p.optimizer, p.device):
         found = largest_fitting(fits, max(1, p.min_micro), len(y))

@@ -11,7 +11,9 @@ Each strategy is an object with the same few calls, so the loop never branches o
 - `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
   same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
   The optimizer may be None (weights only).
-- `all_agree(ok)`: True only if every rank says so (the batch-size probe moves in lockstep).
+- `gate` / `reset(net)`: the question every rank answers before each collective of a step, so
+  that an out-of-memory on one rank abandons the step on all (`lockstep.py`), and the
+  wrapper's per-step state put back after that.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tuner.trial.loop.lockstep import NoGate, gate_ddp, gate_fsdp, make_gate, reset_ddp, reset_fsdp
+
 
 class Single:
     """One worker: the model as it is."""
+
+    gate: NoGate = NoGate()
 
     def wrap(
         self,
@@ -63,8 +69,8 @@ class Single:
         if optimizer is not None and optim is not None:
             optimizer.load_state_dict(optim)
 
-    def all_agree(self, ok: bool, device: torch.device) -> bool:
-        return ok
+    def reset(self, net: nn.Module) -> None:
+        """Put the wrapper's per-step state back after a step every rank abandoned."""
 
 
 class DDP(Single):
@@ -90,7 +96,9 @@ class DDP(Single):
         ids = [device.index] if device.type == "cuda" else None
         # Gradients as views into DDP's all-reduce buckets: no second copy of them (4 bytes
         # per parameter in fp32), and no copy into the buckets each step (see zero_grad).
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        self._buckets = gate_ddp(net, self._gate())
+        return net
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         # All-reduce once per step, on the last micro-batch.
@@ -104,10 +112,14 @@ class DDP(Single):
         # DDP, which requires it, so zeros step nothing an unused parameter would not.)
         optimizer.zero_grad(set_to_none=False)
 
-    def all_agree(self, ok: bool, device: torch.device) -> bool:
-        flag = torch.tensor([int(ok)], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
+    def reset(self, net: nn.Module) -> None:
+        reset_ddp(net, self._buckets)
+
+    def _gate(self) -> NoGate:
+        """One gate for every model this strategy wraps (a user's loop may prepare several)."""
+        if "gate" not in self.__dict__:
+            self.gate = make_gate(dist.get_world_size())
+        return self.gate
 
 
 class FSDP(DDP):
@@ -145,6 +157,7 @@ class FSDP(DDP):
                 compile_forward(unit)  # per unit, before sharding (FSDP2's hooks stay outside the graph)
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
+        gate_fsdp(model, self._gate())
         return model  # sharded in place: training and evaluation call the same module
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
@@ -152,6 +165,9 @@ class FSDP(DDP):
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad(set_to_none=True)  # FSDP2's gradients are sharded, not in buckets
+
+    def reset(self, net: nn.Module) -> None:
+        reset_fsdp(net)
 
     def state(
         self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]

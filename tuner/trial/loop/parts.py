@@ -67,6 +67,7 @@ class Parts:
     log: logging.Logger
     num_params: int = 0  # the model's trainable parameters (an objective: metric num_params)
     settings: Optional[Settings] = None  # the trial's training settings (restore applies them)
+    stepper: Any = None  # its optimizer steps, backing off on OOM (step.Stepper; over `state`)
 
     def close(self) -> None:
         """End what outlives a reference: the DataLoaders' worker processes."""
@@ -108,6 +109,8 @@ def restore(p: Parts) -> bool:
         from tuner.trial.loop.optim import set_hyperparameters
 
         set_hyperparameters(p.optimizer, p.schedule, p.settings)
+    if p.stepper is not None:
+        p.stepper.state = p.state
     torch.set_rng_state(payload["rng_cpu"].cpu())
     if payload["rng_cuda"] is not None and p.device.type == "cuda":
         torch.cuda.set_rng_state(payload["rng_cuda"].cpu(), p.device)

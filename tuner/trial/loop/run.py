@@ -14,11 +14,10 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from tuner.trial.frame.gpu import NoGpu, make_gpu
 from tuner.trial.frame.harness import Frame, Progress, failed, guarded, screened, trial_logger
-from tuner.trial.frame.memory import TrialOOM, first_line, halve, is_oom, release
+from tuner.trial.frame.memory import TrialOOM, halve, release
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.settings import Settings
 from tuner.trial.frame.spec import TrialSpec
@@ -27,11 +26,13 @@ from tuner.trial.loop.amp import make_amp
 from tuner.trial.loop.batchsize import fit_micro_batch
 from tuner.trial.loop.data import Batches, load_data
 from tuner.trial.loop.hooks import make_objective
+from tuner.trial.loop.lockstep import attempt
 from tuner.trial.loop.models import build_model
 from tuner.trial.loop.optim import build_optimizer, build_schedule
 from tuner.trial.loop.parallel import make_strategy
 from tuner.trial.loop.parts import Parts, TrainState, report_with_checkpoint, restore
 from tuner.trial.loop.prefetch import input_format, make_feed
+from tuner.trial.loop.step import Stepper
 
 
 def run_trial(hp: dict[str, Any], spec: TrialSpec, session: Session) -> Optional[dict[str, Any]]:
@@ -88,7 +89,7 @@ def build_parts(
     steps = math.ceil(len(train) / per_rank)
     schedule = build_schedule(optimizer, s, steps, spec.max_epochs)
     micro = min(s.micro_batch or per_rank, per_rank)
-    return Parts(
+    parts = Parts(
         spec=spec,
         session=session,
         device=device,
@@ -116,6 +117,11 @@ def build_parts(
         num_params=num_params,
         settings=s,
     )
+    parts.stepper = Stepper(
+        net=net, model=model, optimizer=optimizer, strategy=strategy, amp=amp, device=device,
+        state=parts.state, min_micro=s.min_micro_batch, grad_clip=s.grad_clip, log=log,
+    )  # fmt: skip
+    return parts
 
 
 def _train(p: Parts, watchdog: Optional[NoWatchdog] = None) -> Optional[dict[str, Any]]:
@@ -194,71 +200,32 @@ def _train_epoch(p: Parts, epoch: int) -> tuple[torch.Tensor, int]:
 
 
 def optimizer_step(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """One step over the per-worker batch (x, y), halving the micro-batch on OOM."""
-    while True:
-        try:
-            total = _accumulate(p, x, y)
-            break
-        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-            if not is_oom(err) or p.session.world_size > 1:
-                raise
-        # Outside the except block: the traceback, and with it the step's tensors, is gone.
-        p.optimizer.zero_grad(set_to_none=True)
-        release(p.device)
-        before = p.state.micro_batch
-        p.state.micro_batch = halve(before, p.min_micro)
-        p.state.oom_backoffs += 1
-        p.log.warning("OOM at micro-batch %d: retrying the step at %d", before, p.state.micro_batch)
-    try:
-        if p.grad_clip is not None:
-            p.amp.scaler.unscale_(p.optimizer)  # clip true gradients, not scaled ones
-            nn.utils.clip_grad_norm_(p.model.parameters(), p.grad_clip)
-        p.amp.scaler.step(p.optimizer)
-    except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-        if not is_oom(err) or p.session.world_size > 1:
-            raise
-        # Not retried: a for-each or fused step may have updated some parameters and
-        # moments already. The optimizer's state exists from the start (optim.init_state),
-        # so what ran out here is the step's temporaries or clipping's.
-        why = first_line(err)
-        raise TrialOOM(f"out of memory in the optimizer step or gradient clipping: {why}") from None
-    p.amp.scaler.update()
+    """One step over the per-worker batch (x, y), backing off on OOM on any rank (step.py);
+    returns the batch's loss summed over its samples."""
+    total = p.stepper.step((x, y), lambda b: p.objective.loss(p.net(b[0]), b[1]))
     p.schedule.step()
-    p.state.step += 1
     return total
-
-
-def _accumulate(p: Parts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Forward/backward in micro-batches; gradients equal those of the whole batch."""
-    p.strategy.zero_grad(p.optimizer)
-    n = len(y)
-    micro = p.state.micro_batch
-    chunks = [(x, y)] if micro >= n else list(zip(x.split(micro), y.split(micro), strict=True))
-    sums = []
-    for i, (xc, yc) in enumerate(chunks):
-        with p.strategy.sync(p.net, last=i == len(chunks) - 1):
-            with p.amp.autocast():
-                loss = p.objective.loss(p.net(xc), yc)  # the micro-batch's mean
-            # Weighted by the micro-batch's share: the gradients sum to the whole batch's mean's.
-            p.amp.scaler.scale(loss * (len(yc) / n)).backward()
-        sums.append(loss.detach() * len(yc))
-    return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
 def _evaluate(p: Parts) -> tuple[torch.Tensor, int, dict[str, torch.Tensor]]:
     """Loss sum, samples and each metric's sum of the validation split (sums of batch means
-    times batch sizes); on out-of-memory the evaluation chunk halves and evaluation starts
-    over (it changes nothing, so it can)."""
+    times batch sizes); on out-of-memory on any rank the evaluation chunk halves on every rank
+    and evaluation starts over (it changes nothing, so it can)."""
+    gate = p.strategy.gate
     while True:
-        try:
-            return _evaluate_in_chunks(p)
-        except Exception as err:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-            if not is_oom(err) or p.session.world_size > 1:
-                raise
-        release(p.device)  # outside the except block: the failed chunk's tensors are gone
+        result, short = attempt(gate, lambda: _evaluate_in_chunks(p), lambda: "evaluation")
+        if result is not None:
+            return result
+        assert short is not None
+        p.strategy.reset(p.net)
+        gate.clear()
+        release(p.device)
         before = p.eval_batch
         p.eval_batch = halve(before, 1)
-        p.log.warning("OOM in evaluation at %d samples: evaluating in chunks of %d", before, p.eval_batch)
+        where = "" if p.session.world_size == 1 else f" ({short.where(p.session.world_size)})"
+        p.log.warning(
+            "OOM in evaluation at %d samples%s: evaluating in chunks of %d", before, where, p.eval_batch
+        )
 
 
 @torch.inference_mode()
