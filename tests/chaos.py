@@ -276,3 +276,26 @@ def oom_at(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: in
     """An MLP of two FSDP units that runs out of memory as `oom_at` plans (see Injections)."""
     INJECTIONS.reset(config.get("oom_at") or [])
     return _Scheduled(int(config["width"]), input_shape[0], num_classes)
+
+
+class _RankFaults(_Chaos):
+    """On one rank of a DDP trial, at training forward `at_step`: `raise_width` raises (the
+    time it did written to `marker`), `oom_width` runs out of memory (and again at each step in
+    `oom_steps`, "3,18"); other widths train as the MLP does."""
+
+    def trip(self, x: torch.Tensor) -> None:
+        import torch.distributed as dist
+
+        c = self.config
+        if dist.get_rank() != int(c["fault_rank"]):
+            return
+        if c["width"] == c.get("raise_width") and self.steps == int(c["at_step"]):
+            with open(c["marker"], "w") as f:
+                f.write(repr(time.time()))
+            raise RuntimeError(f"rank {c['fault_rank']} fails on purpose at step {self.steps}")
+        if c["width"] == c.get("oom_width") and str(self.steps) in str(c["oom_steps"]).split(","):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated, rank {c['fault_rank']})")
+
+
+def rank_faults(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return _RankFaults(config, input_shape, num_classes)

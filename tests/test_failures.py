@@ -256,3 +256,41 @@ def test_a_sweep_whose_every_trial_failed_runs_them_again_once_fixed(tmp_path: P
         assert [r["epoch"] for r in read_metrics(str(sweep / trial))] == [1]  # from scratch, once
         assert "KeyError" in (sweep / "retried" / trial / "traceback.txt").read_text()  # the first run, kept
     assert cli("resume", str(sweep), "--retry-failed").stdout.count("nothing to resume") == 1
+
+
+def test_ddp_trials_back_off_together_or_end_at_once_with_the_failing_ranks_own_error(
+    tmp_path: Path,
+) -> None:
+    """Two workers a trial, no trial_timeout. Width 14: rank 1 runs out of memory twice; every
+    rank backs off with it (micro-batch 16 -> 8 -> 4) and the trial trains to its end. Width 10:
+    rank 1 raises mid-epoch; the trial ends within seconds (not at a collective's timeout), and
+    its failure is rank 1's own error, not rank 0's lost connection."""
+    marker = tmp_path / "raised"
+    params = {
+        "fault_rank": 1,
+        "raise_width": 10,
+        "at_step": STEPS_PER_EPOCH + 3,
+        "marker": str(marker),
+        "oom_width": 14,
+        "oom_steps": f"3,{STEPS_PER_EPOCH + 5}",
+        "width": [14, 10],
+    }
+    cfg = _one_trial(
+        tmp_path, params, task__model="tests.chaos:rank_faults", resources__workers_per_trial=2,
+        schedule__max_epochs=2,
+    )  # fmt: skip
+    out = run_sweep(cfg)
+    by_width = {t["config"]["width"]: t for t in out.summary["trials"]}
+    backed_off, raised = by_width[14], by_width[10]
+    assert backed_off["status"] == "TERMINATED" and backed_off["failure"] is None, backed_off
+    assert backed_off["last_metrics"]["oom_backoffs"] == 2 and backed_off["last_metrics"]["micro_batch"] == 4
+    log = (Path(out.sweep_dir) / backed_off["trial_id"] / "trial.log").read_text()
+    assert "OOM at micro-batch 16: retrying the step at 8 (forward on rank 1, step 2;" in log, log
+    assert raised["status"] == "ERROR"
+    assert raised["failure"] == "error: RuntimeError: rank 1 fails on purpose at step 16", raised
+    trial_dir = Path(out.sweep_dir) / raised["trial_id"]
+    took = (trial_dir / "error.txt").stat().st_mtime - float(marker.read_text())
+    print(f"\nrank 1 raised: the trial ended {took:.1f} s later")
+    assert took <= 10, took
+    assert "fails on purpose" in (trial_dir / "traceback.txt").read_text()
+    assert_resources_returned()

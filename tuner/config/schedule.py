@@ -78,7 +78,9 @@ class ScheduleSection(Section):
         gt=0,
         description="Seconds a trial may go without finishing an epoch (counted from its start, "
         "then from each epoch; not while it waits in its report for the sweep's driver) before it "
-        "is ended as failure: timeout; the sweep goes on. Default: no limit.",
+        "is ended as failure: timeout; the sweep goes on. In a trial of several workers it is "
+        "also how long a rank waits for the others in one collective. Default: no limit (a "
+        "rank that raises or dies still ends its trial at once).",
     )
     time_budget: Optional[float] = Field(
         None,

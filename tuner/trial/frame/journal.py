@@ -77,11 +77,15 @@ class NullMetricsLog:
     def amend(self, metrics: dict[str, Any], epoch: int) -> None: ...
 
 
+def traceback_name(rank: int) -> str:
+    """The file a rank's traceback goes to: rank 0's is the trial's (traceback.txt)."""
+    return TRACEBACK_FILE if rank == 0 else f"traceback_rank{rank}.txt"
+
+
 def write_traceback(trial_dir: Optional[str], rank: int, text: Optional[str] = None) -> None:
     """Save the exception being handled (or `text`, a traceback from elsewhere) next to the
     trial's other files."""
     if not trial_dir:
         return
-    name = TRACEBACK_FILE if rank == 0 else f"traceback_rank{rank}.txt"
-    with open(os.path.join(trial_dir, name), "w") as f:
+    with open(os.path.join(trial_dir, traceback_name(rank)), "w") as f:
         f.write(traceback.format_exc() if text is None else text)

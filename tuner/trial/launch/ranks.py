@@ -20,9 +20,14 @@ runs the same loop as a 1-worker trial. What we relied on Ray Train for, kept:
   NCCL talk over the interface that holds the node's Ray address, or the one the user set
   (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`); where neither is known the rank says so and
   fails, rather than take what the host name resolves to and wait;
-- retries: a rank that raises or dies fails the trial, Tune retries it up to
+- retries: a rank that raises or dies fails the trial at once, Tune retries it up to
   `failure.max_failures`; a rank that hangs in a collective fails it after
-  `schedule.trial_timeout` (the process group's timeout), not NCCL's 10 minutes;
+  `schedule.trial_timeout` (the process group's timeout; unset, no limit, as the setting says),
+  not NCCL's 10 minutes;
+- the failure's cause: the first rank to raise says so in the rendezvous store before it
+  aborts its process group (never destroys it: that could wait for peers blocked in a
+  collective); a rank whose collective then fails raises `PeerFailed`, and the trial fails with
+  the first rank's own error, its traceback the trial's `traceback.txt`;
 - resources returned: the rank actors are killed when the trial fails (or they do not stop
   when Tune stops it, below), and they are this actor's and live in the trial's placement
   group, so Ray ends them as well when Tune stops the actor or removes the group;
@@ -55,7 +60,7 @@ from datetime import timedelta
 from typing import Any, Optional
 
 from tuner.config.modes import MODES
-from tuner.trial.frame.journal import log_line
+from tuner.trial.frame.journal import log_line, traceback_name
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
@@ -66,10 +71,25 @@ POLL_S = 30.0  # how long one call for rank 0's reports waits for one
 # `finally` blocks, the GPU memory handed back) before it kills them; a new trial then
 # starts new ones (~7 s on 2 cores).
 STOP_GRACE_S = 30.0
+RANK0_TRACEBACK = "traceback_rank0.txt"  # rank 0's, when another rank's failure is the trial's
 KEPT_NOTE = " (kept from the actor's last trial)"  # trial.log's ranks line, for ranks kept
 # The rank actors a trial that ended cleanly left to the next trial of this (reused) actor:
 # (what they were started for: placement group, workers, CPUs and GPUs each; the actors).
 _KEPT: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
+
+
+class PeerFailed(RuntimeError):
+    """This rank's error came from another rank's failure (rank `first` raised first)."""
+
+    def __init__(self, first: int, rank: int):
+        super().__init__(first, rank)  # (the arguments, so that it pickles back as it was)
+        self.first = first
+
+    def __str__(self) -> str:
+        return f"rank {self.args[0]} failed first; rank {self.args[1]} stopped with it"
+
+
+FIRST_FAILURE = "tuner/first_failure"  # the rendezvous store's key: the rank that raised first
 
 
 class Rank:
@@ -111,7 +131,8 @@ class Rank:
     def run(self, hp: dict[str, Any], spec: TrialSpec, job: dict[str, Any]) -> None:
         """Join the process group and train; returns when the loop does, raises what it raises.
         `job`: trial_dir, trial_id, run_id (this start of the trial), rank, local_rank,
-        local_world, host, port, visible, timeout_s, ifname (the network interface between
+        local_world, host, port, visible, timeout_s (collectives), join_s (the rendezvous), ifname
+        (the network interface between
         nodes, or None on one node or where none was found), checkpoint (rank 0, URI storage:
         Tune's checkpoint to resume from)."""
         import torch.distributed as dist
@@ -132,9 +153,14 @@ class Rank:
             os.environ["CUDA_VISIBLE_DEVICES"] = job["visible"]
         timeout = timedelta(seconds=job["timeout_s"])
         backend = "nccl" if spec.gpus_per_worker > 0 else "gloo"
+        store, failed = None, False
         try:
             store = self._store or dist.TCPStore(
-                job["host"], job["port"], world, is_master=False, timeout=timeout
+                job["host"],
+                job["port"],
+                world,
+                is_master=False,
+                timeout=timedelta(seconds=job.get("join_s", job["timeout_s"])),
             )
             # NCCL: the communicator bound to this rank's GPU now (not guessed at its first
             # collective), which also makes it the current device.
@@ -164,10 +190,22 @@ class Rank:
             except SystemExit:
                 if not session.stopped:
                     raise  # the user's code exited: Ray ends this process, the trial fails
+        except Exception as err:
+            failed = True
+            first = _claim_failure(store, rank)
+            if first != rank:
+                raise PeerFailed(first, rank) from err
+            raise
         finally:
             self._reports.put(END)
             if dist.is_initialized():
-                dist.destroy_process_group()
+                if failed:
+                    # Peers may wait in a collective this rank will not enter: destroying the
+                    # group could wait with them (NCCL), up to its timeout. Aborted, the trial
+                    # actor hears of the failure now and ends every rank.
+                    abort_group()
+                else:
+                    dist.destroy_process_group()
             self._store = None
 
     def joined(self, run_id: str, timeout_s: float) -> bool:
@@ -204,9 +242,13 @@ class Rank:
             return out
 
 
-# A process group's collectives wait this long for a rank that does not come (torch's
-# default for gloo is 30 minutes, NCCL's 10) when the sweep sets no schedule.trial_timeout.
-DEFAULT_TIMEOUT_S = 600.0
+# How long the ranks wait for each other to join the rendezvous when the sweep sets no
+# schedule.trial_timeout.
+RENDEZVOUS_S = 600.0
+# A process group's collectives wait schedule.trial_timeout for a rank that does not come;
+# unset, "no limit" (torch's own defaults would end them at 10 or 30 minutes, which the sweep
+# did not ask for). A rank that raises or dies ends the trial at once either way.
+NO_LIMIT_S = 365 * 24 * 3600.0
 
 
 def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -231,13 +273,13 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
             ).remote()
             for i in range(spec.workers)
         ]
-    clean = False
+    clean, forward, trial_dir = False, None, None
     try:
         where = where or ray.get([r.where.remote() for r in ranks])
         one_node = len({w[0] for w in where}) == 1
         host = LOOPBACK if one_node else where[0][1]
-        timeout_s = spec.trial_timeout or DEFAULT_TIMEOUT_S
-        port = ray.get(ranks[0].open_store.remote(host, spec.workers, timeout_s))
+        join_s = spec.trial_timeout or RENDEZVOUS_S
+        port = ray.get(ranks[0].open_store.remote(host, spec.workers, join_s))
         trial_dir = trial_dir_for(ctx.get_trial_dir(), spec.sweep_dir)
         pids = ", ".join(str(w[4]) for w in where)
         log_line(trial_dir, f"ranks: processes {pids}" + KEPT_NOTE * kept)
@@ -250,11 +292,12 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         for i, (r, place) in enumerate(zip(ranks, placement(where, spec.gpus_per_worker > 0), strict=True)):
             job = dict(
                 trial_dir=trial_dir, trial_id=ctx.get_trial_id(), run_id=run_id, rank=i, host=host,
-                port=port, timeout_s=timeout_s, checkpoint=checkpoint if i == 0 else None, **place,
+                port=port, timeout_s=spec.trial_timeout or NO_LIMIT_S, join_s=join_s,
+                checkpoint=checkpoint if i == 0 else None, **place,
             )  # fmt: skip
             runs[r.run.remote(config, spec, job)] = i
         backend = "nccl" if spec.gpus_per_worker > 0 else "gloo"
-        await_joined(ranks, runs, run_id, timeout_s + JOIN_GRACE_S, backend)
+        await_joined(ranks, runs, run_id, join_s + JOIN_GRACE_S, backend)
         forward = _Forward(ranks[0], runs, ctx.get_trial_id())
         try:
             forward.run(_reporter(tune))
@@ -268,6 +311,35 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         else:  # failed, or stopped and not ended in time: a rank may still train or wait
             for r in ranks:
                 ray.kill(r)
+            if forward is not None and forward.failed:
+                _their_traceback(trial_dir, forward.failed)
+
+
+def _claim_failure(store: Any, rank: int) -> int:
+    """Record this rank as the trial's first failure unless one is recorded; the first's rank."""
+    if store is None:
+        return rank
+    try:
+        return int(store.compare_set(FIRST_FAILURE, "", str(rank)))
+    except Exception:  # noqa: BLE001 - the store went with rank 0: this error is its own
+        return rank
+
+
+def abort_group() -> None:
+    """End this process's process groups without waiting for peers. Through torch's private
+    `_abort_process_group` (torch 2.4+: every group, and torch's record of them), else each
+    group's own `abort`; a torch with neither leaves them to the process's end (the trial actor
+    kills failed ranks)."""
+    import torch.distributed as dist
+
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    try:
+        if abort is not None:
+            abort()
+        elif hasattr(dist.group.WORLD, "abort"):
+            dist.group.WORLD.abort()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - the trial has failed already: its own error is the news
+        pass
 
 
 def _warm_ranks(shape: tuple[Any, ...]) -> tuple[list[Any], Optional[list[Any]]]:
@@ -407,6 +479,7 @@ class _Forward:
         self.rank0, self.runs, self.trial_id = rank0, runs, trial_id
         self.pending = rank0.next_reports.remote(POLL_S)  # the one call for reports out
         self.ended = False  # rank 0 has put END
+        self.failed: Optional[int] = None  # the rank whose error is the trial's
 
     def run(self, report: Any) -> None:
         while not self.ended or self.runs:
@@ -442,12 +515,18 @@ class _Forward:
         if ready[0] not in self.runs:
             self._take(report)
             return True
-        self.runs.pop(ready[0])
+        rank = self.runs.pop(ready[0])
         try:
             ray.get(ready[0])
-        except Exception:
+        except Exception as err:
+            self.failed = rank
+            first = getattr(getattr(err, "cause", err), "first", None)  # PeerFailed: its cause
+            cause = next((ref for ref, i in self.runs.items() if i == first), None)
             if not self.ended and report is not None:
                 _report_left(self.pending, report)
+            if cause is not None:  # the first failure: its rank raises it promptly (aborted)
+                self.failed = self.runs.pop(cause)
+                ray.get(cause)
             raise
         return True
 
@@ -465,6 +544,21 @@ class _Forward:
                 self.rank0.verdict.remote(self.trial_id, True)
         if not self.ended:
             self.pending = self.rank0.next_reports.remote(POLL_S)
+
+
+def _their_traceback(trial_dir: Optional[str], rank: int) -> None:
+    """The failing rank's traceback is the trial's (traceback.txt, which the summary and the
+    report read), where that rank wrote it on this node; rank 0's, written when the failure
+    reached it, is kept as its own."""
+    if not trial_dir or rank == 0:
+        return
+    theirs = os.path.join(trial_dir, traceback_name(rank))
+    if not os.path.isfile(theirs):
+        return  # on another node: Tune's error.txt holds it
+    ours = os.path.join(trial_dir, traceback_name(0))
+    if os.path.isfile(ours):
+        os.replace(ours, os.path.join(trial_dir, RANK0_TRACEBACK))
+    shutil.copyfile(theirs, ours)
 
 
 def _report_left(pending: Any, report: Any) -> None:
