@@ -191,3 +191,22 @@ def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
         resumed += len(starts) - 1
     print(f"HyperBand resumed trials {resumed} times")
     return resumed
+
+
+def stepped(config: dict[str, Any], ctx: Any) -> None:
+    """tests.chaos's MLP that runs out of memory as `config["oom_at"]` plans, trained through
+    `ctx.step` on fixed data (512 samples, 8 features, 3 classes)."""
+    from tests.chaos import oom_at
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 8, generator=g)
+    data = TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long())
+    torch.manual_seed(0)
+    net = oom_at(config, (8,), 3)
+    model, opt = ctx.prepare(net, torch.optim.Adam(net.parameters(), lr=float(config["lr"])))
+    train = ctx.loader(data, int(config["batch_size"]))
+    for _ in range(ctx.epoch, ctx.max_epochs):
+        model.train()
+        for xb, yb in train:
+            loss = ctx.step(model, opt, (xb, yb), lambda a, b: nn.functional.cross_entropy(model(a), b))
+        ctx.report({"val_loss": loss}, state=ctx.state_dict(model, opt))

@@ -3,7 +3,9 @@
 Two and four ranks in local processes on CPU (gloo, fp32), tuner's own loop: OOMs planned at
 random steps, phases (forward, backward, the optimizer step) and ranks (`tests.chaos:oom_at`),
 100 over the runs. Every trial goes on to the end, its weights those of an uninterrupted run
-at the same effective batch, and each recovery is timed against the run's own steps.
+at the same effective batch, and each recovery is timed against the run's own steps. The same,
+fewer, for a user's own loop through `ctx.step` (`tests.own_loops:stepped`), in the same
+processes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ DATA = {"samples": 640, "features": 8, "classes": 3}  # 512 training samples
 # OOMs per world size (100 over both), most where they are cheap: FSDP's step costs several
 # collectives per micro-batch, DDP's one.
 INJECTIONS = {"ddp": 35, "fsdp": 15}
+OWN_LOOP = 6  # OOMs in one task.train trial per strategy, besides (ctx.step)
 RECOVERED = re.compile(r"recovered in ([0-9.]+) s")
 
 
@@ -67,6 +70,15 @@ def _trials(world: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
             n = left if left - n < 5 else n  # the last run takes what is left
             out.append((f"{strategy}-{len(out)}", {**base, "oom_at": _plan(rng, world, steps, n)}, spec))
             left -= n
+        own = {
+            **spec,
+            "trial_mode": "train",
+            "train": "tests.own_loops:stepped",
+            "metric": "val_loss",
+            "mode": "min",
+        }
+        out.append((f"own-{strategy}-reference", base, own))
+        out.append((f"own-{strategy}-1", {**base, "oom_at": _plan(rng, world, steps, OWN_LOOP)}, own))
     return out
 
 
@@ -83,13 +95,14 @@ def _run_all(rank: int, root: str, trials: list[tuple[str, dict[str, Any], dict[
     from tests.chaos import INJECTIONS
     from tuner.trial.frame.session import LocalSession
     from tuner.trial.loop.run import run_trial
+    from tuner.trial.userloop.run import run_own_loop
 
     lines = _Lines()  # every rank's warnings (only rank 0 has a trial.log)
     logging.getLogger("tuner.trial.local").addHandler(lines)
     for name, params, spec in trials:
         lines.lines.clear()
         session = LocalSession(str(Path(root, name)))
-        run_trial(params, TrialSpec(**spec), session)
+        (run_own_loop if spec["train"] else run_trial)(params, TrialSpec(**spec), session)
         record = {
             "metrics": session.metrics,
             "fired": len(INJECTIONS.fired),
@@ -99,6 +112,11 @@ def _run_all(rank: int, root: str, trials: list[tuple[str, dict[str, Any], dict[
             "warnings": lines.lines,
         }
         Path(root, name, f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def _weights(trial_dir: Path) -> dict[str, torch.Tensor]:
+    payload = DirCheckpoints(str(trial_dir)).load("cpu")
+    return payload["user"]["model"] if "user" in payload else payload["model"]
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -117,9 +135,7 @@ def test_every_rank_backs_off_together_and_trains_as_if_uninterrupted(tmp_path: 
             continue
         assert last["oom_backoffs"] == 2 and last["micro_batch"] == 4, (name, last)
         # The same effective batch throughout: the weights of the run that never ran out.
-        strategy = name.split("-")[0]
-        ours = DirCheckpoints(str(tmp_path / name)).load("cpu")["model"]
-        ref = DirCheckpoints(str(tmp_path / f"{strategy}-reference")).load("cpu")["model"]
+        ours, ref = _weights(tmp_path / name), _weights(tmp_path / f"{name.rpartition('-')[0]}-reference")
         for k in ref:
             torch.testing.assert_close(ours[k], ref[k], rtol=1e-4, atol=1e-6)
         # Recovery: from the OOM (or the news of it) to the step's retry, the longest over ranks.
@@ -131,7 +147,7 @@ def test_every_rank_backs_off_together_and_trains_as_if_uninterrupted(tmp_path: 
             ends, hit = r["step_ends"], set(r["fired_steps"])
             normal = [b - a for i, (a, b) in enumerate(zip(ends, ends[1:], strict=False)) if i + 1 not in hit]
             slowest_step = max(slowest_step, *normal)
-    assert injected == sum(INJECTIONS.values())  # 50 at each world size: 100 over both
+    assert injected == sum(INJECTIONS.values()) + 2 * OWN_LOOP  # 50 at each world size: 100 over both
     print(
         f"\n{world} ranks: {injected} OOMs, {recoveries} back-offs; recovery median "
         f"{statistics.median(times):.3f} s, longest {max(times):.3f} s; "

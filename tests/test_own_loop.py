@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import tests.own_loops as own_loops
 import tuner.trial.frame.harness as harness
@@ -18,6 +19,7 @@ from tests.own_loops import lines
 from tests.test_memory import end_trial
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
 from tuner.sweepdir import read_metrics
+from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.session import LocalSession
 from tuner.trial.frame.spec import TrialSpec
 from tuner.trial.userloop.run import run_own_loop
@@ -167,7 +169,45 @@ def test_out_of_memory_in_the_users_loop_ends_the_trial_as_oom(tmp_path: Path) -
     last = s.metrics[-1]
     assert last["failure"] == "oom" and last["val_loss"] == math.inf and last["epoch"] == 1
     assert "Tried to allocate 1.00 GiB (injected)" in last["failure_detail"]
+    assert "outside ctx.step, which backs off" in last["failure_detail"]  # what to use instead
     assert not (tmp_path / "traceback.txt").exists()  # a result, not a crash
+
+
+STEPPED = TrialSpec(**{**SPEC.to_dict(), "train": "tests.own_loops:stepped", "max_epochs": 2})
+
+
+def test_ctx_step_backs_off_and_trains_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    # 512 samples in batches of 64: 8 steps an epoch. Out of memory in a forward (step 2), a
+    # backward (step 5) and the optimizer step (step 9).
+    plan = [[2, "forward", 0, 0], [5, "backward", 0, 0], [9, "step", 0, 0]]
+    s = run(tmp_path / "a", STEPPED, batch_size=64, width=16, oom_at=plan)
+    straight = run(tmp_path / "b", STEPPED, batch_size=64, width=16)
+    assert [m["micro_batch"] for m in s.metrics] == [16, 16] and s.metrics[-1]["oom_backoffs"] == 2
+    assert straight.metrics[-1]["oom_backoffs"] == 0
+    a, b = (DirCheckpoints(str(tmp_path / d)).load("cpu")["user"]["model"] for d in "ab")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+    log = (tmp_path / "a" / "trial.log").read_text()
+    assert "OOM at micro-batch 64: retrying the step at 32 (forward, step 2;" in log
+    assert "OOM in the optimizer step (CUDA out of memory (injected: optimizer step 9)): retrying it" in log
+    # Resumed, the trial keeps the micro-batch it had come down to.
+    more = run(
+        tmp_path / "a",
+        TrialSpec(**{**STEPPED.to_dict(), "max_epochs": 3}),
+        resume=True,
+        batch_size=64,
+        width=16,
+    )
+    assert more.metrics[-1]["micro_batch"] == 16 and more.metrics[-1]["oom_backoffs"] == 2
+
+
+def test_ctx_step_below_the_minimum_micro_batch_ends_the_trial_as_oom(tmp_path: Path) -> None:
+    plan = [[1, "forward", 0, 0], [1, "forward", 0, 1]]  # 64 -> 32 -> 16, below the minimum of 32
+    s = run(tmp_path, STEPPED, batch_size=64, width=16, min_micro_batch=32, oom_at=plan)
+    last = s.metrics[-1]
+    assert (
+        last["failure"] == "oom" and "out of memory at micro-batch 32 (minimum 32)" in last["failure_detail"]
+    )
 
 
 def test_misuse_of_ctx_fails_the_trial_with_a_clear_error(tmp_path: Path) -> None:

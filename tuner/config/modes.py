@@ -46,7 +46,7 @@ LOOP_METRICS = (
 # the batch size and learning rate a loop reads as config["batch_size"], config["lr"].
 OWN_LOOP_TRAINING = (
     "batch_size", "lr", "amp", "seed", "threads", "tf32", "compile", "channels_last",
-    "loader_workers", "prefetch", "grad_clip", "micro_batch",
+    "loader_workers", "prefetch", "grad_clip", "micro_batch", "min_micro_batch",
 )  # fmt: skip
 
 

@@ -2,31 +2,35 @@
 
 The same pieces tuner's own loop is made of, offered one by one: the device and rank facts,
 AMP (`autocast`, `scaler`), the parallel strategy (`prepare`: DDP/FSDP, compile,
-channels_last), batches on the device (`loader`: distributed sampler, pinned memory, the
-CUDA prefetcher), and the session (`report`, `restore`). `report` is one epoch: its metrics go
-to the journal, TensorBoard and the scheduler, its `state` to a checkpoint written before the
-scheduler hears of the epoch, so a trial that is paused, retried or resumed after a killed
-driver continues from there (`restore`, `epoch`).
+channels_last), an optimizer step that backs off when memory runs out (`step`), batches on the
+device (`loader`: distributed sampler, pinned memory, the CUDA prefetcher), and the session
+(`report`, `restore`). `report` is one epoch: its metrics go to the journal, TensorBoard and
+the scheduler, its `state` to a checkpoint written before the scheduler hears of the epoch, so
+a trial that is paused, retried or resumed after a killed driver continues from there
+(`restore`, `epoch`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
-from tuner.trial.frame.harness import Frame, Progress, screened
+from tuner.trial.frame.harness import Frame, Progress, failed, screened
+from tuner.trial.frame.memory import TrialOOM
 from tuner.trial.loop.amp import make_amp
 from tuner.trial.loop.data import Batches
 from tuner.trial.loop.parallel import make_strategy
+from tuner.trial.loop.parts import TrainState
 from tuner.trial.loop.prefetch import Batch, Feed, input_format, make_feed
+from tuner.trial.loop.step import Stepper, batch_size
 
 
 class TrialEnded(BaseException):
@@ -62,6 +66,15 @@ class TrainContext:
         self._pending = False  # the last epoch is recorded, and reported at `flush`
         self._held: Optional[dict[str, Any]] = None  # its checkpoint
         self._t0 = time.perf_counter()
+        # `step`'s micro-batch (0: the whole batch, until memory runs out) and back-offs, kept
+        # in the checkpoint: a resumed trial does not run out at the same size again.
+        steps = (checkpoint or {}).get("steps") or {}
+        self._steps = TrainState(
+            micro_batch=int(steps.get("micro_batch") or frame.settings.micro_batch or 0),
+            oom_backoffs=int(steps.get("oom_backoffs", 0)),
+        )
+        self._steppers: dict[tuple[int, int], Stepper] = {}
+        self._backoffs_reported = self._steps.oom_backoffs
         frame.gpu.start_epoch()
 
     # ------------------------------------------------------------------ training pieces
@@ -85,6 +98,47 @@ class TrainContext:
         if optimizer is not None:
             optimizer = _rebind(optimizer, model, names)
         return net, optimizer
+
+    def step(
+        self,
+        net: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batch: Any,
+        loss_fn: Callable[..., torch.Tensor],
+        *,
+        clip: Optional[float] = None,
+    ) -> torch.Tensor:
+        """One optimizer step over `batch` that backs off when memory runs out; returns the
+        batch's mean loss (detached).
+
+        `batch` is a tensor, a tuple or list of tensors (`loss_fn(*micro_batch)`), or a dict
+        of them (`loss_fn(micro_batch)`), split along the first dimension; `loss_fn` returns a
+        micro-batch's mean loss, calling `net` (what `prepare` returned). Gradients are zeroed,
+        accumulated over micro-batches to the whole batch's, reduced over workers, unscaled
+        (fp16), clipped to `clip` (a norm; default `training.grad_clip`) and stepped with
+        `ctx.scaler`. On out-of-memory on any
+        worker, every worker drops the step, halves the micro-batch (twice the micro-batches:
+        the effective batch stays) and runs it again; below `training.min_micro_batch` the
+        trial ends as `failure: oom` (this does not return). Your learning-rate schedule is
+        yours to step after it.
+        """
+        stepper = self._steppers.get((id(net), id(optimizer)))
+        if stepper is None:
+            stepper = Stepper(
+                net=net, model=self._models.get(id(net), net), optimizer=optimizer,
+                strategy=self._strategy, amp=self._amp, device=self.device, state=self._steps,
+                min_micro=self._frame.settings.min_micro_batch, log=self._frame.log,
+                grad_clip=self._frame.settings.grad_clip if clip is None else clip,
+            )  # fmt: skip
+            self._steppers[(id(net), id(optimizer))] = stepper
+        n = batch_size(batch)
+        self._steps.micro_batch = self._steps.micro_batch or n
+        unpacked = isinstance(batch, (tuple, list))
+        try:
+            total = stepper.step(batch, (lambda b: loss_fn(*b)) if unpacked else loss_fn)
+        except TrialOOM as err:
+            self._end("oom", str(err))
+        return total / n
 
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool = True) -> Loader:
         """Batches of `dataset` on the device: each pass is an epoch. `batch_size` is summed
@@ -146,10 +200,23 @@ class TrainContext:
         row["epoch"] = self.epoch
         row["epoch_time_s"] = time.perf_counter() - self._t0
         row.update(self._frame.gpu.stats())
+        if self._steppers:  # as tuner's loop reports them
+            row.update(micro_batch=self._steps.micro_batch, oom_backoffs=self._steps.oom_backoffs)
+            if self._steps.oom_backoffs > self._backoffs_reported:
+                note = (
+                    f"OOM: micro-batch now {self._steps.micro_batch} ({self._steps.oom_backoffs} back-offs)"
+                )
+                self._progress.note(note, self.epoch)
+                self._backoffs_reported = self._steps.oom_backoffs
         row = screened(row, self._frame.spec, self.epoch)
         payload = None
         if state is not None and self.is_main:
             payload = {"epoch": self.epoch, "user": state, "scaler": self.scaler.state_dict()}
+            if self._steppers:
+                payload["steps"] = {
+                    "micro_batch": self._steps.micro_batch,
+                    "oom_backoffs": self._steps.oom_backoffs,
+                }
         self.last = row
         if not self._progress.record(row):
             raise TrialEnded(row.get("failure"))
@@ -163,6 +230,14 @@ class TrainContext:
         self._progress.kick()
         self._frame.gpu.start_epoch()
         self._t0 = time.perf_counter()
+
+    def _end(self, failure: str, detail: str) -> NoReturn:
+        """End the trial as `failure` (a result, recorded and reported): the user's loop stops."""
+        metrics = failed(self.last, self._frame.spec, failure, detail, self.epoch)
+        self._pending, self._held = False, None
+        self._progress.end(metrics)
+        self.last = metrics
+        raise TrialEnded(failure)
 
     def flush(self) -> None:
         """Report the last epoch (with what was added to it since), once the function returned."""

@@ -3,11 +3,12 @@
 It runs where tuner's loop would (the Tune actor with one worker, every rank of a DDP trial with
 more) inside the same frame (`harness.guarded`: GPU share, trial log, watchdog, traceback,
 memory handed back) and reports through the same session, so journal, checkpoints, resume,
-TensorBoard and the report work alike. What cannot carry over is the micro-batch back-off (the
-loop is the user's): running out of GPU memory ends the trial as `failure: oom` (one worker;
-with several, one rank's OOM leaves the others in a collective, and the trial fails as an
-error, as tuner's loop does under DDP). Any other exception is the trial's error (ERROR, with
-traceback.txt); the sweep goes on.
+TensorBoard and the report work alike. The micro-batch back-off is `ctx.step` (one optimizer
+step that backs off, as tuner's loop does); running out of GPU memory anywhere else ends the
+trial as `failure: oom` with a line naming `ctx.step` (one worker; with several, one rank's
+OOM leaves the others in a collective of the user's loop, and the trial fails at once as that
+rank's error). Any other exception is the trial's error (ERROR, with traceback.txt); the
+sweep goes on.
 """
 
 from __future__ import annotations
@@ -56,12 +57,18 @@ def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
             return ctx.last
         # Outside the except block: the traceback, and with it the user's tensors, is gone.
         release(f.device)
-        metrics = failed(ctx.last, f.spec, "oom", f"out of memory: {oom}", ctx.epoch)
+        metrics = failed(ctx.last, f.spec, "oom", f"out of memory: {oom}{OUTSIDE_STEP}", ctx.epoch)
         progress.end(metrics)
         return metrics
     finally:
         ctx.close()
         progress.close()
+
+
+# What a user's loop that ran out of memory is told (the failure's detail, trial.log).
+OUTSIDE_STEP = (
+    " (outside ctx.step, which backs off the micro-batch instead: docs/how-to/own-loop.md#out-of-memory)"
+)
 
 
 def _call(fn: Any, config: dict[str, Any], ctx: TrainContext, f: Frame) -> Optional[str]:
@@ -71,8 +78,10 @@ def _call(fn: Any, config: dict[str, Any], ctx: TrainContext, f: Frame) -> Optio
     except TrialEnded:
         return None  # recorded and reported already (diverged)
     except Exception as err:  # noqa: BLE001 - only running out of memory is a result
-        if not is_oom(err) or f.session.world_size > 1:
+        if not is_oom(err):
             raise
+        if f.session.world_size > 1:  # the trial's error: its line says what to use
+            raise torch.OutOfMemoryError(f"{first_line(err)}{OUTSIDE_STEP}") from err
         traceback.clear_frames(err.__traceback__)  # the frames hold the step's tensors
         return first_line(err)
     if ctx.last is None:
