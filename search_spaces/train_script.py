@@ -6,6 +6,9 @@ It runs alone too:  python search_spaces/train_script.py --lr 0.01 --epochs 5
 What tuner asks of it: one `tuner.report(epoch=..., val_loss=...)` per epoch, and, to be
 continued where it was after an interruption rather than from epoch 1, a checkpoint saved in
 `tuner.checkpoint_dir()` before that report and loaded from `tuner.restore_dir()` at start.
+What it writes goes to `--out-dir` (the sweep passes each trial's own directory, {trial_dir}:
+trials running at once share the directory the sweep started from). Its threads are torch's
+default, OMP_NUM_THREADS, which tuner sets to the trial's CPUs (resources.cpus_per_worker).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="adam")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--out-dir", default="out", help="where the trained model is saved")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     x, y = load_digits(return_X_y=True)
     x = torch.tensor(x / 16.0, dtype=torch.float32)
     y = torch.tensor(y)
@@ -70,6 +73,8 @@ def main() -> None:
             torch.save(state, os.path.join(save, "state.pt"))
         print(f"trained epoch {epoch}", flush=True)
         tuner.report(epoch=epoch, val_loss=val_loss, val_acc=val_acc)
+    os.makedirs(args.out_dir, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(args.out_dir, "model.pt"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def test_an_unpatched_nanogpt_under_torchrun_stops_after_fail_fast_trials_with_i
     failed = [ln for ln in done.stdout.splitlines() if " failed: " in ln and ln.startswith("[tuner] trial ")]
     assert len(failed) >= 3 and all(f"failed: {FLASH} (full traceback: " in ln for ln in failed), done.stdout
     assert f"[tuner] failure.fail_fast: the first 3 trials all failed with {FLASH};" in done.stdout
+    assert "warning: trials wrote into" not in done.stdout  # (its outputs go to {trial_dir})
     sweep = tmp_path / "runs" / "nano"
     summary = json.loads((sweep / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == FLASH, summary
@@ -99,6 +100,11 @@ def test_a_lightning_style_script_at_the_defaults(tmp_path: Path) -> None:
     done = cli("sweep", "sweep.yaml", cwd=tmp_path, on_session=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     sweep = tmp_path / "runs" / "lit"
+    # Its lightning_logs/version_N, relative to the directory all trials run in: said once.
+    warned = [ln for ln in done.stdout.splitlines() if ln.startswith("[tuner] warning: trials wrote into")]
+    assert len(warned) == 1, done.stdout
+    assert f"into {tmp_path}, the directory every trial runs in: lightning_logs/version_0" in warned[0]
+    assert "{trial_dir} in task.command or $TUNER_TRIAL_DIR (docs/how-to/own-script.md#outputs)" in warned[0]
     summary = json.loads((sweep / "summary.json").read_text())
     by = {t["config"]["curve"]: t for t in summary["trials"]}
     assert sorted(by) == ["early", "peaks", "stops"], summary["trials"]
@@ -234,6 +240,27 @@ def test_a_loop_s_configuration_holds_what_ctx_applies_and_what_the_file_sets() 
     assert set(again.hyperparameters()) == keys
     script = parse_sweep({**raw, "training": {}, "task": {"command": "python t.py --lr {lr}"}})
     assert set(script.hyperparameters()) == {"lr"}
+
+
+def test_what_trials_wrote_into_the_shared_directory(tmp_path: Path) -> None:
+    from tuner.driver.workdir import output_entry, snapshot, written
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("1,2\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "ckpt.pt").write_text("a")
+    (tmp_path / "runs" / "sweep").mkdir(parents=True)
+    skip = output_entry(str(tmp_path), str(tmp_path / "runs" / "sweep"))
+    assert skip == "runs" and output_entry(str(tmp_path), "/elsewhere/sweep") is None
+    before = snapshot(str(tmp_path), skip)
+    (tmp_path / "data" / "train.csv").read_text()  # read: not written
+    (tmp_path / "out" / "ckpt.pt").write_text("bb")  # the same relative path, written again
+    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)
+    (tmp_path / "runs" / "sweep" / "t1").mkdir()  # the sweep's own
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / "__pycache__").mkdir()
+    after = snapshot(str(tmp_path), skip)
+    assert written(before, after) == ["lightning_logs/version_0", "out/ckpt.pt"]
 
 
 def test_fail_fast_compares_what_an_error_is_not_its_pids_ports_and_times(tmp_path: Path) -> None:

@@ -94,6 +94,9 @@ class Mode:
     # processes (a script under torchrun): no ranks of its own, actors reused.
     actor_holds_workers: bool = False
     keeps_weights: bool = True  # a trial keeps its best epoch's weights: best/, export
+    # Its trials run in the directory the sweep was started from, all in that one (relative
+    # inputs resolve as in a run alone; relative outputs are shared: driver/workdir.py warns).
+    shares_start_dir: bool = False
     # A trial keeps its best epoch's checkpoint directory instead (a script's own, in whatever
     # format it writes): best/checkpoint/ is a copy, export and load_best name it.
     best_checkpoint: bool = False
@@ -223,6 +226,7 @@ MODES: dict[str, Mode] = {
             actor_holds_workers=True,
             keeps_weights=False,
             best_checkpoint=True,
+            shares_start_dir=True,
             no_weights="task.command: your script keeps its own weights; tuner keeps the best epoch's "
             "checkpoint only when the script saves one in tuner.checkpoint_dir()",
             cannot_rebuild="task.command: your script builds its own model and reads its own checkpoints; "
@@ -245,6 +249,7 @@ MODES: dict[str, Mode] = {
             "model.pt into your model (tuner.load_best(sweep_dir, model=YourModel(...))); --format "
             "state_dict",
             training_given=OWN_LOOP_TRAINING,
+            shares_start_dir=True,
         ),
         Mode(
             name="hooks",

@@ -573,6 +573,10 @@ def _launch(
     fail_fast = FailFast.wanted(cfg.failure.fail_fast)
     if fail_fast is not None:
         callbacks.append(fail_fast)
+    if cfg.trial_mode.shares_start_dir:  # trials writing relative outputs into one directory
+        from tuner.driver.workdir import SharedWrites
+
+        callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), sweep_dir))
     if sweep_dir:  # (after TrialRecordCallback and SweepLimits: it reads the records they write)
         callbacks.append(dashboard.Dashboard(sweep_dir, cfg.objectives, cfg.schedule.max_epochs))
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
