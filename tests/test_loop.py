@@ -192,3 +192,26 @@ def test_digits_without_sklearn_are_sklearns_digits_and_split() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_eval_precision_fp32_evaluates_without_autocast(tmp_path: Path) -> None:
+    """training.eval_precision (issue 51): under bf16 AMP, `fp32` reports the validation loss of
+    the trained weights evaluated in fp32 (computed here by hand), `amp` the bf16 one."""
+    from tuner.trial.loop.data import load_data
+    from tuner.trial.loop.models import build_model
+
+    spec = TrialSpec(model="mlp", data="synthetic", data_args=SYNTH.data_args, max_epochs=1)
+    losses = {}
+    for precision in ("amp", "fp32"):
+        s = train(tmp_path / precision, spec, hp(amp="bf16", eval_precision=precision))
+        losses[precision] = s.metrics[-1]["val_loss"]
+    params = hp(amp="bf16", eval_precision="fp32")
+    bundle = load_data("synthetic", SYNTH.data_args, params, str(tmp_path))
+    net = build_model("mlp", params, bundle.input_shape, bundle.num_classes, str(tmp_path))
+    net.load_state_dict(_weights(tmp_path / "fp32"))
+    x, y = (torch.stack(t) for t in zip(*[bundle.val[i] for i in range(len(bundle.val))], strict=True))
+    with torch.no_grad():
+        fp32 = torch.nn.functional.cross_entropy(net.eval()(bundle.prepare(x)).float(), y).item()
+    assert losses["fp32"] == pytest.approx(fp32, rel=1e-5)
+    assert _weights(tmp_path / "amp").keys() == _weights(tmp_path / "fp32").keys()
+    assert losses["amp"] != pytest.approx(fp32, rel=1e-5)  # (bf16's rounding shows)

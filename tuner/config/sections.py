@@ -129,6 +129,12 @@ class TrainingSection(Section):
         description="Mixed precision: off | bf16 | fp16 (with GradScaler) | auto (bf16 on GPUs "
         "that support it, else fp16; off on CPU).",
     )
+    eval_precision: Literal["amp", "fp32"] = Field(
+        "amp",
+        description="Evaluation's precision: amp (under training.amp's autocast, as training) or "
+        "fp32 (without autocast: validation metrics free of bf16/fp16 rounding, the evaluation "
+        "slower). No effect when amp is off. tuner's own loop only.",
+    )
     lr: float = Field(1e-3, gt=0, description="Learning rate.")
     optimizer: str = Field("adam", description=f"One of: {', '.join(catalogue.OPTIMIZERS)}.")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD/RMSprop momentum.")

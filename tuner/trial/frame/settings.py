@@ -24,6 +24,7 @@ class Settings:
     micro_batch: Optional[int]
     min_micro_batch: int
     amp: str
+    eval_precision: str
     lr: float
     optimizer: str
     momentum: float

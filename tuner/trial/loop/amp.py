@@ -42,16 +42,21 @@ class Amp:
     device_type: str
     dtype: Optional[torch.dtype]
     scaler: torch.amp.GradScaler
+    eval_fp32: bool = False  # training.eval_precision: fp32
 
     def autocast(self) -> AbstractContextManager[None]:
         if self.dtype is None:
             return nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def eval_autocast(self) -> AbstractContextManager[None]:
+        """Evaluation's forward pass: as training's, or in fp32 (`training.eval_precision`)."""
+        return nullcontext() if self.eval_fp32 else self.autocast()
 
-def make_amp(mode: str, device: torch.device) -> Amp:
-    """The Amp for `training.amp` on `device` (see resolve_amp)."""
+
+def make_amp(mode: str, device: torch.device, eval_precision: str = "amp") -> Amp:
+    """The Amp for `training.amp` on `device` (see resolve_amp) and `training.eval_precision`."""
     resolved = resolve_amp(mode, device)
     dtype = DTYPES.get(resolved)
     scaler = torch.amp.GradScaler(device.type, enabled=resolved == "fp16")
-    return Amp(resolved, device.type, dtype, scaler)
+    return Amp(resolved, device.type, dtype, scaler, eval_fp32=eval_precision == "fp32")

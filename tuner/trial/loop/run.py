@@ -72,7 +72,7 @@ def build_parts(
     num_params = sum(t.numel() for t in model.parameters() if t.requires_grad)
     fmt = input_format(s.channels_last, data.input_shape, log)
     model = model.to(memory_format=fmt)
-    amp = make_amp(s.amp, device)
+    amp = make_amp(s.amp, device, s.eval_precision)
     strategy = make_strategy(spec.strategy, session.world_size)
     net = strategy.wrap(model, device, compile=s.compile, param_dtype=amp.dtype)
     optimizer = build_optimizer(model, s)
@@ -237,7 +237,7 @@ def _evaluate_in_chunks(p: Parts) -> tuple[torch.Tensor, int, dict[str, torch.Te
     sums: dict[str, torch.Tensor] = {}
     seen = 0
     for x, y in p.feed(p.val.eval_chunks(p.eval_batch)):
-        with p.amp.autocast():
+        with p.amp.eval_autocast():
             out = p.model(x).float()
         n = len(y)
         # Every chunk is measured, an empty one too (a rank's share may be one short): the
