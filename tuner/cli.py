@@ -174,6 +174,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def cmd_refine(args: argparse.Namespace) -> int:
+    from tuner.view.refine import refine
+
+    path, params = refine(args.sweep_dir, args.output)
+    print(f"refined: {path} ({', '.join(params)}); run it with: python -m tuner sweep {path}")
+    return ExitCode.OK
+
+
 def cmd_board(args: argparse.Namespace) -> int:
     from tuner.view.board import serve
 
@@ -263,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=["html", "md"], default="html", help="md: also print the Markdown")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "refine", help="write a narrower sweep file around a sweep's best trials, warm-started from it"
+    )
+    p.add_argument("sweep_dir", help="a finished (or interrupted) sweep directory")
+    p.add_argument(
+        "--output", "-o", metavar="FILE", help="the sweep file to write (default: <name>_refined.yaml here)"
+    )
+    p.set_defaults(func=cmd_refine)
 
     p = sub.add_parser("board", help="TensorBoard on sweep directories (127.0.0.1, a free port)")
     p.add_argument(
