@@ -100,15 +100,22 @@ def test_the_driver_checks_an_s3_output_before_ray_starts(
 def test_a_sweep_into_s3_leaves_its_credentials_in_no_file(s3, tmp_path: Path) -> None:
     """The credentials of an s3:// sweep reach its trials (they upload their files) but no file
     it leaves holds them: not the bucket, not the driver's mirror, not its Ray's session
-    directory (Ray Tune handed them to every trial actor's runtime env, which Ray logged)."""
+    directory (Ray Tune handed them to every trial actor's runtime env, which Ray logged).
+    W&B tracks it too (tracking.wandb, offline): a run per trial in the mirror, and its API key
+    in no file either."""
+    pytest.importorskip("wandb", reason="the wandb extra is not installed")
+    from tests.wandbread import offline_runs
+
     bucket = s3.make_bucket(f"keys-{uuid.uuid4().hex[:8]}")
     ray_tmp = Path("/tmp") / f"tn{uuid.uuid4().hex[:8]}"  # short: Ray's socket paths must fit 107 bytes
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WANDB_"))}
+    wandb_key = "s3wandb" + "9" * 33 + "key"
     env = {**clean, **s3.env(), "RAY_TMPDIR": str(ray_tmp), "TUNER_CACHE_DIR": str(tmp_path / "cache"),
-           "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}  # fmt: skip
+           "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+           "WANDB_MODE": "offline", "WANDB_API_KEY": wandb_key}  # fmt: skip
     args = ["sweep", str(DEBUG), "--output", f"s3://{bucket}/runs", "--name", "keys"]
     try:
-        args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2"]
+        args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2", "--set", "tracking.wandb={}"]
         run = run_cli(*args, env=env, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + s3.error_texts(bucket)
         summary = json.loads(s3.read(bucket, "runs/keys/summary.json"))
@@ -118,7 +125,10 @@ def test_a_sweep_into_s3_leaves_its_credentials_in_no_file(s3, tmp_path: Path) -
         for key in keys:
             (tmp_path / "bucket" / key).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / "bucket" / key).write_bytes(s3.read(bucket, key))
-        assert not files_holding([s3.key_id, s3.secret], tmp_path, ray_tmp)
+        assert not files_holding([s3.key_id, s3.secret, wandb_key], tmp_path, ray_tmp)
+        (wandb_dir,) = (tmp_path / "cache").rglob("keys/wandb")  # (the mirror's: not uploaded)
+        runs = offline_runs(wandb_dir)
+        assert sorted(r.name for (r,) in runs.values()) == sorted(t["trial_id"] for t in summary["trials"])
         assert next(ray_tmp.glob("*/ray/session_*/logs/raylet.out"))  # (where its Ray was)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
