@@ -31,7 +31,7 @@ ROWS: list[set[str]] = [
     {"search", "view"},
     {"history"},
     {"results"},
-    {"cluster", "trial", "trial.launch"},
+    {"cluster", "trial", "trial.launch", "integrations"},
     {"trial.userloop", "trial.script"},
     {"trial.loop"},
     {"trial.frame"},
@@ -40,7 +40,7 @@ ROWS: list[set[str]] = [
 SHARED = ROWS[-1]
 ROW = {room: i for i, rooms in enumerate(ROWS) for room in rooms}
 # The rooms that may import torch when they are loaded; anywhere else only inside a function.
-TORCH_AT_LOAD = {"trial.frame", "trial.loop", "trial.userloop", "trial.script"}
+TORCH_AT_LOAD = {"trial.frame", "trial.loop", "trial.userloop", "trial.script", "integrations"}
 # The rooms `tuner validate` reads: neither Ray nor torch when loaded.
 NO_RAY_AT_LOAD = SHARED
 

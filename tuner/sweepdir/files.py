@@ -66,6 +66,9 @@ SCRIPT_REPORTS = "reports.jsonl"  # (before runs had files of their own)
 SCRIPT_REPORTS_PATTERN = r"^reports(-[0-9a-f]+)?\.jsonl$"
 SCRIPT_CONFIG = "config.json"
 SCRIPT_RUN = "script_run.json"
+# A trial trained by Lightning or Hugging Face's Trainer with tuner's callback: the framework's
+# own outputs (its logs and checkpoints), kept in the trial's directory (tuner.integrations).
+FRAMEWORK_DIR = "framework"
 WARM_FILE = "warm_start.json"  # the sweeps it started from, resolved once (search.warm_start)
 MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (tracking.mlflow)
 WANDB_RUN_FILE = ".wandb_sweep"  # the prefix of the sweep's W&B run ids (tracking.wandb)

@@ -1,0 +1,137 @@
+"""Hugging Face's `Trainer` tuned as it is: `TunerCallback` (docs/how-to/transformers.md).
+
+    from tuner.integrations.transformers import TunerCallback
+
+    tuned = TunerCallback()              # a task.command script; TunerCallback(ctx) in task.train
+    args = TrainingArguments(tuned.output_dir or "out", num_train_epochs=...,
+                             eval_strategy="epoch", save_strategy="epoch")
+    trainer = Trainer(model, args, train_dataset=..., eval_dataset=..., callbacks=[tuned])
+    trainer.train(resume_from_checkpoint=tuned.resume_from_checkpoint)
+
+Each epoch, once the Trainer has evaluated and saved its checkpoint (the model, optimizer,
+scheduler and RNG states: what `resume_from_checkpoint` restores exactly), the epoch's
+evaluation metrics (`eval_loss`, your `compute_metrics`' `eval_*`) and its last training loss
+(`loss`) go to tuner, with that checkpoint copied into the directory tuner gives. `output_dir`
+is the trial's own directory (`framework/`) in a sweep. When the Trainer's early stopping ends
+training, the last epoch's report says so (`stopped_by: should_training_stop`). When tuner
+stops a script's trial (SIGTERM), training ends after the current step, as a normal end of
+`train`; in `task.train`, `ctx.report` does not return. Outside a sweep it prints each
+epoch's metrics.
+
+Needs `eval_strategy="epoch"` and `save_strategy="epoch"` (one report an epoch, with its
+checkpoint): other strategies are refused when training starts. Imports transformers: import
+this module only where it is installed (`pip install 'tuner[transformers]'`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from tuner.integrations.bridge import Bridge, numbers
+
+CHECKPOINT = "checkpoint"  # the Trainer's checkpoint directory inside each of tuner's
+_SKIP = ("epoch", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+
+
+class TunerCallback(TrainerCallback):
+    """Reports each epoch to tuner with the Trainer's checkpoint; see the module's docstring.
+
+    `ctx`: the `ctx` of a `task.train` function (None in a script). `metrics`: the names to
+    report (default: every number the evaluation gave, and the training loss)."""
+
+    def __init__(self, ctx: Any = None, metrics: Optional[Sequence[str]] = None):
+        self.bridge = Bridge(ctx)
+        self.metrics = list(metrics) if metrics is not None else None
+        self._evaluated: dict[str, float] = {}
+        self._reported = 0
+        self._stop_asked = threading.Event()
+        self._before: Any = None  # the SIGTERM handler before ours
+
+    @property
+    def output_dir(self) -> Optional[str]:
+        """The trial's directory for the Trainer's outputs (`TrainingArguments(output_dir=)`);
+        None outside a sweep."""
+        return self.bridge.outputs()
+
+    @property
+    def resume_from_checkpoint(self) -> Optional[str]:
+        """The Trainer's checkpoint to resume from (`trainer.train(resume_from_checkpoint=)`),
+        None when the trial starts afresh."""
+        where = self.bridge.restore_dir()
+        path = os.path.join(where, CHECKPOINT) if where else None
+        return path if path and os.path.isdir(path) else None
+
+    # ------------------------------------------------------------------ the run
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self.bridge.trial_dir is None:
+            return
+        wrong = [
+            name
+            for name in ("eval_strategy", "save_strategy")
+            if str(getattr(getattr(args, name), "value", getattr(args, name))) != "epoch"
+        ]
+        if wrong:
+            raise ValueError(
+                f"tuner's TunerCallback needs TrainingArguments({wrong[0]}='epoch'): one report an epoch"
+            )
+        if self.bridge.ctx is None and threading.current_thread() is threading.main_thread():
+            # A script stopped by tuner gets SIGTERM: the Trainer ends after this step instead
+            # of the process dying mid-write.
+            self._before = signal.signal(signal.SIGTERM, lambda *_: self._stop_asked.set())
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self._stop_asked.is_set():
+            control.should_training_stop = True
+            control.should_evaluate = control.should_save = False
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self._before is not None:
+            signal.signal(signal.SIGTERM, self._before)
+            self._before = None
+
+    # ------------------------------------------------------------------ each epoch
+
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        metrics = {k: v for k, v in (kwargs.get("metrics") or {}).items() if k not in _SKIP}
+        losses = [row["loss"] for row in state.log_history if "loss" in row]
+        self._evaluated = numbers({**({"loss": losses[-1]} if losses else {}), **metrics})
+        if self.metrics is not None:
+            self._evaluated = {k: v for k, v in self._evaluated.items() if k in self.metrics}
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if not state.is_world_process_zero:
+            return
+        epoch = int(round(state.epoch or 0))
+        if epoch <= self._reported:  # (a save that is not an epoch's end)
+            return
+        save = self.bridge.checkpoint_dir()
+        if save:
+            written = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            shutil.copytree(written, os.path.join(save, CHECKPOINT))
+        report: dict[str, Any] = dict(self._evaluated)
+        if control.should_training_stop and state.global_step < state.max_steps:
+            # Asked to stop before its planned steps, by a callback's on_evaluate (the
+            # Trainer's EarlyStoppingCallback), which the Trainer does not name.
+            report["stopped_by"] = "should_training_stop"
+        model = kwargs.get("model")
+        weights = model.state_dict() if model is not None and self.bridge.ctx is not None else None
+        self._reported = epoch
+        self.bridge.report(epoch, report, model=weights)
