@@ -199,7 +199,7 @@ def _users_loop(cfg: SweepFile) -> None:
         raise ConfigError(f"{where}.find_batch_size", "tuner's own loop only: task.train runs yours")
     if cfg.training.autotune:
         raise ConfigError("training.autotune", "measures tuner's own loop; task.train runs yours")
-    if "fp32" in (values_of(cfg.hyperparameters()["eval_precision"]) or []):
+    if "fp32" in (values_of(cfg.hyperparameters().get("eval_precision")) or []):
         where = "search.params" if "eval_precision" in cfg.search.params else "training"
         raise ConfigError(f"{where}.eval_precision", "tuner's own loop only: task.train evaluates yours")
 
