@@ -14,6 +14,8 @@ it behaves as `--kind` says.
     final       as api, then reports the last epoch again with a test_loss
     past        as api, but reports 2 epochs past --epochs
     linger      as api, then sleeps (silent) for 10 minutes instead of exiting
+    oom         as api, but with --batch_size above 16 dies at epoch 2 of torch's CUDA
+                out-of-memory error, as torch prints it (its traceback on stderr, exit 1)
 
 val_loss = base + 1 / epoch, with base = 10 * lr (0 for crash_once). Each run appends, in the
 trial directory, its pid to pids.txt, its first epoch to starts.txt, each epoch it trains to
@@ -48,6 +50,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--sleep", type=float, default=0.3)
+    p.add_argument("--batch_size", type=int, default=16)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, _sigterm)
     if os.environ.get("RANK", "0") == "0":
@@ -68,8 +71,12 @@ def main() -> None:
     _append("starts.txt", str(start))
     base = 0.0 if args.kind == "crash_once" else 10 * args.lr
     last = args.epochs + (2 if args.kind == "past" else 0)
+    _append("batch_sizes.txt", str(args.batch_size))
     for epoch in range(start + 1, last + 1):
         time.sleep(args.sleep)
+        if args.kind == "oom" and epoch == 2 and args.batch_size > 16:
+            print(OOM_TRACEBACK.format(batch=args.batch_size), file=sys.stderr)
+            sys.exit(1)
         _append("trained.txt", str(epoch))
         metrics: dict = {"val_loss": base + 1 / epoch, "train_loss": base + 1.5 / epoch}
         if epoch == 2 and args.kind in ("text", "huge"):
@@ -92,6 +99,14 @@ def main() -> None:
         tuner.report(epoch=args.epochs, test_loss=base + 0.5)
     if args.kind == "linger":
         time.sleep(600)
+
+
+# What torch prints when a CUDA allocation fails (torch 2.13's message, shortened).
+OOM_TRACEBACK = """Traceback (most recent call last):
+  File "train.py", line 90, in <module>
+    loss.backward()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total \
+capacity of 79.19 GiB of which 1.02 GiB is free. (batch {batch})"""
 
 
 def _actor_has_torch() -> bool | None:

@@ -392,3 +392,47 @@ def test_the_supervisor_ends_the_whole_tree_when_its_parent_dies(tmp_path: Path)
     while _alive(started) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(started)
+
+
+def _oom_trial(tmp_path: Path, retries: int, placeholder: bool = True) -> Any:
+    """A trial of command_script.py's `oom` kind (out of memory at epoch 2 above batch 16),
+    run without Ray: batch 64, 3 epochs."""
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.frame.spec import TrialSpec
+    from tuner.trial.script.run import run_command
+
+    batch = ["--batch_size", "{batch_size}" if placeholder else "64"]
+    cmd = ["python", SCRIPT, "--kind", "oom", *batch, "--epochs", "{max_epochs}", "--sleep", "0"]
+    spec = TrialSpec(
+        model="", data="", trial_mode="command", command=cmd, command_params=("batch_size",),
+        max_epochs=3, metric="val_loss", mode="min", oom_retries=retries, start_dir=str(ROOT),
+    )  # fmt: skip
+    session = LocalSession(str(tmp_path))
+    run_command({"batch_size": 64}, spec, session)
+    return session
+
+
+@pytest.mark.slow
+def test_a_script_out_of_memory_runs_again_with_its_batch_halved_or_ends_as_oom(tmp_path: Path) -> None:
+    # Retries left: 64 and 32 run out at epoch 2; 16 goes on from epoch 1's checkpoint and finishes.
+    s = _oom_trial(tmp_path / "retried", retries=3)
+    last = s.metrics[-1]
+    assert "failure" not in last and last["epoch"] == 3 and last["oom_retries"] == 2, s.metrics
+    d = tmp_path / "retried"
+    assert lines(d / "batch_sizes.txt") == [64, 32, 16] and lines(d / "starts.txt") == [0, 1, 1]
+    assert [r["epoch"] for r in read_metrics(str(d))] == [1, 2, 3]
+    log = (d / "trial.log").read_text()
+    said = "out of memory (torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert said in log and "running the script again from its last checkpoint with batch_size 32 " in log
+    assert "(was batch_size 64; failure.oom_retries: 1 of 3)" in log
+    # No retry left: the trial ends as oom, a result (no traceback.txt), saying where it stood.
+    s = _oom_trial(tmp_path / "spent", retries=1)
+    last = s.metrics[-1]
+    assert last["failure"] == "oom" and last["val_loss"] == math.inf and last["epoch"] == 1, last
+    assert last["failure_detail"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert last["failure_detail"].endswith("; at batch_size 32, after 1 retries (failure.oom_retries)")
+    assert not (tmp_path / "spent" / "traceback.txt").exists()
+    # Nothing to halve: oom at once, and why it was not run again.
+    s = _oom_trial(tmp_path / "fixed", retries=3, placeholder=False)
+    last = s.metrics[-1]
+    assert last["failure"] == "oom" and "no batch-size placeholder" in last["failure_detail"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.test_loop import hp, train
@@ -46,3 +47,13 @@ def test_oom_below_the_minimum_ends_the_trial_as_oom(tmp_path: Path) -> None:
     assert last["val_acc"] == -math.inf  # never promoted, never best
     assert "micro-batch 8" in last["failure_detail"]
     assert len(s.metrics) == 1  # reported once, as the result of the trial
+
+
+def test_oom_retries_is_refused_where_a_loop_backs_off_inside_the_trial() -> None:
+    from tests.conftest import DEBUG
+    from tuner.config import ConfigError, parse_sweep, read_yaml
+
+    raw = read_yaml(DEBUG)
+    raw["failure"] = {"oom_retries": 1}
+    with pytest.raises(ConfigError, match=r"^failure\.oom_retries: task\.command only"):
+        parse_sweep(raw)

@@ -58,6 +58,7 @@ class SweepFile(Protocol):
     search: Any  # SearchSection
     training: Any  # TrainingSection
     resources: ResourcesSection
+    failure: Any  # FailureSection
 
     @property
     def objectives(self) -> list[tuple[str, str]]: ...
@@ -181,14 +182,27 @@ def _reported(cfg: SweepFile) -> None:
         )
 
 
+def _no_script_retries(cfg: SweepFile) -> None:
+    """failure.oom_retries reruns a script; a loop backs off inside the trial instead. (Its
+    value, not whether it was written: sweep.yaml writes every field back.)"""
+    if cfg.failure.oom_retries != type(cfg.failure).model_fields["oom_retries"].default:
+        raise ConfigError(
+            "failure.oom_retries",
+            "task.command only: tuner's loop and ctx.step back off the micro-batch inside the trial "
+            "(training.min_micro_batch)",
+        )
+
+
 def _tuners_loop(cfg: SweepFile) -> None:
     _reported(cfg)
     _params(cfg)
+    _no_script_retries(cfg)
 
 
 def _users_loop(cfg: SweepFile) -> None:
     """Settings only tuner's own loop can honour are refused."""
     _params(cfg)
+    _no_script_retries(cfg)
     if cfg.resources.gpus_per_worker == "pack":
         raise ConfigError(
             "resources.gpus_per_worker",

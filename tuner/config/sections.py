@@ -256,6 +256,16 @@ class FailureSection(Section):
             raise ValueError(f"must be a whole number >= 0 (0: never) or true/false, got {value!r}")
         return value
 
+    oom_retries: int = Field(
+        3,
+        ge=0,
+        description="task.command: a script that runs out of memory (torch's out-of-memory error "
+        "in its output) ends its trial as failure oom; with a batch-size placeholder in the "
+        "command ({batch_size}, or any name ending in batch_size) it first runs again from its "
+        "last checkpoint with that value halved, up to this many times (the record says so: "
+        "trial.log, oom_retries in its epochs). 0: never. tuner's loop and ctx.step back off "
+        "inside the trial instead, keeping the effective batch (training.min_micro_batch).",
+    )
     keep_checkpoints: int = Field(
         2,
         ge=1,

@@ -407,6 +407,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         gpu_memory_margin=cfg.resources.gpu_memory_margin,
         gpu_context_bytes=res.profile.context if res.profile else None,
         max_failures=cfg.failure.max_failures,
+        oom_retries=cfg.failure.oom_retries,
         keep_checkpoints=cfg.failure.keep_checkpoints,
         trial_timeout=cfg.schedule.trial_timeout,
         search_path=import_path(cfg.code_dirs),

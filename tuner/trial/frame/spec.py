@@ -46,6 +46,7 @@ class TrialSpec:
     gpu_memory_margin: float = 0.1
     gpu_context_bytes: Optional[int] = None
     max_failures: int = 0
+    oom_retries: int = 3  # a script that ran out of memory runs again with its batch halved
     keep_checkpoints: int = 2
     # Seconds a trial may go without finishing an epoch (None: no limit); see trial/frame/watchdog.py.
     trial_timeout: Optional[float] = None

@@ -47,10 +47,10 @@ from tuner.sweepdir import (
 )
 from tuner.sweepdir import script_checkpoint_name as checkpoint_name
 from tuner.trial.frame.checkpoint import numbered
-from tuner.trial.frame.harness import Frame, Progress, guarded, screened
+from tuner.trial.frame.harness import Frame, Progress, failed, guarded, screened
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.spec import TrialSpec
-from tuner.trial.script import api, command
+from tuner.trial.script import api, command, oom
 from tuner.trial.script.process import ScriptProcess, stop_stale
 
 _EPOCH_DIR = re.compile(SCRIPT_CHECKPOINT_PATTERN)
@@ -82,19 +82,62 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     stop_stale(record, f.log)  # (before its checkpoints are read: it may be writing one)
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
     checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints, session.trial_dir, spec.metric, spec.mode)
+    progress = Progress(session, f.log, f.watchdog)
+    params = {k: hp[k] for k in spec.command_params if k in hp}
+    retries = 0
+    try:
+        while True:
+            proc, follower = _attempt(spec, params, f, progress, checkpoints, record, retries)
+            code = proc.returncode
+            if follower.ended is None and code and not follower.complete:
+                why = oom.ran_out(getattr(proc.tracebacks.cause(), "line", None), proc.stderr_tail)
+                if why is None:
+                    raise failure(code, proc, spec.launcher)
+                smaller = oom.halved(params, oom.batch_placeholders(spec.command))
+                if smaller is None or retries >= spec.oom_retries:
+                    return _out_of_memory(f, progress, follower, why, params, retries)
+                retries += 1
+                _note_retry(f, progress, follower, why, params, smaller, retries)
+                params = smaller
+                continue
+            break
+        if code == 0 and follower.ended is None and not follower.complete and follower.last is not None:
+            # It exited before max_epochs, on its own: its early stopping, not a scheduler's.
+            progress.stopped_itself(follower.epoch)
+        if follower.ended is None and code:
+            f.log.warning(
+                "after its last epoch, %s: its epochs kept", _exit_message(code, list(proc.stderr_tail))
+            )
+        if follower.last is None:
+            raise MissingMetricError(spec.metric, [])
+        follower.flush()
+        return follower.last
+    finally:
+        progress.close()
+
+
+def _attempt(
+    spec: TrialSpec,
+    params: dict[str, Any],
+    f: Frame,
+    progress: Progress,
+    checkpoints: ScriptCheckpoints,
+    record: str,
+    retries: int,
+) -> tuple[ScriptProcess, Follower]:
+    """One run of the script, from the newest checkpoint, followed to its end."""
+    session = f.session
     restored = checkpoints.latest()
     epoch = restored or 0
-    progress = Progress(session, f.log, f.watchdog)
     progress.start(epoch, restored is not None, " (from the script's checkpoint)")
     checkpoints.clean()
-    params = {k: hp[k] for k in spec.command_params if k in hp}
     argv, env = launch(spec, params, session, checkpoints, restored)
     # What trains this configuration again, alone: with the environment that changes results.
     f.log.info("command: %s", command.rerun_line(rerun_env(env, spec), argv))
     # Where the sweep started; on another node of a cluster, where Ray put the job's files.
     cwd = spec.start_dir if spec.start_dir and os.path.isdir(spec.start_dir) else os.getcwd()
     proc = ScriptProcess(argv, cwd, env, env[api.REPORT_FILE], f.log, record=record)
-    follower = Follower(f, progress, checkpoints, epoch)
+    follower = Follower(f, progress, checkpoints, epoch, {"oom_retries": retries} if retries else {})
     try:
         while not proc.done and not follower.over():
             row = proc.next_report(POLL_S)
@@ -102,21 +145,50 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
                 break  # ended as a result (diverged), or past max_epochs: reported already
     finally:
         proc.stop()  # at once after a stop by the scheduler (its report did not return)
-        progress.close()
-    code = proc.returncode
-    if code == 0 and follower.ended is None and not follower.complete and follower.last is not None:
-        # It exited before max_epochs, on its own: its early stopping, not a scheduler's.
-        progress.stopped_itself(follower.epoch)
-    if follower.ended is None and code:
-        if not follower.complete:
-            raise failure(code, proc, spec.launcher)
-        f.log.warning(
-            "after its last epoch, %s: its epochs kept", _exit_message(code, list(proc.stderr_tail))
-        )
-    if follower.last is None:
-        raise MissingMetricError(spec.metric, [])
-    follower.flush()
-    return follower.last
+    return proc, follower
+
+
+def _batch_text(params: dict[str, Any], names: list[str]) -> str:
+    return ", ".join(f"{name} {params[name]}" for name in names)
+
+
+def _note_retry(
+    f: Frame,
+    progress: Progress,
+    follower: Follower,
+    why: str,
+    params: dict[str, Any],
+    smaller: dict[str, Any],
+    retries: int,
+) -> None:
+    """Say that the script ran out of memory and runs again with its batch halved."""
+    names = oom.batch_placeholders(f.spec.command)
+    text = (
+        f"out of memory ({why}): running the script again from its last checkpoint with "
+        f"{_batch_text(smaller, names)} (was {_batch_text(params, names)}; failure.oom_retries: "
+        f"{retries} of {f.spec.oom_retries})"
+    )
+    f.log.warning("%s", text)
+    progress.note(text, follower.epoch)
+    progress.kick()  # the run that starts now gets the watchdog's whole time
+
+
+def _out_of_memory(
+    f: Frame, progress: Progress, follower: Follower, why: str, params: dict[str, Any], retries: int
+) -> dict[str, Any]:
+    """End the trial as `oom`, a result: the script ran out of memory with no retry left."""
+    names = oom.batch_placeholders(f.spec.command)
+    if not names:
+        after = "the command has no batch-size placeholder to halve ({batch_size})"
+    elif retries >= f.spec.oom_retries:
+        after = f"at {_batch_text(params, names)}, after {retries} retries (failure.oom_retries)"
+    else:
+        after = f"at {_batch_text(params, names)}, which cannot be halved"
+    metrics = failed(follower.last, f.spec, "oom", f"{why}; {after}", follower.epoch)
+    if retries:
+        metrics["oom_retries"] = retries
+    progress.end(metrics)
+    return metrics
 
 
 def launch(
@@ -175,8 +247,16 @@ def rerun_env(env: dict[str, str], spec: TrialSpec) -> dict[str, str]:
 class Follower:
     """Turns the script's reports into the trial's epochs."""
 
-    def __init__(self, f: Frame, progress: Progress, checkpoints: ScriptCheckpoints, epoch: int):
+    def __init__(
+        self,
+        f: Frame,
+        progress: Progress,
+        checkpoints: ScriptCheckpoints,
+        epoch: int,
+        extra: Optional[dict[str, Any]] = None,
+    ):
         self.f, self.progress, self.checkpoints = f, progress, checkpoints
+        self.extra = extra or {}  # added to every epoch's row (oom_retries, after one)
         self.epoch = epoch  # the last epoch reported (or restored)
         self.last: Optional[dict[str, Any]] = None
         self.ended: Optional[str] = None  # the failure the trial ended with as a result
@@ -206,7 +286,7 @@ class Follower:
         if epoch > spec.max_epochs:
             return self._past_the_end(epoch)
         self.epoch = epoch
-        row.update(epoch=epoch, epoch_time_s=time.perf_counter() - self._t0)
+        row.update(epoch=epoch, epoch_time_s=time.perf_counter() - self._t0, **self.extra)
         row = screened(row, spec, epoch)
         self.last = row
         if not self.progress.record(row):  # journal first (then checkpoint, then report)
