@@ -80,3 +80,36 @@ def test_numbers_are_plain_floats() -> None:
     values = {"a": torch.tensor(0.5), "b": np.float32(2.0), "c": 3, "v": torch.ones(2), "s": "x", "t": True}
     got = numbers(values)
     assert got == {"a": 0.5, "b": 2.0, "c": 3.0}
+
+
+@pytest.mark.slow  # (each framework's import and a few epochs in a process: seconds)
+@pytest.mark.parametrize("task", ["lightning_task.py", "hf_task.py"])
+def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tmp_path: Path) -> None:
+    """SIGTERM, as a stopped trial's script gets it, while the script waits before its second
+    epoch: training ends at the next step with epoch 1 reported and checkpointed, and the
+    script exits 143 (Lightning's own handling exits 0, which read as the script ending its
+    training itself)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("lightning" if task.startswith("lightning") else "transformers")
+    root = Path(__file__).resolve().parents[1]
+    trial, gate = tmp_path / "trial", tmp_path / "gate"
+    trial.mkdir()
+    env = {**os.environ, "TUNER_TRIAL_DIR": str(trial), "TUNER_REPORT_FILE": str(trial / "reports.jsonl"),
+           "TUNER_CHECKPOINT_DIR": str(trial / "checkpoints")}  # fmt: skip
+    argv = [sys.executable, str(root / "tests" / task), "--lr", "0.01", "--gate", str(gate), "--epochs", "3"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while not list(tmp_path.glob("gate.*")):
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # (pending before the gate opens: handled first)
+    gate.touch()
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-3000:]
+    rows = [json.loads(line) for line in (trial / "reports.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1] and os.path.isdir(rows[0]["checkpoint"]), rows

@@ -15,7 +15,8 @@ becomes a CSV logger there: tuner's TensorBoard run of the trial already has eve
 number, and a second event file per trial doubled the runs `tuner board` shows. When
 Lightning's early stopping (or any callback) ends the fit, the last epoch's report says so
 (`stopped_by`: the early stopping's class name, or `should_stop`). When tuner stops a trial,
-Lightning ends as it does on an interrupt: its loggers are finalised and its teardown runs.
+Lightning ends as it does on an interrupt: its loggers are finalised and its teardown runs (a
+script then exits as one ended by SIGTERM, 143, not 0 as Lightning would).
 Outside a sweep the callback prints each epoch's metrics and changes nothing else.
 
 Imports `lightning` (or, without it, `pytorch_lightning`): import this module only where
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -124,6 +126,15 @@ class TunerCallback(pl.Callback):
         model = pl_module.state_dict() if self.bridge.ctx is not None else None
         self.bridge.report(trainer.current_epoch + 1, report, model=model)
         self._reported = trainer.current_epoch + 1
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        # Lightning ends fit on SIGTERM with an exit status of 0, which reads as the script
+        # ending its training itself: a process ended by SIGTERM says so (tuner's own stop
+        # never reads it; a stop from elsewhere, a preempted node, is then retried).
+        if type(exception).__name__ == "SIGTERMException" and isinstance(exception, SystemExit):
+            exception.code = 128 + signal.SIGTERM
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Early stopping decides after every other callback has had the epoch (Lightning calls

@@ -14,9 +14,9 @@ evaluation metrics (`eval_loss`, your `compute_metrics`' `eval_*`) and its last 
 (`loss`) go to tuner, with that checkpoint copied into the directory tuner gives. `output_dir`
 is the trial's own directory (`framework/`) in a sweep. When the Trainer's early stopping ends
 training, the last epoch's report says so (`stopped_by: should_training_stop`). When tuner
-stops a script's trial (SIGTERM), training ends after the current step, as a normal end of
-`train`; in `task.train`, `ctx.report` does not return. Outside a sweep it prints each
-epoch's metrics.
+stops a script's trial (SIGTERM), training ends after the current step and the script exits
+as one ended by SIGTERM (143); in `task.train`, `ctx.report` does not return. Outside a sweep
+it prints each epoch's metrics.
 
 Needs `eval_strategy="epoch"` and `save_strategy="epoch"` (one report an epoch, with its
 checkpoint): other strategies are refused when training starts. Imports transformers: import
@@ -102,6 +102,10 @@ class TunerCallback(TrainerCallback):
         if self._before is not None:
             signal.signal(signal.SIGTERM, self._before)
             self._before = None
+        if self._stop_asked.is_set():
+            # Training ended cleanly; the process still ends as one stopped by SIGTERM (an exit
+            # status of 0 would read as the script ending its training itself).
+            raise SystemExit(128 + signal.SIGTERM)
 
     # ------------------------------------------------------------------ each epoch
 
