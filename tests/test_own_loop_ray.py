@@ -30,7 +30,8 @@ def _trials(out: Any) -> dict[str, dict[str, Any]]:
 def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: Path) -> None:
     from tuner.driver.sweep import run_sweep
 
-    raw = own(schedule={"max_epochs": 3, "early_stopping": False}, output=str(tmp_path))
+    schedule = {"max_epochs": 3, "early_stopping": False}
+    raw = own("tests.banner_loop:regress", schedule=schedule, output=str(tmp_path))
     raw["search"] = {
         "algorithm": "grid",
         "params": {"behave": {"type": "grid", "values": ["ok", "oom", "nan", "boom", "early"]}, "lr": 0.05},
@@ -44,6 +45,12 @@ def test_failures_in_own_loops_end_their_trials_and_the_others_finish(tmp_path: 
     # Its configuration: what ctx applies and the loop reads, no default only tuner's loop reads.
     given = json.loads((Path(out.sweep_dir) / t["ok"]["trial_id"] / "tuner_trial.json").read_text())["config"]
     assert {"batch_size", "amp", "lr", "behave"} <= set(given) and not {"optimizer", "momentum"} & set(given)
+    # What the user's module printed when a process first imported it (a library's banner)
+    # is in every trial's log, also of trials that reused a process (5 trials, 2 at a time).
+    for d in Path(out.sweep_dir).glob("*/trial.log"):
+        log = d.read_text()
+        assert "out| mylib 1.0: banner printed once per process, at import" in log, (d, log)
+        assert "err| mylib: a warning shown once per process" in log, (d, log)
     # A loop that returns before max_epochs stopped itself (its early stopping), not the scheduler.
     assert t["early"]["epochs"] == 2 and t["early"]["stopped_itself"] and not t["early"]["stopped_early"]
     boom_dir = Path(out.sweep_dir) / t["boom"]["trial_id"]

@@ -6,6 +6,11 @@ does not show: `print()` reached no file of the trial. `as_started` runs the fun
 directory the sweep was started from (as a `task.command` script runs), and copies what it
 writes to sys.stdout and sys.stderr, line by line, into trial.log as `out| ...` and
 `err| ...` (as a script's output is), besides where it went before.
+
+A reused actor imports the user's module once, for its first trial: what the import printed
+(a library's banner, a warning Python shows once per process) reached that trial's log only.
+`import_once` keeps those lines and writes them again, under a line naming the trial they came
+from, into the log of each later trial of the process.
 """
 
 from __future__ import annotations
@@ -16,8 +21,13 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Optional, TextIO
+from collections.abc import Callable, Iterator
+from typing import Optional, TextIO, TypeVar
+
+T = TypeVar("T")
+# Per user module (task.train's "pkg.mod:fn"): the trial this process first imported it for,
+# and the lines the import printed.
+_FIRST_IMPORT: dict[str, tuple[str, list[str]]] = {}
 
 
 @contextlib.contextmanager
@@ -90,3 +100,43 @@ class LineLog(io.TextIOBase):
                 self.log.info("%s| %s", self.name, self._partial)
                 self._partial = ""
         self.flush()
+
+
+def import_once(ref: str, log: Optional[logging.Logger], trial_id: str, load: Callable[[], T]) -> T:
+    """`load()`, the import of the user's `ref`; what it printed (copied into `log` as it
+    was printed) is kept, and written again into the `log` of every later trial of this
+    process, whose import finds the module loaded and prints nothing."""
+    first = _FIRST_IMPORT.get(ref)
+    if first is not None:
+        if log is not None and first[1]:
+            log.info(
+                "printed once by this process (pid %d) when it imported %s, for trial %s:",
+                os.getpid(), ref, first[0],
+            )  # fmt: skip
+            for line in first[1]:
+                log.info("%s", line)
+        return load()
+    lines: list[str] = []
+    keep = _Keep(lines)
+    if log is not None:
+        log.addHandler(keep)
+    try:
+        loaded = load()
+    finally:
+        if log is not None:
+            log.removeHandler(keep)
+    _FIRST_IMPORT[ref] = (trial_id, lines)  # (not when the import failed: the next one prints again)
+    return loaded
+
+
+class _Keep(logging.Handler):
+    """Keeps the output lines (`out| ...`, `err| ...`) logged while it is attached."""
+
+    def __init__(self, into: list[str]):
+        super().__init__()
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(("out| ", "err| ")):
+            self.into.append(message)

@@ -24,7 +24,7 @@ from tuner.trial.frame.memory import first_line, is_oom, release
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.spec import TrialSpec
 from tuner.trial.loop.data import import_object
-from tuner.trial.userloop.console import as_started
+from tuner.trial.userloop.console import as_started, import_once
 from tuner.trial.userloop.context import TrainContext, TrialEnded
 
 
@@ -41,7 +41,8 @@ def _in_start_dir(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
 
 def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
     assert f.spec.train, "run_own_loop without task.train"
-    fn = import_object(f.spec.train, f.spec.search_path)
+    ref, log = f.spec.train, f.log if f.session.is_main else None
+    fn = import_once(ref, log, f.session.trial_id, lambda: import_object(ref, f.spec.search_path))
     _check_signature(fn, f.spec.train)
     checkpoint = f.session.load_checkpoint("cpu")  # on the CPU: the user's code places it
     progress = Progress(f.session, f.log, f.watchdog)
