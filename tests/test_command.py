@@ -226,6 +226,7 @@ def test_torchrun_runs_two_gloo_processes_and_only_rank_0_reports(
     # Alone, where the machine's default is 3 threads a process: the line's environment wins.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+    env["TUNER_TRIAL_DIR"] = str(tmp_path)  # (where the script notes its pid; not the repository)
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     line = r"tuner.report: epoch=(\d+), val_loss=([^,]+), rank=0, world=2, threads=(\d+)"
