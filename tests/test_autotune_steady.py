@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-BATCH_S = 0.03  # a batch's loading time, whatever its size: a sleep, so no CPU is spent
+BATCH_S = 0.04  # a batch's loading time, whatever its size: a sleep, so no CPU is spent
 FIRST_S = 0.5  # the first step of each model built: a compile, cuDNN's benchmark
 
 
@@ -50,7 +51,7 @@ class Slow(Dataset):
 
 
 def data(config):
-    return Slow(16 * 90, BATCH_S), Slow(64, 0.0)
+    return Slow(16 * 60, BATCH_S), Slow(64, 0.0)
 
 
 class Net(torch.nn.Module):
@@ -78,21 +79,25 @@ def test_the_gain_autotune_prints_on_a_loader_bound_task_is_the_gain_its_trials_
         model=f"{MODULE}:model",
         data=f"{MODULE}:data",
         cpus_per_worker=1,
-        max_epochs=2,
+        max_epochs=3,
         search_path=str(tmp_path),
     )
     config = {**TrainingSection().model_dump(), "batch_size": 16, "lr": 1e-2, "threads": 1}
     task = {"task": {"model": spec.model, "data": spec.data}, "modules": {}}
     [raw] = autotune_measure.tune_sizes([config], spec, ["compile"], 300, task, {})
     result = autotune.Result.from_json(raw)
-    assert [a.change for a in result.arms] == ["reference", "loader_workers=1", "loader_workers=2"], (
-        result.arms
-    )
+    changes = [a.change for a in result.arms]
+    assert changes[:3] == ["reference", "loader_workers=1", "loader_workers=2"], changes
     assert result.choice.get("loader_workers") == 2, autotune.table_markdown(result)
 
-    # The trials: the file's settings against the choice, 2 epochs each; the second's rate
-    # (the first pays the slow first step), each epoch a new pass of the loader, as trials run.
+    # The trials: the file's settings against the choice, 3 epochs each, each epoch a new pass
+    # of the loader, as trials run. A trial's rate is its best epoch after the first (which
+    # pays the slow first step): the machine's other work only ever slows an epoch.
     reference = train(tmp_path / "reference", spec, config)
     chosen = train(tmp_path / "chosen", spec, {**config, **result.choice})
-    gain = chosen.metrics[-1]["samples_per_s"] / reference.metrics[-1]["samples_per_s"]
+    gain = _best(chosen) / _best(reference)
     assert result.speedup == pytest.approx(gain, rel=0.10), (gain, autotune.table_markdown(result))
+
+
+def _best(session: Any) -> float:
+    return max(m["samples_per_s"] for m in session.metrics[1:])

@@ -18,7 +18,10 @@ needs). The arm's rate is the median of the segments' (one the machine's other w
 left out); their spread, shown with it, is its noise. A setting moves off its current value only
 for a gain above `MIN_GAIN` that the segments bear out: the arm's segments are faster than the
 best arm's in at least `SURE` of their pairs (a rank test, as the machine's other work only ever
-slows a segment, by any amount). A DDP or FSDP trial's arm runs
+slows a segment, by any amount). An arm chosen over the reference is then measured once more
+beside it (the reference, then the choice): the choice stands, and its printed gain is
+taken, only on both windows of each (`pooled`), so that the load of the moment one arm ran
+does not pass for a setting's gain. A DDP or FSDP trial's arm runs
 one rank's share of the batch with the trial's strategy (on a process group of one), so its
 samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the same batches in every
 arm) is compared with the reference's: one off by more than `LOSS_TOLERANCE` (relative) is
@@ -51,6 +54,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -211,12 +215,57 @@ def search(
     for arm in arms[1:]:
         if arm.verdict == "faster" and arm is not best:
             arm.verdict = "faster, then overtaken"
-    best.verdict = "chosen"
     speedup = best.measured.samples_per_s / first.samples_per_s  # type: ignore[union-attr]
+    if best is not arms[0] and budget_s - (clock() - t0) > 0:
+        best, speedup = _again(arms, best, measure, lambda: budget_s - (clock() - t0))
+    best.verdict = "chosen"
     # A setting none of whose other values ran (the budget) keeps the file's value, not the
     # reference's: fp32 is the reference, not a choice nobody measured against.
     choice = {k: v for k, v in best.settings.items() if k in tried}
     return Result(choice=choice, arms=arms, seconds=clock() - t0, budget_s=budget_s, speedup=speedup)
+
+
+def _again(arms: list[Arm], best: Arm, measure: Measure, left: Callable[[], float]) -> tuple[Arm, float]:
+    """The reference and the best arm measured once more, one after the other, and each
+    judged on both its windows (`pooled`): arms measured a minute apart compare the machine's
+    moments as much as their settings, and the printed gain is the trials' promise. The best
+    arm stays the choice only if its gain holds; the best arm and the gain (pooled figures)."""
+    reference = arms[0]
+    again = []
+    for arm in (reference, best):
+        row = Arm(dict(arm.settings), f"{arm.change}, again")
+        arms.append(row)
+        if left() <= 0:
+            row.verdict = "not run: budget spent"
+            return best, best.measured.samples_per_s / reference.measured.samples_per_s  # type: ignore[union-attr]
+        row.measured = measure(dict(arm.settings), left())
+        row.verdict = "measured again"
+        if row.measured.error is not None:
+            row.verdict = f"failed: {row.measured.error}"
+            return best, best.measured.samples_per_s / reference.measured.samples_per_s  # type: ignore[union-attr]
+        again.append(row.measured)
+    ref_all = pooled(reference.measured, again[0])  # type: ignore[arg-type]
+    best_all = pooled(best.measured, again[1])  # type: ignore[arg-type]
+    verdict = judge(best_all, ref_all, ref_all)
+    if verdict != "faster":
+        best.verdict = f"not borne out measured again ({verdict})"
+        return reference, 1.0
+    return best, best_all.samples_per_s / ref_all.samples_per_s
+
+
+def pooled(a: Measurement, b: Measurement) -> Measurement:
+    """One arm's two windows as one: the median of all their segments (the mean of the two
+    rates where there are none), their spread, steps and seconds together; the first's loss."""
+    segments = [*a.segments, *b.segments]
+    if not segments:
+        rate = (a.samples_per_s + b.samples_per_s) / 2
+        return Measurement(rate, a.loss, a.seconds + b.seconds, spread=max(a.spread, b.spread))
+    ordered = sorted(segments)
+    rate = statistics.median(ordered)
+    spread = (ordered[-2] - ordered[1]) / 2 / rate if len(ordered) > 3 else 0.0
+    return Measurement(
+        rate, a.loss, a.seconds + b.seconds, spread=spread, steps=a.steps + b.steps, segments=segments
+    )
 
 
 def judge(m: Measurement, reference: Measurement, best: Optional[Measurement]) -> str:

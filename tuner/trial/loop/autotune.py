@@ -220,7 +220,7 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
         return len(y)
 
     workers = p.train.workers()
-    window = window_steps(workers)
+    window, timed = window_steps(workers), 0
     try:
         for _ in range(warmup):
             step(False)
@@ -231,12 +231,15 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
             # once it is here.
             for _ in range((-count[0]) % max(1, workers) + 1):
                 step(False)
+            started = time.perf_counter()
             rates = _window(step, gpu, window)
+            elapsed = time.perf_counter() - started
             rate = statistics.median(rates)
             paced = window * p.per_rank_batch / rate  # seconds at its own pace
-            if paced >= autotune.MIN_WINDOW_S or window >= autotune.MAX_STEPS:
+            timed += 1
+            if paced >= autotune.MIN_WINDOW_S or window >= autotune.MAX_STEPS or timed == MAX_WINDOWS:
                 break
-            window = longer_window(window, paced, workers)
+            window = longer_window(window, paced, elapsed, workers)
     except _Budget:
         why = f"stopped at the budget after {count[1]} of {window} timed steps"
         return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
@@ -260,13 +263,21 @@ def _window(step: Any, gpu: Any, window: int) -> list[float]:
     return rates
 
 
-def longer_window(window: int, paced: float, workers: int) -> int:
-    """A window long enough for MIN_WINDOW_S at the pace of `window` steps in `paced` seconds
-    (a fifth more, for the pace to vary), in whole rounds, at most MAX_STEPS."""
+# Windows an arm times at most (each longer than the last), and the real seconds a longer
+# window is planned for at most (at the pace the last one really took: the machine's other
+# work included, which the median leaves out of the pace).
+MAX_WINDOWS = 3
+MAX_WINDOW_S = 10.0
+
+
+def longer_window(window: int, paced: float, elapsed: float, workers: int) -> int:
+    """A window long enough for MIN_WINDOW_S at the arm's pace (`window` steps in `paced`
+    seconds; a fifth more, for the pace to vary), at least twice `window`, in whole rounds; at
+    most MAX_STEPS, and at most MAX_WINDOW_S at the pace the last one took (`elapsed`)."""
     rounds = max(1, workers) * autotune.SEGMENTS
-    wanted = math.ceil(window * 1.2 * autotune.MIN_WINDOW_S / max(paced, 1e-6))
-    most = max(rounds, autotune.MAX_STEPS // rounds * rounds)
-    return min(max(-(-wanted // rounds) * rounds, 2 * window), most)
+    wanted = max(math.ceil(window * 1.2 * autotune.MIN_WINDOW_S / max(paced, 1e-6)), 2 * window)
+    most = min(autotune.MAX_STEPS, int(window * MAX_WINDOW_S / max(elapsed, 1e-6)))
+    return max(window, min(-(-wanted // rounds) * rounds, most // rounds * rounds))
 
 
 def untimed_steps(done: int, buffered: int, workers: int) -> int:
