@@ -286,6 +286,8 @@ def test_ddp_trials_back_off_together_or_end_at_once_with_the_failing_ranks_own_
     assert backed_off["last_metrics"]["oom_backoffs"] == 2 and backed_off["last_metrics"]["micro_batch"] == 4
     log = (Path(out.sweep_dir) / backed_off["trial_id"] / "trial.log").read_text()
     assert "OOM at micro-batch 16: retrying the step at 8 (forward on rank 1, step 2;" in log, log
+    # No trial_timeout: no collective timeout either (it was 600 s, which nothing asked for).
+    assert "collectives wait for a rank without limit (no schedule.trial_timeout)" in log
     assert raised["status"] == "ERROR"
     assert raised["failure"] == "error: RuntimeError: rank 1 fails on purpose at step 16", raised
     trial_dir = Path(out.sweep_dir) / raised["trial_id"]

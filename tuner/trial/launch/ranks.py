@@ -251,6 +251,18 @@ RENDEZVOUS_S = 600.0
 NO_LIMIT_S = 365 * 24 * 3600.0
 
 
+def collective_timeout_s(spec: TrialSpec) -> float:
+    """How long a rank waits for the others in one collective (see NO_LIMIT_S)."""
+    return spec.trial_timeout or NO_LIMIT_S
+
+
+def waits(spec: TrialSpec) -> str:
+    """trial.log's word on it."""
+    if spec.trial_timeout:
+        return f"collectives wait {spec.trial_timeout:g} s for a rank (schedule.trial_timeout)"
+    return "collectives wait for a rank without limit (no schedule.trial_timeout)"
+
+
 def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function trainable of a DDP trial (see the module)."""
     import ray
@@ -282,7 +294,7 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         port = ray.get(ranks[0].open_store.remote(host, spec.workers, join_s))
         trial_dir = trial_dir_for(ctx.get_trial_dir(), spec.sweep_dir)
         pids = ", ".join(str(w[4]) for w in where)
-        log_line(trial_dir, f"ranks: processes {pids}" + KEPT_NOTE * kept)
+        log_line(trial_dir, f"ranks: processes {pids}; {waits(spec)}" + KEPT_NOTE * kept)
         checkpoint = None
         if spec.sweep_dir is None:  # URI storage: Tune's checkpoint (a retry), else the bucket's
             from tuner.trial.frame.stored import continue_from_storage
@@ -292,7 +304,7 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         for i, (r, place) in enumerate(zip(ranks, placement(where, spec.gpus_per_worker > 0), strict=True)):
             job = dict(
                 trial_dir=trial_dir, trial_id=ctx.get_trial_id(), run_id=run_id, rank=i, host=host,
-                port=port, timeout_s=spec.trial_timeout or NO_LIMIT_S, join_s=join_s,
+                port=port, timeout_s=collective_timeout_s(spec), join_s=join_s,
                 checkpoint=checkpoint if i == 0 else None, **place,
             )  # fmt: skip
             runs[r.run.remote(config, spec, job)] = i
