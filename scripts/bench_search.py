@@ -31,6 +31,7 @@ BENCHMARKS.md has a run and its notes.
     python scripts/bench_search.py --seeds 10 --plot benchmarks/search.png
     python scripts/bench_search.py --warm --seeds 10 --budget 20 --tasks conditional,digits_mlp
     python scripts/bench_search.py --algorithms bohb,bohb:random_fraction=0.1 --tasks synthetic
+    python scripts/bench_search.py --algorithms random,cmaes,cmaes:scheduler=fifo --tasks digits_mlp
     python scripts/bench_search.py --cross-check 20   # a real sweep against the simulation
     python scripts/bench_search.py --smoke            # seconds: CI (tests/test_bench.py)
 """
@@ -55,7 +56,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from search_curves import NearestCurve, train_table  # noqa: E402
 
 from tuner.config import load_sweep  # noqa: E402
-from tuner.search import algorithms, searchers  # noqa: E402
+from tuner.search import algorithms, samplers  # noqa: E402
 from tuner.search import bohb as bohb_module  # noqa: E402
 from tuner.search.simulate import Event, simulate  # noqa: E402
 
@@ -103,20 +104,17 @@ def target(task: Task) -> float:
     return sign * float(np.percentile(scores, TARGET_PERCENTILE))
 
 
-# name -> (search.algorithm, sweep overrides, searchers.TPE_SETTINGS, bohb_module.BOHB_SETTINGS)
-Variant = tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]
-VARIANTS: dict[str, Variant] = {
-    "random": ("random", {}, {}, {}),
-    "bohb": ("bohb", {}, {}, {}),
-    "optuna": ("optuna", {}, {}, {}),
-    "grid": ("grid", {"search.grid_points": 3}, {}, {}),
-}
+# name -> (search.algorithm, sweep overrides, the settings of its searcher: samplers.SETTINGS
+# of an Optuna sampler, bohb_module.BOHB_SETTINGS for bohb)
+Variant = tuple[str, dict[str, Any], dict[str, Any]]
+VARIANTS: dict[str, Variant] = {"grid": ("grid", {"search.grid_points": 3}, {})}
 
 
 def variant(name: str) -> Variant:
-    """A name of VARIANTS, or 'algorithm:key=value+key=value' (keys of TPESampler or of
-    hpbandster's BOHB; 'grace'/'factor' set the schedule; optuna's 'stopped=COMPLETE' tells
-    trials ASHA stopped as complete, searchers.STOPPED_EARLY)."""
+    """A name of VARIANTS, an algorithm's name, or 'algorithm:key=value+key=value' (keys of its
+    Optuna sampler or of hpbandster's BOHB; 'grace'/'factor' set the schedule, 'scheduler' the
+    scheduler; an Optuna sampler's 'stopped=COMPLETE' tells trials the scheduler stopped as
+    complete: samplers.Recipe.stopped_early)."""
     if name in VARIANTS:
         return VARIANTS[name]
     algo, _, spec = name.partition(":")
@@ -124,14 +122,26 @@ def variant(name: str) -> Variant:
     overrides: dict[str, Any] = {}
     for item in filter(None, spec.split("+")):
         k, _, v = item.partition("=")
-        value = json.loads(v) if v[:1] in "0123456789-.tfn[{" else v  # numbers, true/false; else a word
+        try:
+            value = json.loads(v)  # numbers, true/false, lists
+        except ValueError:
+            value = v  # a word (fifo)
         if k == "grace":
             overrides["schedule.grace_epochs"] = value
         elif k == "factor":
             overrides["schedule.reduction_factor"] = value
+        elif k == "scheduler":
+            overrides["schedule.scheduler"] = value
         else:
             settings[k] = value
-    return (algo, overrides, settings if algo == "optuna" else {}, settings if algo == "bohb" else {})
+    return algo, overrides, settings
+
+
+def _settings_of(algo: str) -> dict[str, Any]:
+    """The live settings an algorithm's searcher is built with (what a variant changes)."""
+    if algo == "bohb":
+        return bohb_module.BOHB_SETTINGS
+    return samplers.SETTINGS.get(algo, {})
 
 
 _CURVES: dict[str, tuple[Callable[..., float], float]] = {}
@@ -178,20 +188,20 @@ def run_one(
 ) -> Run:
     """One seed of one algorithm: num_samples trials, or `budget` × max_epochs epochs spent;
     `space`: other search.params; `prior`: what it starts from (a warm start's trials)."""
-    algo, overrides, tpe, bohb = variant(name)
+    algo, overrides, settings = variant(name)
     if space is not None:
         overrides = {**overrides, "search.params": space}
-    cfg = load_sweep(
-        ROOT / task.sweep_file,
-        {"search.algorithm": algo, "search.num_samples": num_samples, "search.seed": seed, **overrides},
-    )
+    sets = {"search.algorithm": algo, "search.num_samples": num_samples, "search.seed": seed, **overrides}
+    cfg = load_sweep(ROOT / task.sweep_file, sets)
+    if budget and not cfg.scheduler.stops_early and not cfg.algorithm.runs_grid:
+        # Every trial trains to max_epochs: the budget is that many trials, and a user would
+        # say so (NSGA-II sizes its population from num_samples).
+        cfg = load_sweep(ROOT / task.sweep_file, {**sets, "search.num_samples": min(num_samples, budget)})
     params = cfg.hyperparameters()
     curve, _ = make_curve(task, params)
-    saved = dict(searchers.TPE_SETTINGS), dict(bohb_module.BOHB_SETTINGS), searchers.STOPPED_EARLY
-    tpe = dict(tpe)
-    searchers.STOPPED_EARLY = tpe.pop("stopped", searchers.STOPPED_EARLY)
-    searchers.TPE_SETTINGS.update(tpe)
-    bohb_module.BOHB_SETTINGS.update(bohb)
+    live = _settings_of(algo)
+    saved = dict(live)
+    live.update(settings)
     try:
         t0 = time.process_time()
         plan = algorithms.build(cfg.search, cfg.schedule, params, cfg.metric, str(cfg.mode), None, prior)
@@ -210,10 +220,8 @@ def run_one(
         )
         return Run(log, time.process_time() - t0, trials, cfg)
     finally:
-        searchers.STOPPED_EARLY = saved[2]
-        for live, old in zip((searchers.TPE_SETTINGS, bohb_module.BOHB_SETTINGS), saved[:2], strict=True):
-            live.clear()
-            live.update(old)
+        live.clear()
+        live.update(saved)
 
 
 def best_so_far(events: list[Event], sign: float) -> list[float]:
@@ -270,9 +278,10 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
         cpu = sum(r.seconds for r in runs)
         print(f"  {task.name} {name}: {len(runs)} runs, {cpu:.0f} CPU s", file=sys.stderr, flush=True)
         rows[name] = runs
-    # The budget: every run spends it, except grid once its list is done (its best stays).
-    full = min((len(c) for n, cs in curves.items() if n != "grid" for c in cs), default=0)
-    full = full or min(len(c) for cs in curves.values() for c in cs)
+    # The budget: every run spends it, except grid once its list is done, and a run without
+    # early stopping whose num_samples (the budget's trials) ended before (diverged trials end
+    # early): their best stays.
+    full = budget * cfg.schedule.max_epochs
     random_reach = [epochs_to(c, task.target, sign) for c in curves.get("random", [])]
     random_med = quartiles(random_reach)[1] if random_reach else math.nan
     table = []

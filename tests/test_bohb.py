@@ -81,7 +81,9 @@ def test_rungs_are_those_of_rays_scheduler() -> None:
 
 def test_bohb_plan_is_asha_from_grace_to_max_epochs() -> None:
     cfg, plan = _plan(40, 150, 5, 3)
-    assert type(plan.scheduler).__name__ == "AsyncHyperBandScheduler"
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+
+    assert isinstance(plan.scheduler, AsyncHyperBandScheduler)
     assert plan.scheduler._max_t == 150 and plan.scheduler._time_attr == "epoch"
     assert min(m for m, _ in plan.scheduler._brackets[0]._rungs) == 5  # grace_epochs, not 1
     assert plan.search_alg.inner.budgets == [5, 15, 45, 135, 150]

@@ -141,3 +141,66 @@ def test_a_warm_started_sweep_says_what_came_from_where(earlier, tmp_path) -> No
     assert origins.count("start_with") == 1
     assert origins.count(str(earlier)) == min(3, len(_inside(earlier)))
     assert json.loads((Path(out.sweep_dir) / "summary.json").read_text())["warm_start"]
+    # What warm_start.json says ran first is what ran (before, its list was drawn with room for
+    # num_samples, not num_samples less the start_with ones: 4 listed, 3 run).
+    record = json.loads((Path(out.sweep_dir) / "warm_start.json").read_text())
+    ran = [algorithms.key(t["config"]) for t in summary["trials"]]
+    assert all(algorithms.key(f["config"]) in ran for f in record.get("first", []))
+    assert origins.count("searcher") == 4 - 1 - origins.count(str(earlier))
+
+
+# ----------------------------------------------------------------------------- the fingerprint
+
+
+def test_a_task_field_an_older_fingerprint_lacks_counts_as_unset() -> None:
+    """code.json of a sweep recorded before a task field existed lacks it; the field is unset
+    (None) here: the same task. Before, `difference` raised a bare StopIteration, ending the
+    sweep that looked for warm-start sources."""
+    ours = {"task": {"model": "mlp", "loss": None}, "objectives": [["val_acc", "max"]], "modules": {}}
+    older = {"task": {"model": "mlp"}, "objectives": [["val_acc", "max"]], "modules": {}}
+    assert warm.difference(ours, older) is None
+    other = {"task": {"model": "cnn"}, "objectives": [["val_acc", "max"]], "modules": {}}
+    assert warm.difference(ours, other) == "task.model is 'mlp' here, 'cnn' there"
+
+
+def test_the_fingerprint_is_computed_once_per_sweep(tmp_path: Path) -> None:
+    """code.json, warm starts and the autotune cache key read one fingerprint: a user module
+    edited while the sweep starts does not give them two tasks (each computed its own before)."""
+    from tests.conftest import DEBUG
+    from tuner.config import load_sweep
+
+    (tmp_path / "mymodel.py").write_text("def build(config, shape, classes):\n    return None\n")
+    cfg = load_sweep(DEBUG, {"task.model": "mymodel:build"}, imports=[str(tmp_path)])
+    first = warm.fingerprint(cfg)
+    assert first["modules"]["mymodel"]
+    (tmp_path / "mymodel.py").write_text("def build(config, shape, classes):\n    return 1\n")
+    assert warm.fingerprint(cfg) == first
+    cfg.code_dirs = [str(tmp_path)]  # other directories: another computation
+    assert warm.fingerprint(cfg)["modules"]["mymodel"] != first["modules"]["mymodel"]
+
+
+def test_each_trial_s_origin_is_recorded_when_its_configuration_is_handed_out(tmp_path: Path) -> None:
+    """Random search with start_with and a warm start: the origins the plan records as the
+    searcher hands configurations out are what it hands out, in order (start_with, then the
+    earlier sweep's best as room allows, then its own draws)."""
+    from tuner.search.plan import Prior, PriorTrial
+
+    cfg = debug_config(tmp_path, search__num_samples=4, search__start_with=[{"lr": 0.05}])
+    fixed = {"depth": 1, **{k: v for k, v in cfg.training.model_dump().items() if v is not None}}
+    earlier = [
+        PriorTrial({**fixed, "lr": 0.01 * (i + 1), "optimizer": "adam", "width": 10 + i},
+                   [{"epoch": 1, "val_acc": 0.5 + i / 100}], origin="/runs/a")
+        for i in range(6)
+    ]  # fmt: skip
+    plan = algorithms.build(
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.objective,
+        cfg.direction,
+        None,
+        Prior(earlier=earlier),
+    )
+    configs = [plan.search_alg.suggest(f"t{i}") for i in range(4)]
+    assert [plan.handed[f"t{i}"] for i in range(4)] == ["start_with", "/runs/a", "/runs/a", "/runs/a"]
+    assert configs[0]["lr"] == 0.05 and [c["width"] for c in configs[1:]] == [15, 14, 13]  # the best first

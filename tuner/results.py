@@ -120,6 +120,9 @@ class TrialRecord:
     # last], "config": ..., "donor": the trial whose weights the range started from, or None}.
     # Its `config` is then the last range's. None: not a member (or not perturbed yet).
     schedule: Optional[list[dict[str, Any]]] = None
+    # Where its configuration came from (start_with, an earlier sweep's path, searcher), as
+    # its record says: written when the searcher handed it out. None: not recorded.
+    origin: Optional[str] = None
 
     @property
     def finished(self) -> bool:
@@ -180,6 +183,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         never_started=status == "ERROR" and bool(info.get(NEVER_STARTED)),
         stopped_itself=outcome is Outcome.STOPPED_ITSELF,
         schedule=schedule,
+        origin=str(info["origin"]) if info.get("origin") else None,
     )
 
 
@@ -307,7 +311,17 @@ def summarize(
         status = FAILED if errors else status  # (no error among them: interrupted, as it stands)
     elif ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
         status = ended
-    hidden = ("path", "best_metrics", "history", "outcome", "started", "ended", "never_started", "schedule")
+    hidden = (
+        "path",
+        "best_metrics",
+        "history",
+        "outcome",
+        "started",
+        "ended",
+        "never_started",
+        "schedule",
+        "origin",
+    )
     return {
         "name": name,
         "metric": metric,
@@ -342,6 +356,7 @@ def summarize(
                 **{k: v for k, v in asdict(r).items() if k not in hidden},
                 **({NEVER_STARTED: True} if r.never_started else {}),
                 **({"schedule": r.schedule} if r.schedule is not None else {}),
+                **({"origin": r.origin} if r.origin else {}),
             }
             for r in trials
         ],

@@ -66,6 +66,8 @@ def imported(ref: str) -> Callable[..., Any]:
     return fn
 
 
+OPTUNA = ("optuna", "tuner.search.searchers", "tuner.search.samplers")
+
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in (
@@ -107,13 +109,45 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         Algorithm(
             name="optuna",
-            title="Optuna TPE, define-by-run",
-            builds="tuner.search.algorithms:plan_optuna",
+            title="Optuna TPE",
+            builds="tuner.search.samplers:tpe",
             kinds=DISTRIBUTIONS,
             several_objectives=True,
             schedulers_why="a population (pbt, pb2) starts from random search's configurations and "
             "evolves them: use random",
-            preload=("optuna", "tuner.search.searchers"),
+            preload=OPTUNA,
+        ),
+        Algorithm(
+            name="cmaes",
+            title="Optuna CMA-ES",
+            builds="tuner.search.samplers:cmaes",
+            kinds=DISTRIBUTIONS,
+            one_objective="cmaes optimises one metric (CMA-ES ranks by one value); with several "
+            "objectives use nsga2, gp, optuna, random or grid",
+            schedulers_why="a population (pbt, pb2) starts from random search's configurations and "
+            "evolves them: use random",
+            preload=OPTUNA,
+        ),
+        Algorithm(
+            name="gp",
+            title="Optuna GP",
+            builds="tuner.search.samplers:gp",
+            kinds=DISTRIBUTIONS,
+            several_objectives=True,
+            default_scheduler="fifo",
+            schedulers_why="a population (pbt, pb2) starts from random search's configurations and "
+            "evolves them: use random",
+            preload=(*OPTUNA, "torch"),  # optuna's GP is written in torch
+        ),
+        Algorithm(
+            name="nsga2",
+            title="Optuna NSGA-II",
+            builds="tuner.search.samplers:nsga2",
+            kinds=DISTRIBUTIONS,
+            several_objectives=True,  # (without early stopping: fifo is then the default)
+            schedulers_why="a population (pbt, pb2) starts from random search's configurations and "
+            "evolves them: use random",
+            preload=OPTUNA,
         ),
     )
 }

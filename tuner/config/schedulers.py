@@ -74,7 +74,7 @@ class Scheduler:
             return None
         scheduler = imported(self.builds)(request)
         prior = request.prior
-        if self.seeds is not None and (prior.finished or prior.earlier or prior.resumed):
+        if self.seeds is not None and (prior.finished or prior.earlier or prior.interrupted):
             imported(self.seeds)(scheduler, request)
         return scheduler
 

@@ -19,6 +19,7 @@ from tuner.config.algorithms import ALGORITHMS, Algorithm
 from tuner.config.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from tuner.config.base import MAX_SEED, MAX_TRIALS, OBJECTIVES, Section, one_of
 from tuner.config.checks import check_constraints, check_search, check_start_with
+from tuner.config.fingerprint import fingerprint as task_fingerprint
 from tuner.config.modes import Mode, check_task, mode_of
 from tuner.config.objectives import (
     MetricField,
@@ -288,6 +289,19 @@ class SweepConfig(Section):
     @code_dirs.setter
     def code_dirs(self, dirs: list[str]) -> None:
         self._code_dirs = list(dirs)
+        self._fingerprint = None
+
+    _fingerprint: Optional[dict[str, Any]] = PrivateAttr(default=None)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What makes two sweeps the same task (tuner.config.fingerprint), computed once: the
+        user modules' files are read at the first ask, so code.json, warm starts and the
+        autotune cache key agree even when a file changes while the sweep starts."""
+        if self._fingerprint is None:
+            task = self.task.model_dump(mode="json")
+            self._fingerprint = task_fingerprint(task, self.objectives, self.code_dirs)
+        return self._fingerprint
 
     name: str = Field(
         description="Sweep name; results go to <output>/<name>. One directory name: letters, "

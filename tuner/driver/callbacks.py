@@ -92,9 +92,17 @@ class TrialRecordCallback(Callback):
     report is not taken as one: those stay RUNNING here, unfinished, to be resumed.
     """
 
-    def __init__(self, resources: Optional[dict[str, Any]] = None, mirror: Optional[Mirror] = None):
+    def __init__(
+        self,
+        resources: Optional[dict[str, Any]] = None,
+        mirror: Optional[Mirror] = None,
+        handed: Optional[dict[str, str]] = None,
+    ):
         self.resources = resources or {}  # per trial, as resolved for this cluster
         self.places = _Places(mirror)
+        # Tune trial id -> its configuration's origin, filled by the searcher as it hands
+        # each out (SearchPlan.handed): recorded with the trial, not reconstructed later.
+        self.handed = handed if handed is not None else {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         path = self.places.trial(trial)
@@ -145,6 +153,7 @@ class TrialRecordCallback(Callback):
             "resources": self.resources,
             "started": time.time(),
             "tune_trial_id": trial.trial_id,
+            **({"origin": self.handed[trial.trial_id]} if trial.trial_id in self.handed else {}),
         }
 
 

@@ -293,6 +293,7 @@ def _resumed(
             PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
         ],
         resumed=[full_config(t.path) for t in unfinished],
+        interrupted=[PriorTrial(full_config(t.path), t.history) for t in unfinished],
         new=cfg.expected_trials() - len(finished) - len(unfinished),
     )
     again = f", {len(retried)} failed to run again from scratch" if retried else ""
@@ -555,7 +556,8 @@ def _launch(
         "gpus_per_worker": res.gpus_per_worker,
     }
     mirror = start.mirror
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), TrialRecordCallback(per_trial, mirror)]
+    records = TrialRecordCallback(per_trial, mirror, plan.handed)
+    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), records]
     if sweep_dir or mirror:
         root = sweep_dir or mirror.local  # type: ignore[union-attr]
         objectives = [n for n, _ in cfg.objectives]

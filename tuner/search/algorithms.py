@@ -134,59 +134,72 @@ def _as_listed(p: ParamT, value: Any) -> Any:
     return next((v for v in listed if conditions.same(v, value)), value) if listed else value
 
 
-def _not_started(configs: list[dict[str, Any]], prior: Prior) -> list[dict[str, Any]]:
-    """The list without one copy of each configuration an earlier run already started."""
+def _not_started(configs: list[tuple[dict[str, Any], str]], prior: Prior) -> list[tuple[dict[str, Any], str]]:
+    """The list (configuration, origin) without one copy of each configuration an earlier
+    run already started."""
     started: dict[str, int] = {}
     for c in [t.config for t in prior.finished] + prior.resumed:
         started[key(c)] = started.get(key(c), 0) + 1
     left = []
-    for c in configs:
+    for c, origin in configs:
         k = key(c)
         if started.get(k):
             started[k] -= 1
         else:
-            left.append(c)
+            left.append((c, origin))
     return left
 
 
 def plan_grid(r: SearchRequest) -> SearchPlan:
     every = grid_configs(r.params, r.search.grid_points, r.search.constraints)
-    todo = r.prior.resumed + _not_started(_start(r) + every, r.prior)
+    given = [(c, START_WITH) for c in _start(r)]
+    todo = _not_started(given + [(c, SEARCHER) for c in every], r.prior)
     return _listed_plan(r, todo, f"grid over {len(every)} combinations")
 
 
 def plan_random(r: SearchRequest) -> SearchPlan:
     prior = r.prior
-    fresh = _not_started(random_list(r), prior)
-    todo = prior.resumed + fresh[: prior.new if prior.new is not None else len(fresh)]
+    fresh = _not_started(random_todo(r), prior)
+    todo = fresh[: prior.new if prior.new is not None else len(fresh)]
     return _listed_plan(r, todo, "random search")
 
 
 def random_list(r: SearchRequest) -> list[dict[str, Any]]:
     """Random search's configurations, in the order it runs them, the same on every run of the
     sweep: search.start_with's, a warm start's best earlier ones, then draws of the seed."""
+    return [c for c, _ in random_todo(r)]
+
+
+def random_todo(r: SearchRequest) -> list[tuple[dict[str, Any], str]]:
+    """random_list, each configuration with its origin (start_with, an earlier sweep, searcher)."""
     search = r.search
-    start = _start(r)
+    start = [(c, START_WITH) for c in _start(r)]
     start += top_earlier(r.prior.earlier, r.metric, r.mode, search.num_samples - len(start))
-    return start + random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
+    drawn = random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
+    return start + [(c, SEARCHER) for c in drawn]
 
 
 TOP_EARLIER = 5  # random search runs this many of a warm start's best earlier configurations first
+# A trial's origin, recorded when its configuration is handed out (an earlier sweep's: its path).
+START_WITH, SEARCHER = "start_with", "searcher"
 
 
-def top_earlier(earlier: list[PriorTrial], metric: str, mode: str, room: int) -> list[dict[str, Any]]:
-    """The best earlier trials' configurations (by their best value), best first, each once:
-    what random search, which learns nothing, takes from a warm start."""
-    best: dict[str, tuple[float, dict[str, Any]]] = {}
+def top_earlier(
+    earlier: list[PriorTrial], metric: str, mode: str, room: int
+) -> list[tuple[dict[str, Any], str]]:
+    """The best earlier trials' configurations (by their best value), best first, each once,
+    with the sweep each came from: what random search, which learns nothing, takes from a
+    warm start."""
+    best: dict[str, tuple[float, dict[str, Any], str]] = {}
     sign = -1.0 if mode == "max" else 1.0
     for t in earlier:
         row = best_row_of(t.history, metric, mode)
         if row is not None and not t.error:
             k, value = key(t.config), sign * float(row[metric])
             if k not in best or value < best[k][0]:
-                best[k] = (value, t.config)
-    ranked = sorted(best.values(), key=lambda vc: vc[0])
-    return [dict(c) for _, c in ranked[: max(0, min(TOP_EARLIER, room))]]
+                best[k] = (value, t.config, t.origin)
+    ranked = sorted(best.values(), key=lambda vco: vco[0])
+    return [(dict(c), origin) for _, c, origin in ranked[: max(0, min(TOP_EARLIER, room))]]
 
 
 def _searched_starts(r: SearchRequest) -> list[dict[str, Any]]:
@@ -194,7 +207,7 @@ def _searched_starts(r: SearchRequest) -> list[dict[str, Any]]:
     (fixed values left out): handed out before its own proposals, and told like them."""
     return [
         {k: v for k, v in c.items() if not isinstance(r.params[k], Fixed)}
-        for c in _not_started(_start(r), r.prior)
+        for c, _ in _not_started([(c, START_WITH) for c in _start(r)], r.prior)
     ]
 
 
@@ -202,21 +215,24 @@ def _start(r: SearchRequest) -> list[dict[str, Any]]:
     return start_configs(r.params, r.search.start_with, r.search.seed, r.search.constraints)
 
 
-def _listed_plan(r: SearchRequest, todo: list[dict[str, Any]], description: str) -> SearchPlan:
-    """Exactly the configurations `todo`, in order (grid and random search).
+def _listed_plan(r: SearchRequest, todo: list[tuple[dict[str, Any], str]], description: str) -> SearchPlan:
+    """Exactly the configurations `todo`, in order, after the interrupted trials (grid and
+    random search), each recorded with its origin when it is handed out.
 
     Handed out by a searcher, not as Tune's points_to_evaluate: Tune fills a key a point
     lacks from the space, and a conditional parameter must stay absent where it does not apply.
     """
     from tuner.search.searchers import Listed
 
+    listed = Listed([*((c, "") for c in r.prior.resumed), *todo])
     return SearchPlan(
         param_space=_fixed(r.params),
-        search_alg=_limit(Listed(todo), r.max_concurrent),
+        search_alg=_limit(listed, r.max_concurrent),
         scheduler=None,
-        num_samples=len(todo),
-        points=todo,
+        num_samples=len(r.prior.resumed) + len(todo),
+        points=[*r.prior.resumed, *(c for c, _ in todo)],
         description=description,
+        handed=listed.handed,
     )
 
 
@@ -247,35 +263,45 @@ def plan_bohb(r: SearchRequest) -> SearchPlan:
         searcher.replay({k: t.config[k] for k in searched if k in t.config}, t.history, t.error)
     return SearchPlan(
         param_space=_fixed(params),  # the searcher owns the searched space
-        search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
+        search_alg=_limit(ResumeFirst(searcher, prior), max_concurrent),
         scheduler=None,
         num_samples=_budget(search, prior),
         description="BOHB (hpbandster's model, asynchronous)",
+        handed=searcher.handed,
     )
 
 
-def plan_optuna(r: SearchRequest) -> SearchPlan:
-    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
-    max_concurrent, prior = r.max_concurrent, r.prior
+def optuna_plan(r: SearchRequest, recipe: Any) -> SearchPlan:
+    """An Optuna sampler's plan (`recipe`: tuner.search.samplers.Recipe): a fresh study told
+    every earlier result, the start_with configurations proposed first, the interrupted
+    trials handed out before anything."""
+    search, params, prior = r.search, r.params, r.prior
     import optuna
 
-    from tuner.search.searchers import Feasible, OptunaTPE, ResumeFirst
+    from tuner.search.searchers import Feasible, OptunaSearch, ResumeFirst
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = _searcher_seed(search.seed, prior)
-    objectives = list(r.objectives) or [(metric, mode)]
-    searcher = OptunaTPE(
-        params, objectives, seed, Feasible(params, search.constraints, seed), schedule.max_epochs
+    objectives = list(r.objectives) or [(r.metric, r.mode)]
+    searcher = OptunaSearch(
+        params,
+        objectives,
+        recipe.sampler(seed, r),
+        Feasible(params, search.constraints, seed),
+        r.schedule.max_epochs,
+        recipe.stopped_early,
+        recipe.replay_by_asking,
     )
     for t in prior.earlier + prior.finished:  # told, as it was told live
         searcher.replay(t.config, t.history, t.error)
     searcher.first = _searched_starts(r)
     return SearchPlan(
         param_space=_fixed(params),
-        search_alg=_limit(ResumeFirst(searcher, prior.resumed), max_concurrent),
+        search_alg=_limit(ResumeFirst(searcher, prior), r.max_concurrent),
         scheduler=None,
         num_samples=_budget(search, prior),
-        description="Optuna TPE, define-by-run" if len(objectives) < 2 else "Optuna multi-objective TPE",
+        description=recipe.title if len(objectives) < 2 else recipe.title_several,
+        handed=searcher.handed,
     )
 
 

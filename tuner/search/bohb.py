@@ -126,8 +126,10 @@ class AsyncBOHB(_SavesState, Searcher):
         self.failed: set[str] = set()
         self.feasible = feasible or Feasible({}, [], seed)
         self.first: list[dict[str, Any]] = []  # proposed before the model (search.start_with)
+        self.handed: dict[str, str] = {}  # trial id -> origin (start_with or searcher)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        self.handed[trial_id] = "start_with" if self.first else "searcher"
         if self.first:
             config = self.first.pop(0)
         else:  # redrawn while one breaks a constraint
@@ -170,6 +172,23 @@ class AsyncBOHB(_SavesState, Searcher):
         for d in (self.configs, self.told, self.last):
             d.pop(trial_id, None)
         self.failed.discard(trial_id)
+
+    def adopt(self, name: str, config: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """An interrupted trial of an earlier run, which continues: told what it reported
+        before the interruption, by the rules of a live one (its later results follow)."""
+        self.configs[name] = {k: v for k, v in config.items() if k in self.encoding.space}
+        self.told[name] = set()
+        for row in history:
+            self._observe(name, row)
+
+    def rename(self, name: str, trial_id: str) -> None:
+        """The adopted trial `name` runs again as Tune's `trial_id`."""
+        for d in (self.configs, self.told, self.last):
+            if name in d:
+                d[trial_id] = d.pop(name)
+        if name in self.failed:
+            self.failed.discard(name)
+            self.failed.add(trial_id)
 
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
         """Tell the model an earlier run's trial (a resumed sweep) by the rules of a live one."""

@@ -34,6 +34,9 @@ class Prior:
 
     finished: list[PriorTrial] = field(default_factory=list)
     resumed: list[dict[str, Any]] = field(default_factory=list)  # run again, from checkpoints
+    # The same trials with what they reported before the interruption (their journals), for
+    # a scheduler to know them as it did: ASHA's rungs hold the values they reached.
+    interrupted: list[PriorTrial] = field(default_factory=list)
     new: Optional[int] = None  # fresh trials still to run (None: the whole budget)
     # Trials of earlier sweeps (search.warm_start), mapped into this space: told to the
     # searcher and ASHA's rungs as history, never counted as this sweep's trials.
@@ -53,6 +56,10 @@ class SearchPlan:
     # Tune trial id -> the directory it continues in, for trials the plan's searcher names
     # itself (a population's members); None: a resumed trial is found by its configuration.
     names: Optional[dict[str, str]] = None
+    # Tune trial id -> where its configuration came from (start_with, an earlier sweep's path,
+    # searcher), filled by the searcher as it hands configurations out; none for a trial that
+    # continues from an earlier run (its record has its origin).
+    handed: dict[str, str] = field(default_factory=dict)
 
 
 def key(config: dict[str, Any]) -> str:

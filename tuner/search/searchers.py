@@ -33,13 +33,23 @@ class _SavesState:
 class ResumeFirst(_SavesState, Searcher):
     """Hands out the configurations of interrupted trials first, then the inner searcher's.
 
-    Those trials continue from their checkpoints in their own directories; the inner
-    searcher already knows their earlier results, so it is not told about them again.
+    Those trials continue from their checkpoints in their own directories, under new Tune
+    trial ids. The inner searcher adopts each when it is built (`adopt`: told what the trial
+    reported before the interruption, as it was told live) and follows it under its new id
+    once handed out (`rename`), so that it learns how the trial ends, as the uninterrupted
+    sweep's searcher would.
     """
 
-    def __init__(self, inner: Any, resumed: list[dict[str, Any]]):
+    def __init__(self, inner: Any, prior: Any):
         super().__init__(metric=inner.metric, mode=inner.mode)
-        self.inner, self.queue, self.ours = inner, [dict(c) for c in resumed], set()
+        histories = [t.history for t in prior.interrupted]
+        if len(histories) != len(prior.resumed):  # (an earlier run that kept none)
+            histories = [[] for _ in prior.resumed]
+        self.inner, self.queue = inner, []
+        for i, (config, history) in enumerate(zip(prior.resumed, histories, strict=True)):
+            name = f"resumed-{i}"
+            inner.adopt(name, dict(config), history)
+            self.queue.append((name, dict(config)))
 
     def set_search_properties(
         self, metric: Optional[str], mode: Optional[str], config: dict, **spec: Any
@@ -48,28 +58,34 @@ class ResumeFirst(_SavesState, Searcher):
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
         if self.queue:
-            self.ours.add(trial_id)
-            return self.queue.pop(0)
+            name, config = self.queue.pop(0)
+            self.inner.rename(name, trial_id)
+            return config
         return self.inner.suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id not in self.ours:
-            self.inner.on_trial_result(trial_id, result)
+        self.inner.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
-        if trial_id not in self.ours:
-            self.inner.on_trial_complete(trial_id, result=result, error=error)
+        self.inner.on_trial_complete(trial_id, result=result, error=error)
 
 
 class Listed(_SavesState, Searcher):
-    """Hands out a fixed list of configurations in order (grid and random search)."""
+    """Hands out a fixed list of configurations in order (grid and random search), each
+    recorded in `handed` with its origin ("": a trial that continues, recorded before)."""
 
-    def __init__(self, configs: list[dict[str, Any]]):
+    def __init__(self, configs: list[tuple[dict[str, Any], str]]):
         super().__init__()
-        self.queue = [dict(c) for c in configs]
+        self.queue = [(dict(c), origin) for c, origin in configs]
+        self.handed: dict[str, str] = {}
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
-        return self.queue.pop(0) if self.queue else Searcher.FINISHED
+        if not self.queue:
+            return Searcher.FINISHED
+        config, origin = self.queue.pop(0)
+        if origin:
+            self.handed[trial_id] = origin
+        return config
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         pass  # learns nothing
@@ -113,50 +129,46 @@ class Feasible:
 
 MAX_RANDOM_DRAWS = 10_000
 
-# Optuna's settings (keyword arguments of its TPESampler; sampler=gp: its GPSampler instead), chosen
-# with scripts/bench_search.py (BENCHMARKS.md); bohb's are tuner.search.bohb.BOHB_SETTINGS.
-TPE_SETTINGS: dict[str, Any] = {}
-# How Optuna is told of a trial ASHA stopped before max_epochs: PRUNED (TPE ranks such trials
-# below every complete one, among themselves by the epoch they reached, then their last value)
-# or COMPLETE (its last value, as Ray's OptunaSearch tells it: a value at epoch 3 ranked
-# against values at max_epochs).
-STOPPED_EARLY = "PRUNED"
 
+class OptunaSearch(_SavesState, Searcher):
+    """An Optuna sampler (TPE, CMA-ES, GP, NSGA-II: tuner.search.samplers), define-by-run: a
+    conditional parameter is suggested only where its condition holds (so a model sees it on
+    the trials that have it).
 
-class OptunaTPE(_SavesState, Searcher):
-    """Optuna's TPE sampler, define-by-run: a conditional parameter is suggested only where its
-    condition holds (so TPE models it on the trials that have it).
+    A proposal that breaks a constraint is told to the study as failed (no sampler learns
+    from failed trials) and a fresh one asked for, in the same Tune trial; see Feasible.
+    Told like Ray's OptunaSearch: each result as an intermediate value at its epoch, the
+    trial's last value when it completes; an error, a reported `failure` or a non-finite
+    value is a failed trial. A trial the scheduler stopped before `max_epochs` is told as
+    `stopped_early` says: PRUNED (TPE ranks such trials below every complete one, among
+    themselves by the epoch they reached, then their last value; CMA-ES takes their last
+    value) or COMPLETE (its last value: a value at epoch 3 ranked against values at max_epochs).
 
-    A proposal that breaks a constraint is told to the study as failed (TPE learns from
-    complete and pruned trials only) and a fresh one asked for, in the same Tune trial; see
-    Feasible. Told like Ray's OptunaSearch: each result as an intermediate value at its epoch,
-    the trial's last value when it completes; an error, a reported `failure` or a non-finite
-    value is a failed trial.
+    With several `objectives` the study is multi-objective and is told, when a trial completes,
+    every objective's value at the trial's best epoch of the first: where summary.json's
+    Pareto front judges it (tuner.results.pareto). Optuna takes no intermediate values there.
 
-    With several `objectives` the study is multi-objective (optuna's TPE then is MOTPE, Ozaki
-    et al. 2020) and is told, when a trial completes, every objective's value at the trial's
-    best epoch of the first: where summary.json's Pareto front judges it (tuner.results.pareto).
-    Optuna takes no intermediate values there.
+    Earlier trials (a resumed sweep's, a warm start's) are told through `replay`: added to the
+    study as they ended, or, for a sampler whose state lives in its trials' system attributes
+    (`replay_by_asking`: CMA-ES's and NSGA-II's generations), asked for with their own values
+    fixed and told, so that the sampler counts them as it counted its own.
     """
 
     def __init__(
         self,
         params: dict[str, ParamT],
         objectives: list[tuple[str, str]],
-        seed: int,
+        sampler: Any,
         feasible: Feasible,
         max_epochs: Optional[int] = None,
+        stopped_early: str = "PRUNED",
+        replay_by_asking: bool = False,
     ):
         import optuna
 
         metric, mode = objectives[0]
         super().__init__(metric=metric, mode=mode)
         self.objectives = list(objectives)
-        settings = dict(TPE_SETTINGS)
-        if settings.pop("sampler", "tpe") == "gp":  # a peer for scripts/bench_search.py (optuna:sampler=gp)
-            sampler = optuna.samplers.GPSampler(seed=seed, **settings)
-        else:
-            sampler = optuna.samplers.TPESampler(seed=seed, **settings)
         self.study = optuna.create_study(
             directions=["maximize" if m == "max" else "minimize" for _, m in self.objectives],
             sampler=sampler,
@@ -166,10 +178,12 @@ class OptunaTPE(_SavesState, Searcher):
         self.searched = {k: p for k, p in params.items() if not isinstance(p, Fixed)}
         self.names = conditions.order(self.searched)
         self.feasible = feasible
-        self.max_epochs = max_epochs  # a trial ended before it was stopped early (by ASHA)
+        self.max_epochs = max_epochs  # a trial ended before it was stopped early (by the scheduler)
+        self.stopped_early, self.replay_by_asking = stopped_early, replay_by_asking
         self.trials: dict[str, Any] = {}  # Tune trial id -> optuna trial
         self.reported: dict[str, set[int]] = {}
-        self.first: list[dict[str, Any]] = []  # proposed before TPE (search.start_with)
+        self.first: list[dict[str, Any]] = []  # proposed before the sampler (search.start_with)
+        self.handed: dict[str, str] = {}  # trial id -> origin (start_with or searcher)
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
         asked: list[Any] = []
@@ -181,6 +195,7 @@ class OptunaTPE(_SavesState, Searcher):
         def reject() -> None:
             self.study.tell(asked.pop(), state=_state("FAIL"))
 
+        self.handed[trial_id] = "start_with" if self.first else "searcher"
         config = self.first.pop(0) if self.first else self.feasible.propose(draw, reject)
         if not asked:  # given, or a random draw after the model's kept breaking the constraints
             self.study.enqueue_trial({k: study_value(self.searched[k], v) for k, v in config.items()})
@@ -217,7 +232,7 @@ class OptunaTPE(_SavesState, Searcher):
         values = self._values(rows) if len(self.objectives) > 1 else _one((result or {}).get(self.metric))
         if error or "failure" in (result or {}) or values is None:
             self.study.tell(ot, state=_state("FAIL"))
-        elif STOPPED_EARLY == "PRUNED" and self._stopped_early((result or {}).get(TIME_ATTR)):
+        elif self.stopped_early == "PRUNED" and self._stopped_early((result or {}).get(TIME_ATTR)):
             self.study.tell(ot, state=_state("PRUNED"))
         else:
             self.study.tell(ot, values)
@@ -238,8 +253,25 @@ class OptunaTPE(_SavesState, Searcher):
     def _stopped_early(self, epoch: Any) -> bool:
         return self.max_epochs is not None and finite(epoch) and int(epoch) < self.max_epochs
 
+    def adopt(self, name: str, config: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """An interrupted trial of an earlier run, which continues: asked for with its own
+        values and told what it reported before the interruption, as it was told live."""
+        params = {k: study_value(self.searched[k], config[k]) for k in self.searched if k in config}
+        self.study.enqueue_trial(params)
+        ot = self.study.ask()
+        self._define(ot)
+        self.trials[name], self.reported[name] = ot, set()
+        for row in history:
+            self.on_trial_result(name, row)
+
+    def rename(self, name: str, trial_id: str) -> None:
+        """The adopted trial `name` runs again as Tune's `trial_id`."""
+        for d in (self.trials, self.reported, self.rows):
+            if name in d:
+                d[trial_id] = d.pop(name)
+
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
-        """Tell the study an earlier run's trial (a resumed sweep), as it was told live."""
+        """Tell the study an earlier trial (a resumed sweep's, a warm start's), as it was told live."""
         import optuna
 
         values = {
@@ -250,8 +282,18 @@ class OptunaTPE(_SavesState, Searcher):
         several = self._values(history) if len(self.objectives) > 1 else None
         failed = error or not values or any("failure" in r for r in history)
         failed = failed or (len(self.objectives) > 1 and several is None)
-        state = "FAIL" if failed else STOPPED_EARLY if self._stopped_early(max(values)) else "COMPLETE"
+        stopped = self.stopped_early if not failed and self._stopped_early(max(values)) else "COMPLETE"
+        state = "FAIL" if failed else stopped
         params = {k: study_value(self.searched[k], config[k]) for k in self.searched if k in config}
+        if self.replay_by_asking:
+            self.study.enqueue_trial(params)
+            ot = self.study.ask()
+            self._define(ot)  # (the enqueued values, as the sampler's own suggestions)
+            for step, value in [] if failed or several else sorted(values.items()):
+                ot.report(value, step)
+            told = several if several else values[max(values)] if not failed else None
+            self.study.tell(ot, None if state != "COMPLETE" else told, state=_state(state))
+            return
         self.study.add_trial(
             optuna.trial.create_trial(
                 state=_state(state),

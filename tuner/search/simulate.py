@@ -17,15 +17,19 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional
 
-# metric after `epoch` epochs of `config` (a non-finite value: the trial diverged there)
-Curve = Callable[[dict[str, Any], int, random.Random], float]
+# metric after `epoch` epochs of `config` (a non-finite value: the trial diverged there;
+# None: it crashed there, as a trial whose code raises)
+Curve = Callable[[dict[str, Any], int, random.Random], Optional[float]]
 
 
 @dataclass
 class Trial:
     config: dict[str, Any]
     values: list[float] = field(default_factory=list)  # the metric at epoch 1, 2, ...
-    failed: bool = False  # ended diverged (its last value is the worst)
+    failed: bool = False  # ended diverged (its last value is the worst) or crashed
+    crashed: bool = False  # ended by an error (its code raised): no value at its last epoch
+    ended: bool = False  # finished: stopped, failed or at max_epochs (False: still running)
+    resumed_at: int = 0  # continued from a checkpoint at this epoch (a resumed sweep's trial)
 
 
 @dataclass
@@ -48,6 +52,7 @@ def simulate(
     mode: str = "max",
     log: Optional[list[Event]] = None,
     epoch_budget: Optional[int] = None,
+    continued: Optional[list[list[float]]] = None,
 ) -> dict[str, Trial]:
     """Run n trials, `slots` at a time, through the plan's scheduler and searcher as Tune's
     controller does (ray.tune.execution.tune_controller): a result goes to the scheduler
@@ -56,7 +61,12 @@ def simulate(
     with the fewest epochs next). A non-finite value ends the trial as tuner's loop does: the
     row carries the worst value and `failure: diverged`. Every epoch is appended to `log`.
     With `epoch_budget`, the run ends once that many epochs are spent in all, trials running
-    or not (as a sweep's schedule.time_budget ends it).
+    or not (as a sweep's schedule.time_budget ends it, or a kill -9: the trials not `ended`
+    are those a resumed sweep continues). A curve's None is a crash: the scheduler's
+    on_trial_error and the searcher's on_trial_complete(error=True), as Tune tells them.
+    `continued`: the values so far of the trials a resumed sweep continues from their
+    checkpoints, the first ones its searcher hands out (ResumeFirst): they report from the
+    epoch after, as a resumed trial does under a new Tune trial id.
     """
     sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
     worst = -math.inf if mode == "max" else math.inf
@@ -71,7 +81,8 @@ def simulate(
                 n = len(trials)
                 break
             config = {**plan.param_space, **suggested}
-            trials[tid] = Trial(config)
+            earlier = list(continued[len(trials)]) if continued and len(trials) < len(continued) else []
+            trials[tid] = Trial(config, earlier, resumed_at=len(earlier))
             running.append(SimpleNamespace(trial_id=tid, config=config))
             if sched is not None:
                 sched.on_trial_add(None, running[-1])
@@ -79,17 +90,26 @@ def simulate(
             break
         handle = min(running, key=lambda t: len(trials[t.trial_id].values))
         trial = trials[handle.trial_id]
-        value = float(curve(trial.config, len(trial.values) + 1, rng))
+        raw = curve(trial.config, len(trial.values) + 1, rng)
+        spent += 1
+        if raw is None:  # crashed: Tune reports no result, the trial errs
+            trial.failed = trial.crashed = trial.ended = True
+            if sched is not None:
+                sched.on_trial_error(None, handle)
+            searcher.on_trial_complete(handle.trial_id, None, error=True)
+            running.remove(handle)
+            continue
+        value = float(raw)
         result: dict[str, Any] = {"epoch": len(trial.values) + 1, metric: value}
         if not math.isfinite(value):
             result.update({metric: worst, "failure": "diverged"})
             trial.failed = True
         trial.values.append(result[metric])
-        spent += 1
         if log is not None:
             log.append(Event(handle.trial_id, result["epoch"], result[metric]))
         decision = sched.on_trial_result(None, handle, result) if sched is not None else "CONTINUE"
         if decision == "STOP" or trial.failed or len(trial.values) >= max_epochs:
+            trial.ended = True
             if sched is not None:
                 sched.on_trial_complete(None, handle, result)
             searcher.on_trial_complete(handle.trial_id, result)

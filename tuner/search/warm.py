@@ -1,11 +1,8 @@
 """Warm start (`search.warm_start`): earlier sweeps of the same task, their trials mapped into
 this sweep's space and told to its searcher as history (Ray- and torch-free).
 
-Same task means the same fingerprint, recorded in each sweep's code.json when it starts: the
-task's fields (model, data and its arguments, user functions, command), the objectives, and
-a SHA-256 of each user module the task names (so an edited model or data function counts as
-another task). Built-in data is identified by its name and arguments; what a user's data
-function reads from disk is not hashed.
+Same task means the same fingerprint (tuner.config.fingerprint), recorded in each sweep's
+code.json when it starts.
 
 An earlier trial is used when every parameter that applies in this space has a value the
 space can take (a choice it lists, a number in its range), every fixed value is the one it
@@ -15,16 +12,14 @@ nothing about the values inside it.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from tuner.config.fingerprint import difference
 from tuner.errors import ConfigError
-from tuner.search.plan import Prior, PriorTrial, key
+from tuner.search.plan import Prior, PriorTrial
 from tuner.space import conditions
 from tuner.space.constraints import allows
 from tuner.space.params import Fixed, ParamT, values_of
@@ -37,41 +32,9 @@ AUTO = "auto"
 
 
 def fingerprint(cfg: SweepConfig) -> dict[str, Any]:
-    """What makes two sweeps the same task (recorded in code.json)."""
-    task = cfg.task.model_dump(mode="json")
-    return {
-        "task": task,
-        "objectives": [list(o) for o in cfg.objectives],
-        "modules": _module_hashes(task, cfg.code_dirs),
-    }
-
-
-def _module_hashes(task: dict[str, Any], dirs: list[str]) -> dict[str, str]:
-    refs = [v for v in task.values() if isinstance(v, str) and ":" in v]
-    files = {ref.split(":")[0]: _module_file(ref.split(":")[0], dirs) for ref in refs}
-    for word in task.get("command") or []:
-        if isinstance(word, str) and word.endswith(".py"):
-            files[word] = next(
-                (os.path.join(d, word) for d in dirs if os.path.isfile(os.path.join(d, word))), None
-            )
-    return {name: _sha256(path) for name, path in sorted(files.items()) if path}
-
-
-def _module_file(module: str, dirs: list[str]) -> Optional[str]:
-    saved = list(sys.path)
-    sys.path[:0] = dirs
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    finally:
-        sys.path[:] = saved
-    return spec.origin if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """What makes two sweeps the same task (code.json records it): the config's own, computed
+    once (tuner.config.fingerprint)."""
+    return cfg.fingerprint
 
 
 def recorded_fingerprint(sweep_dir: str) -> Optional[dict[str, Any]]:
@@ -83,25 +46,6 @@ def recorded_fingerprint(sweep_dir: str) -> Optional[dict[str, Any]]:
     except (OSError, ValueError, AttributeError):
         return None
     return found if isinstance(found, dict) else None
-
-
-def difference(ours: dict[str, Any], theirs: Optional[dict[str, Any]]) -> Optional[str]:
-    """Where two fingerprints differ, in a few words; None if they are the same."""
-    if theirs is None:
-        return "it recorded no task fingerprint (started before warm starts existed)"
-    for part in ("task", "objectives", "modules"):
-        a, b = ours.get(part), theirs.get(part)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):
-            k = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-            if part == "modules":
-                return (
-                    f"module {k} is not the one it ran" if k in a and k in b else f"it ran other code ({k})"
-                )
-            return f"{part}.{k} is {a.get(k)!r} here, {b.get(k)!r} there"
-        return f"{part} are {a!r} here, {b!r} there"
-    return None
 
 
 # ----------------------------------------------------------------------------- sources
@@ -220,14 +164,14 @@ def into_space(
     return {n: out[n] for n in params if n in out}
 
 
-def write_record(sweep_dir: str, used: list[Source], firsts: list[dict[str, Any]]) -> None:
-    """warm_start.json: the sources, how many of their trials were used, and the earlier
-    configurations random search runs first (with the sweep each came from)."""
+def write_record(sweep_dir: str, used: list[Source]) -> None:
+    """warm_start.json: the sources and how many of their trials were used. (Which trials
+    ran an earlier sweep's configuration is each trial's `origin`, recorded when the searcher
+    handed it out.)"""
     from tuner.sweepdir.files import write_atomic
 
     rows = [{"sweep": s.sweep, "trials": s.trials, "used": len(s.used), "dropped": s.dropped} for s in used]
-    text = json.dumps({"sources": rows, "first": firsts}, indent=2, default=str)
-    write_atomic(os.path.join(sweep_dir, WARM_FILE), text)
+    write_atomic(os.path.join(sweep_dir, WARM_FILE), json.dumps({"sources": rows}, indent=2, default=str))
 
 
 def attach(cfg: SweepConfig, prior: Optional[Prior], sweep_dir: Optional[str]) -> Optional[Prior]:
@@ -239,14 +183,7 @@ def attach(cfg: SweepConfig, prior: Optional[Prior], sweep_dir: Optional[str]) -
     prior = prior or Prior()
     prior.earlier = [t for s in found for t in s.used]
     if sweep_dir:
-        firsts = []
-        if cfg.algorithm.ranks_earlier:
-            from tuner.search.algorithms import top_earlier
-
-            origin = {key(t.config): t.origin for t in prior.earlier}
-            ranked = top_earlier(prior.earlier, cfg.objective, cfg.direction, cfg.search.num_samples)
-            firsts = [{"config": c, "origin": origin[key(c)]} for c in ranked]
-        write_record(sweep_dir, found, firsts)
+        write_record(sweep_dir, found)
     for s in found:
         print(f"[tuner] warm start: {s.line()}", flush=True)
     if not found:
@@ -255,28 +192,11 @@ def attach(cfg: SweepConfig, prior: Optional[Prior], sweep_dir: Optional[str]) -
 
 
 def mark_origins(cfg: SweepConfig, sweep_dir: str, summary: dict[str, Any]) -> None:
-    """summary.json's record of what came from where: `warm_start` (the sources) and each
-    trial's `origin` (start_with, or the earlier sweep random search took it from)."""
-    from tuner.search.algorithms import start_configs
-
-    searched = list(cfg.search.params)
-
-    def k(config: dict[str, Any]) -> str:
-        return key({n: config[n] for n in searched if n in config})
-
-    origin: dict[str, str] = {}
+    """summary.json's record of the sweeps it started from (`warm_start`: warm_start.json's
+    sources). Each trial's `origin` is in its own record (start_with, an earlier sweep, the
+    searcher), written when its configuration was handed out."""
     try:
         with open(os.path.join(sweep_dir, WARM_FILE)) as f:
-            record = json.load(f)
-        summary["warm_start"] = record.get("sources", [])
-        origin.update({k(f["config"]): f["origin"] for f in record.get("first", [])})
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            summary["warm_start"] = json.load(f).get("sources", [])
+    except (OSError, ValueError, AttributeError):
         pass
-    if cfg.search.start_with:
-        params = cfg.hyperparameters()
-        starts = start_configs(params, cfg.search.start_with, cfg.search.seed, cfg.search.constraints)
-        origin.update({k(c): "start_with" for c in starts})
-    for t in summary.get("trials", []):
-        mark = origin.get(k(t.get("config") or {}))
-        if mark:
-            t["origin"] = mark
