@@ -91,9 +91,12 @@ def _cmaes(seed: int, r: SearchRequest, **settings: Any) -> Any:
 
 
 def _gp(seed: int, r: SearchRequest, **settings: Any) -> Any:
+    import inspect
+
     import optuna
 
-    settings = {"warn_independent_sampling": False, **settings}
+    if "warn_independent_sampling" in inspect.signature(optuna.samplers.GPSampler).parameters:
+        settings = {"warn_independent_sampling": False, **settings}  # (optuna 4 and later)
     return optuna.samplers.GPSampler(seed=seed, **settings)
 
 
