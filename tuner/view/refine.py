@@ -46,7 +46,7 @@ def refine(sweep_dir: str, output: Optional[str] = None) -> tuple[str, dict[str,
     data = load(to_yaml(cfg))
     data["name"] = f"{cfg.name}_refined"
     data["search"]["params"] = {name: _yaml(p) for name, p in params.items()}
-    if cfg.search.algorithm != "grid":
+    if cfg.algorithm.warm_starts:  # (grid: nothing to start from)
         data["search"]["warm_start"] = [os.path.abspath(local) if "://" not in sweep_dir else sweep_dir]
     path = os.path.abspath(output or f"{cfg.name}_refined.yaml")
     if os.path.exists(path):
