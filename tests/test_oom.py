@@ -57,3 +57,27 @@ def test_oom_retries_is_refused_where_a_loop_backs_off_inside_the_trial() -> Non
     raw["failure"] = {"oom_retries": 1}
     with pytest.raises(ConfigError, match=r"^failure\.oom_retries: task\.command only"):
         parse_sweep(raw)
+
+
+def test_a_rank_s_unhandled_oom_ends_its_trial_as_oom_not_as_an_error(tmp_path: Path) -> None:
+    """A rank of a user's loop that ran out of memory outside ctx.step: the trial actor gets
+    Ray's error carrying it, and rank 0's journal records the trial's end as oom, which is the
+    trial's outcome over Tune's ERROR (as a 1-worker trial's)."""
+    from ray.exceptions import RayTaskError
+
+    from tuner.results import record
+    from tuner.trial.frame.journal import MetricsLog
+    from tuner.trial.frame.memory import is_oom
+    from tuner.trial.launch.ranks import _oom_result
+
+    try:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (outside ctx.step)")
+    except torch.OutOfMemoryError as err:
+        carried = RayTaskError("run", "Traceback ...", err).as_instanceof_cause()
+    assert is_oom(carried) and not is_oom(RuntimeError("connection closed"))
+    MetricsLog(str(tmp_path)).append({"epoch": 1, "val_loss": 0.5})
+    spec = TrialSpec(model="", data="", trial_mode="train", train="m:f", metric="val_loss", mode="min")
+    _oom_result(str(tmp_path), spec, carried)
+    (tmp_path / "error.txt").write_text("torch.OutOfMemoryError: ...")
+    r = record(str(tmp_path), "val_loss", "min", 3, [])
+    assert r.failure == "oom" and r.outcome.value == "oom" and r.epochs == 1, r

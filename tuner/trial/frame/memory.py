@@ -36,10 +36,10 @@ def release(device: torch.device) -> None:
 
 
 def is_oom(err: BaseException) -> bool:
-    """torch.OutOfMemoryError, or an allocator RuntimeError saying the same (older paths)."""
-    import torch
-
-    if isinstance(err, torch.OutOfMemoryError):
+    """torch.OutOfMemoryError (torch.cuda's too, and Ray's error carrying one from another
+    process: it subclasses its cause's class), or an allocator RuntimeError saying the same
+    (older paths). By the class's name: no torch needed to ask (a script's trial actor has none)."""
+    if any(cls.__name__ == "OutOfMemoryError" for cls in type(err).__mro__):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 

@@ -61,6 +61,7 @@ from typing import Any, Optional
 
 from tuner.config.modes import MODES
 from tuner.trial.frame.journal import log_line, traceback_name
+from tuner.trial.frame.memory import is_oom
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
 LOOPBACK = "127.0.0.1"
@@ -317,6 +318,10 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         except SystemExit:  # Tune stopped the trial (from tune.report)
             clean = forward.stop()
             raise
+        except Exception as err:
+            if is_oom(err):  # a rank ran out of memory where nothing backed off (a user's loop)
+                _oom_result(trial_dir, spec, err)
+            raise
     finally:
         if clean:
             _KEPT["ranks"] = (shape, ranks)
@@ -556,6 +561,24 @@ class _Forward:
                 self.rank0.verdict.remote(self.trial_id, True)
         if not self.ended:
             self.pending = self.rank0.next_reports.remote(POLL_S)
+
+
+def _oom_result(trial_dir: Optional[str], spec: TrialSpec, err: BaseException) -> None:
+    """Record the trial's end as `oom` in rank 0's journal, as a 1-worker trial records it:
+    running out of memory is a result, never the trial's error (the driver reads the journal's
+    last row over Tune's status). Its detail: the failing rank's own message."""
+    from tuner.sweepdir import read_metrics
+    from tuner.trial.frame.harness import failed
+    from tuner.trial.frame.journal import MetricsLog
+    from tuner.trial.frame.memory import first_line
+
+    if not trial_dir or not os.path.isdir(trial_dir):
+        return
+    rows = read_metrics(trial_dir)
+    last = rows[-1] if rows else None
+    cause = getattr(err, "cause", err)
+    epoch = int(last["epoch"]) if last else 0
+    MetricsLog(trial_dir).append(failed(last, spec, "oom", first_line(cause), epoch))
 
 
 def _their_traceback(trial_dir: Optional[str], rank: int) -> None:

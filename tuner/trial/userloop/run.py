@@ -5,9 +5,9 @@ more) inside the same frame (`harness.guarded`: GPU share, trial log, watchdog, 
 memory handed back) and reports through the same session, so journal, checkpoints, resume,
 TensorBoard and the report work alike. The micro-batch back-off is `ctx.step` (one optimizer
 step that backs off, as tuner's loop does); running out of GPU memory anywhere else ends the
-trial as `failure: oom` with a line naming `ctx.step` (one worker; with several, one rank's
-OOM leaves the others in a collective of the user's loop, and the trial fails at once as that
-rank's error). Any other exception is the trial's error (ERROR, with traceback.txt); the
+trial as `failure: oom` with a line naming `ctx.step` (with several workers, the rank raises
+it, with that line: the trial ends at once, and the trial actor records it as oom,
+trial/launch/ranks.py). Any other exception is the trial's error (ERROR, with traceback.txt); the
 sweep goes on.
 """
 
