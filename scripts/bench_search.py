@@ -107,14 +107,27 @@ def target(task: Task) -> float:
 # name -> (search.algorithm, sweep overrides, the settings of its searcher: samplers.SETTINGS
 # of an Optuna sampler, bohb_module.BOHB_SETTINGS for bohb)
 Variant = tuple[str, dict[str, Any], dict[str, Any]]
-VARIANTS: dict[str, Variant] = {"grid": ("grid", {"search.grid_points": 3}, {})}
+VARIANTS: dict[str, Variant] = {
+    "grid": ("grid", {"search.grid_points": 3}, {}),
+    # random search with the other schedulers (random alone is random + ASHA)
+    "curve": ("random", {"schedule.scheduler": "curve"}, {}),
+    "median": ("random", {"schedule.scheduler": "median"}, {}),
+    "fifo": ("random", {"schedule.scheduler": "fifo"}, {}),
+}
+# The words of a variant that set the schedule -> the sweep file's fields
+SCHEDULE_WORDS = {
+    "grace": "schedule.grace_epochs",
+    "factor": "schedule.reduction_factor",
+    "scheduler": "schedule.scheduler",
+    "threshold": "schedule.curve.threshold",
+}
 
 
 def variant(name: str) -> Variant:
     """A name of VARIANTS, an algorithm's name, or 'algorithm:key=value+key=value' (keys of its
-    Optuna sampler or of hpbandster's BOHB; 'grace'/'factor' set the schedule, 'scheduler' the
-    scheduler; an Optuna sampler's 'stopped=COMPLETE' tells trials the scheduler stopped as
-    complete: samplers.Recipe.stopped_early)."""
+    Optuna sampler or of hpbandster's BOHB; the words of SCHEDULE_WORDS set the schedule,
+    'random:scheduler=curve+threshold=0.1'; an Optuna sampler's 'stopped=COMPLETE' tells
+    trials the scheduler stopped as complete: samplers.Recipe.stopped_early)."""
     if name in VARIANTS:
         return VARIANTS[name]
     algo, _, spec = name.partition(":")
@@ -126,12 +139,8 @@ def variant(name: str) -> Variant:
             value = json.loads(v)  # numbers, true/false, lists
         except ValueError:
             value = v  # a word (fifo)
-        if k == "grace":
-            overrides["schedule.grace_epochs"] = value
-        elif k == "factor":
-            overrides["schedule.reduction_factor"] = value
-        elif k == "scheduler":
-            overrides["schedule.scheduler"] = value
+        if k in SCHEDULE_WORDS:
+            overrides[SCHEDULE_WORDS[k]] = value
         else:
             settings[k] = value
     return algo, overrides, settings
@@ -264,6 +273,29 @@ def fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.0f}"
 
 
+def lost_best(task: Task, run: Run, sign: float) -> bool:
+    """Whether the run's scheduler stopped the eventual best configuration before it reached
+    its best: among the trials the run started, those whose whole curve (every epoch to
+    max_epochs, as the simulation would have given it) reaches the best value any of them
+    could, all stopped short of that value. A trial the budget cut off counts as not stopped."""
+    cfg = run.cfg
+    curve, _ = make_curve(task, cfg.hyperparameters())
+    reachable: dict[str, float] = {}
+    for tid, t in run.trials.items():
+        best = -math.inf
+        for epoch in range(1, cfg.schedule.max_epochs + 1):
+            v = curve(t.config, epoch, None)
+            if not math.isfinite(v):
+                break
+            best = max(best, sign * v)
+        reachable[tid] = best
+    top = max(reachable.values(), default=-math.inf)
+    if not math.isfinite(top):
+        return False
+    winners = [run.trials[tid] for tid, v in reachable.items() if v >= top]
+    return all(w.stopped and max(sign * v for v in w.values) < top for w in winners)
+
+
 def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budget: int) -> dict[str, Any]:
     cfg = load_sweep(ROOT / task.sweep_file)
     sign = 1.0 if str(cfg.mode) == "max" else -1.0
@@ -289,6 +321,7 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
         cs, runs = curves[name], rows[name]
         reach = [epochs_to(c, task.target, sign) for c in cs]
         med = quartiles(reach)[1]
+        lost = [lost_best(task, r, sign) for r in runs]
         table.append(
             {
                 "algorithm": name,
@@ -301,6 +334,8 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
                 "trials": statistics.median(len(r.trials) for r in runs),
                 "search_s": statistics.median(r.seconds for r in runs),
                 "train_s": statistics.median(len(c) for c in cs) * per_epoch,
+                "per_seed": reach,
+                "lost_best": sum(lost),
             }
         )
     return {"task": task, "mode": str(cfg.mode), "budget": full, "rows": table, "curves": curves}
@@ -327,16 +362,20 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f" budget {budget} epochs, seeds {args.seeds_text}",
             "",
             "| algorithm | reached | epochs to target: median [q1, q3] | vs random"
-            f" | best at {budget // 2} epochs | best at {budget} | trials | search CPU s | training s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            f" | best at {budget // 2} epochs | best at {budget} | trials | best stopped | search CPU s"
+            " | training s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in res["rows"]:
             q1, med, q3 = r["epochs_to_target"]
             lines.append(
                 f"| {r['algorithm']} | {r['reached']}/{r['runs']} | {fmt(med)} [{fmt(q1)}, {fmt(q3)}]"
                 f" | {r['vs_random']} | {fmt(r['best_at_half'])} | {fmt(r['best_at_end'])}"
-                f" | {r['trials']:.0f} | {r['search_s']:.1f} | {r['train_s']:.0f} |"
+                f" | {r['trials']:.0f} | {r['lost_best']}/{r['runs']} | {r['search_s']:.1f}"
+                f" | {r['train_s']:.0f} |"
             )
+        lines += ["", "Epochs to the target, seed by seed:", ""]
+        lines += [f"- {r['algorithm']}: {', '.join(fmt(x) for x in r['per_seed'])}" for r in res["rows"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -458,6 +497,102 @@ def bench_warm(task: Task, names: list[str], seeds: list[int], slots: int, budge
     return rows
 
 
+def front_points(trials: dict[str, Any], objectives: list[tuple[str, str]]) -> dict[str, tuple[float, ...]]:
+    """The Pareto front of a run's trials, as tuner.results.pareto ranks them: each trial with
+    its values at its best epoch of the first objective; configuration -> its values, signed
+    so that higher is better."""
+    signs = [1.0 if m == "max" else -1.0 for _, m in objectives]
+    first, sign = objectives[0][0], signs[0]
+    points: dict[str, tuple[float, ...]] = {}
+    for t in trials.values():
+        rows = [r for r in t.rows if "failure" not in r and math.isfinite(r[first])]
+        if rows:
+            best = max(rows, key=lambda r: sign * r[first])
+            points[algorithms.key(t.config)] = tuple(
+                s * best[n] for s, (n, _) in zip(signs, objectives, strict=True)
+            )
+
+    def dominated(p: tuple[float, ...]) -> bool:
+        return any(q != p and all(a >= b for a, b in zip(q, p, strict=True)) for q in points.values())
+
+    return {k: p for k, p in points.items() if not dominated(p)}
+
+
+def hypervolume(points: list[tuple[float, float]], ref: tuple[float, float]) -> float:
+    """The area two-objective points (higher is better) dominate above `ref`."""
+    area, top = 0.0, ref[1]
+    for x, y in sorted(points, reverse=True):  # best first objective first
+        if y > top and x > ref[0]:
+            area += (x - ref[0]) * (y - top)
+            top = y
+    return area
+
+
+def pareto_gap(
+    known: list[tuple[float, float]], found: list[tuple[float, float]], ref: tuple[float, float]
+) -> tuple[float, float]:
+    """How far a found front falls short of the known one: its hypervolume as a share of the
+    known front's (above `ref`), and the additive epsilon (Zitzler et al. 2003): the least
+    amount that, added to every found point, makes it cover every known point."""
+    eps = max(min(max(a - b for a, b in zip(p, q, strict=True)) for q in found) for p in known)
+    return hypervolume(found, ref) / hypervolume(known, ref), max(eps, 0.0)
+
+
+PARETO_TRIALS = 80  # trials a run of --pareto
+
+
+def bench_pareto(seeds: list[int], schedulers: list[str]) -> list[str]:
+    """The conditional task with a second objective (its width as cost: both of
+    benchmarks/tasks/conditional.py), PARETO_TRIALS random configurations per seed, each
+    scheduler against fifo (every configuration trained to max_epochs: the known front)."""
+    from benchmarks.tasks.conditional import both
+
+    objectives = [("val_loss", "min"), ("cost", "min")]
+    two = {"metric": [n for n, _ in objectives], "mode": [m for _, m in objectives]}
+    rows = []
+    for scheduler in schedulers:
+        gaps, epochs, kept = [], [], []
+        for seed in seeds:
+            fronts, spent = {}, {}
+            for name in ("fifo", scheduler):
+                over = {"search.num_samples": PARETO_TRIALS, "search.seed": seed, "schedule.scheduler": name}
+                cfg = load_sweep(ROOT / TASKS[1].sweep_file, {**over, **two})
+                plan = algorithms.build(
+                    cfg.search,
+                    cfg.schedule,
+                    cfg.hyperparameters(),
+                    cfg.objective,
+                    cfg.direction,
+                    objectives=cfg.objectives,
+                )
+                trials = simulate(
+                    plan, plan.num_samples, cfg.schedule.max_epochs, both, metric="val_loss", mode="min"
+                )
+                fronts[name], spent[name] = (
+                    front_points(trials, objectives),
+                    sum(len(t.values) for t in trials.values()),
+                )
+            every = [p for f in fronts.values() for p in f.values()]
+            ref = (
+                min(p[0] for p in every) - 0.1,
+                min(p[1] for p in every) - 0.1,
+            )  # (the worst, a little beyond)
+            gaps.append(pareto_gap(list(fronts["fifo"].values()), list(fronts[scheduler].values()), ref))
+            epochs.append(spent[scheduler] / spent["fifo"])
+            kept.append((len(set(fronts["fifo"]) & set(fronts[scheduler])), len(fronts["fifo"])))
+        hv = [g[0] for g in gaps]
+        eps = [g[1] for g in gaps]
+        same = sum(k == n for k, n in kept)
+        rows.append(
+            f"| {scheduler} | {statistics.median(epochs):.2f}x | {same}/{len(seeds)}"
+            f" | {sum(k for k, _ in kept)}/{sum(n for _, n in kept)}"
+            f" | {statistics.median(hv):.3f} [{min(hv):.3f}]"
+            f" | {statistics.median(eps):.3f} [{max(eps):.3f}] |"
+        )
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def _key(config: dict[str, Any]) -> str:
     from search_spaces.synthetic import BEST
 
@@ -487,6 +622,11 @@ def main() -> int:
     ap.add_argument(
         "--cross-check", type=int, metavar="N", help="N trials of synthetic: a real sweep and the simulation"
     )
+    ap.add_argument(
+        "--pareto",
+        action="store_true",
+        help="two objectives: the Pareto front with early stopping (moasha) against without (fifo)",
+    )
     args = ap.parse_args()
     if args.cross_check:
         print(cross_check(args.cross_check))
@@ -494,6 +634,15 @@ def main() -> int:
     if args.smoke:
         args.seeds, args.budget = 2, 2
     args.seeds_text = f"0..{args.seeds - 1}"
+    if args.pareto:
+        lines = [
+            "| scheduler | epochs vs fifo | seeds with fifo's front | fifo's front points kept"
+            " | hypervolume vs fifo's: median [worst] | additive epsilon: median [worst] |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *bench_pareto(list(range(args.seeds)), ["moasha"]),
+        ]
+        print("\n".join(lines))
+        return 0
     by_name = {t.name: t for t in TASKS}
     tasks = [by_name[n] for n in args.tasks.split(",")]  # in the order given
     names = args.algorithms.split(",")

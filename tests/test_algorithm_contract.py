@@ -59,7 +59,8 @@ def test_every_shipped_file_keeps_the_scheduler_it_had(path: Path) -> None:
                 cfg = load_sweep(path, {"search.algorithm": algorithm, "schedule.early_stopping": wanted})
             except ConfigError:
                 continue
-            assert cfg.scheduler.name == ("asha" if wanted else "fifo")
+            early = "asha" if len(cfg.objectives) < 2 else "moasha"  # (several: Pareto fronts)
+            assert cfg.scheduler.name == (early if wanted else "fifo")
 
 
 @pytest.mark.parametrize(("algorithm", "scheduler"), ALLOWED)
@@ -109,10 +110,14 @@ def test_early_stopping_that_contradicts_the_scheduler_is_refused(
 def test_several_objectives_refuse_a_scheduler_of_one_metric_naming_the_field_that_chose_it() -> None:
     two = {"metric": ["val_acc", "num_params"], "mode": ["max", "min"]}
     assert _cfg("random", **two).scheduler.name == "fifo"  # the default gives way
-    with pytest.raises(ConfigError, match="^schedule.scheduler: ASHA ranks trials by one metric"):
+    with pytest.raises(ConfigError, match="^schedule.scheduler: ASHA ranks trials by one metric.*moasha"):
         _cfg("random", "asha", **two)
-    with pytest.raises(ConfigError, match="^schedule.early_stopping: ASHA ranks trials by one metric"):
-        _cfg("random", **two, **{"schedule.early_stopping": True})
+    for one in ("median", "curve"):
+        with pytest.raises(ConfigError, match="^schedule.scheduler: .* one metric .*use moasha"):
+            _cfg("random", one, **two)
+    # early stopping asked for with several objectives: multi-objective ASHA
+    assert _cfg("random", **two, **{"schedule.early_stopping": True}).scheduler.name == "moasha"
+    assert _cfg("optuna", **two, **{"schedule.early_stopping": True}).scheduler.name == "moasha"
 
 
 # ----------------------------------------------------------------------------- the contract
@@ -275,7 +280,23 @@ def _asha_state(scheduler: Any) -> Any:
 
 # What each scheduler has learnt, comparable between runs (trial ids aside). A new scheduler
 # needs its entry here: the test fails until it has one.
-STATE = {"fifo": lambda s: None, "asha": _asha_state}
+def _curves_state(scheduler: Any) -> Any:
+    """median, curve: every trial's curve (trial ids aside), and the best value of any."""
+    every = scheduler.curves.values()
+    return scheduler.best, sorted(tuple((e, round(v, 9)) for e, v in sorted(c.items())) for c in every)
+
+
+def _moasha_state(scheduler: Any) -> Any:
+    return [(m, sorted(tuple(p) for p in recorded.values())) for m, recorded in scheduler.recorded.items()]
+
+
+STATE = {
+    "fifo": lambda s: None,
+    "asha": _asha_state,
+    "median": _curves_state,
+    "curve": _curves_state,
+    "moasha": _moasha_state,
+}
 
 
 def _study_state(searcher: Any) -> Any:

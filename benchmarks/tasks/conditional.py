@@ -11,6 +11,10 @@ A validation loss (nats per character) falling from 4.2 towards a floor:
   turns a model fitted early away from adam;
 - adam diverges above lr 0.05, sgd above 1 (NaN after a few epochs);
 - width (16..512) matters a little; noise 0.03/sqrt(epoch), seeded by configuration and epoch.
+
+With a second objective, `cost` (the width, to be minimised), it is the benchmark's task of
+several objectives (`both`, `train_both`): its Pareto front is known from every configuration's
+curve, without running anything.
 """
 
 from __future__ import annotations
@@ -55,3 +59,19 @@ def train(config: dict[str, Any], ctx: Any) -> None:
     """task.train: one report a (simulated) epoch."""
     for epoch in range(ctx.epoch + 1, ctx.max_epochs + 1):
         ctx.report({"val_loss": loss(config, epoch)}, state={"epoch": epoch})
+
+
+def cost(c: dict[str, Any]) -> float:
+    """A second objective (min): the width, which the loss prefers near 128."""
+    return float(c["width"]) / 512.0
+
+
+def both(c: dict[str, Any], epoch: int, rng: Any = None) -> dict[str, float]:
+    """Both objectives after `epoch` epochs (`rng` unused: the benchmark's Curve)."""
+    return {"val_loss": loss(c, epoch), "cost": cost(c)}
+
+
+def train_both(config: dict[str, Any], ctx: Any) -> None:
+    """task.train with both objectives: one report a (simulated) epoch."""
+    for epoch in range(ctx.epoch + 1, ctx.max_epochs + 1):
+        ctx.report(both(config, epoch), state={"epoch": epoch})

@@ -39,7 +39,8 @@ class Algorithm:
     kinds: frozenset[str]  # the parameter kinds it can search (space.params.KINDS)
     several_objectives: bool = False  # searches for a Pareto front when `metric` lists several
     one_objective: str = ""  # why not, when not: the refusal's words
-    schedulers: tuple[str, ...] = ("asha", "fifo")  # the schedulers it runs with
+    # the schedulers it runs with
+    schedulers: tuple[str, ...] = ("asha", "fifo", "moasha", "median", "curve")
     default_scheduler: str = "asha"  # without schedule.scheduler or schedule.early_stopping
     schedulers_why: str = ""  # why only those: the refusal's words
     runs_grid: bool = False  # runs every combination of a grid (num_samples is not used)
@@ -77,7 +78,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             builds="tuner.search.algorithms:plan_grid",
             kinds=EVERY_KIND,
             several_objectives=True,
-            schedulers=("fifo", "asha"),
+            schedulers=("fifo", "asha", "moasha", "median", "curve"),
             default_scheduler="fifo",
             schedulers_why="grid runs each combination once as it is; a population (pbt, pb2) evolves "
             "search.num_samples configurations: use random",
@@ -93,7 +94,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             several_objectives=True,
             ranks_earlier=True,
             # (pbt and pb2 start from random search's population and evolve it)
-            schedulers=("asha", "fifo", "pbt", "pb2"),
+            schedulers=("asha", "fifo", "moasha", "median", "curve", "pbt", "pb2"),
         ),
         Algorithm(
             name="bohb",
@@ -102,9 +103,11 @@ ALGORITHMS: dict[str, Algorithm] = {
             kinds=DISTRIBUTIONS,
             one_objective="bohb optimises one metric; with several objectives use optuna "
             "(multi-objective TPE), random or grid",
-            schedulers=("asha",),
-            schedulers_why="bohb always stops early (ASHA): its model learns at ASHA's rungs; use "
-            "random or optuna to turn early stopping off",
+            # (its model learns at ASHA's rungs, which are its budgets; median and curve stop
+            # trials at any epoch, and report every epoch, the budgets included)
+            schedulers=("asha", "median", "curve"),
+            schedulers_why="bohb always stops early (ASHA, or median or curve stopping): its model "
+            "learns at ASHA's rungs; use random or optuna to turn early stopping off",
             preload=("tuner.search.bohb",),
         ),
         Algorithm(

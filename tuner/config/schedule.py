@@ -38,6 +38,19 @@ def seconds(value: Union[str, float, int]) -> float:
     return out
 
 
+class CurveSection(Section):
+    """The curve stopper (schedule.scheduler: curve)."""
+
+    threshold: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="A trial stops once the probability that it beats the best value any trial "
+        "has reached, by schedule.max_epochs, falls below this (its learning curve extrapolated "
+        "by an ensemble of curve families, Domhan et al. 2015). Lower stops fewer trials, later.",
+    )
+
+
 class ScheduleSection(Section):
     """Epoch budget, early stopping, and when the sweep as a whole ends."""
 
@@ -57,16 +70,23 @@ class ScheduleSection(Section):
     scheduler: Optional[str] = Field(
         None,
         description=f"What decides which trials go on: {' | '.join(SCHEDULERS)} (fifo: every trial "
-        "trains to max_epochs; asha: poor trials stop at rungs; pbt, pb2: population-based "
-        "training, schedule.pbt). Default: the algorithm's (asha for "
-        "random, optuna and bohb, fifo for grid), fifo with several objectives "
-        "(docs/explanation/algorithms.md).",
+        "trains to max_epochs; asha: poor trials stop at rungs; moasha: asha ranking several "
+        "objectives by Pareto fronts; median: a trial worse than the others' median stops; curve: "
+        "a trial whose extrapolated learning curve is unlikely to beat the best stops, "
+        "schedule.curve; pbt, pb2: population-based training, schedule.pbt). Default: the "
+        "algorithm's (asha for random, optuna and bohb, fifo for grid), fifo with several "
+        "objectives (docs/explanation/algorithms.md).",
     )
     early_stopping: Optional[bool] = Field(
         None,
-        description="Stop poor trials early: true is schedule.scheduler asha, false fifo. Default: "
-        "on for random and optuna, off for grid and with several objectives (where true is "
-        "refused); bohb always uses it (asynchronous BOHB).",
+        description="Stop poor trials early: true is schedule.scheduler asha (moasha with several "
+        "objectives), false fifo. Default: on for random and optuna, off for grid and with "
+        "several objectives; bohb always uses it (asynchronous BOHB).",
+    )
+    curve: CurveSection = Field(
+        default_factory=CurveSection,
+        description="The curve stopper (schedule.scheduler: curve): when a trial's extrapolated "
+        "learning curve stops it.",
     )
     pbt: PopulationSection = Field(
         default_factory=PopulationSection,

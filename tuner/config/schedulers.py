@@ -2,6 +2,12 @@
 
 - `fifo`: every trial trains to `max_epochs` (Tune's first-in first-out; nothing stopped);
 - `asha`: asynchronous successive halving (Li et al. 2020), which stops poor trials at rungs;
+- `moasha`: the same with several objectives, a rung ranking trials by Pareto fronts (Schmucker
+  et al. 2021, Syne Tune's MOASHA);
+- `median`: the median stopping rule (Golovin et al. 2017): a trial whose best so far is worse
+  than the median of the others' running averages stops;
+- `curve`: learning-curve extrapolation (Domhan et al. 2015): a trial unlikely to beat the best
+  value by max_epochs stops (schedule.curve);
 - `pbt`: population-based training (Jaderberg et al. 2017): the worst trials continue from the
   best ones' checkpoints with perturbed configurations (schedule.pbt);
 - `pb2`: the same, the new configurations chosen by a GP bandit (Parker-Holder et al. 2020).
@@ -94,7 +100,35 @@ SCHEDULERS: dict[str, Scheduler] = {
             seeds="tuner.search.schedulers:seed_asha",
             stops_early=True,
             one_objective="ASHA ranks trials by one metric and would stop the ones that trade it for "
-            "the other objectives; with several objectives early stopping is off (leave it unset)",
+            "the other objectives; use moasha (what schedule.early_stopping: true gives them)",
+        ),
+        Scheduler(
+            name="moasha",
+            title="multi-objective ASHA",
+            builds="tuner.search.moasha:moasha",
+            seeds="tuner.search.moasha:seed",
+            stops_early=True,
+            several_objectives=True,
+        ),
+        Scheduler(
+            name="median",
+            title="median stopping",
+            builds="tuner.search.stoppers:median",
+            seeds="tuner.search.stoppers:seed",
+            stops_early=True,
+            one_objective="the median rule compares trials by one metric and would stop the ones that "
+            "trade it for the other objectives; use moasha",
+            whole_curve=True,
+        ),
+        Scheduler(
+            name="curve",
+            title="learning-curve stopping",
+            builds="tuner.search.stoppers:curve",
+            seeds="tuner.search.stoppers:seed",
+            stops_early=True,
+            one_objective="the curve stopper extrapolates one metric and would stop the trials that "
+            "trade it for the other objectives; use moasha",
+            whole_curve=True,
         ),
         *(
             Scheduler(
@@ -115,17 +149,20 @@ SCHEDULERS: dict[str, Scheduler] = {
     )
 }
 EARLY = "asha"  # what `schedule.early_stopping: true` asks for
+EARLY_SEVERAL = "moasha"  # and with several objectives
 NONE = "fifo"  # what `schedule.early_stopping: false` asks for
 
 
 def chosen(schedule: Any, algorithm: Algorithm, objectives: int) -> tuple[Scheduler, str]:
     """The sweep's scheduler and the field that chose it ("" for the algorithm's default):
-    `schedule.scheduler` if set, else `schedule.early_stopping` (true: asha, false: fifo), else
-    the algorithm's default, which with several objectives is fifo unless it takes them."""
+    `schedule.scheduler` if set, else `schedule.early_stopping` (true: asha, or moasha with
+    several objectives; false: fifo), else the algorithm's default, which with several
+    objectives is fifo unless it takes them."""
     if schedule.scheduler is not None:
         return SCHEDULERS[schedule.scheduler], "schedule.scheduler"
     if schedule.early_stopping is not None:
-        return SCHEDULERS[EARLY if schedule.early_stopping else NONE], "schedule.early_stopping"
+        early = EARLY_SEVERAL if objectives > 1 else EARLY
+        return SCHEDULERS[early if schedule.early_stopping else NONE], "schedule.early_stopping"
     default = SCHEDULERS[algorithm.default_scheduler]
     if objectives > 1 and not default.several_objectives:
         return SCHEDULERS[NONE], ""

@@ -14,12 +14,12 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 # metric after `epoch` epochs of `config` (a non-finite value: the trial diverged there;
-# None: it crashed there, as a trial whose code raises)
-Curve = Callable[[dict[str, Any], int, random.Random], Optional[float]]
+# None: it crashed there, as a trial whose code raises), or with several objectives a dict of
+# every objective's value
+Curve = Callable[[dict[str, Any], int, random.Random], Union[None, float, dict[str, float]]]
 
 
 @dataclass
@@ -30,6 +30,17 @@ class Trial:
     crashed: bool = False  # ended by an error (its code raised): no value at its last epoch
     ended: bool = False  # finished: stopped, failed or at max_epochs (False: still running)
     resumed_at: int = 0  # continued from a checkpoint at this epoch (a resumed sweep's trial)
+    stopped: bool = False  # stopped by the scheduler before max_epochs
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the results it reported here
+
+
+@dataclass(eq=False)
+class Handle:
+    """What the scheduler and searcher are given of a trial, as Tune gives them its Trial
+    (hashable by identity, as a Trial is: Ray's MedianStoppingRule keys its results by it)."""
+
+    trial_id: str
+    config: dict[str, Any]
 
 
 @dataclass
@@ -71,7 +82,7 @@ def simulate(
     sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
     worst = -math.inf if mode == "max" else math.inf
     trials: dict[str, Trial] = {}
-    running: list[SimpleNamespace] = []
+    running: list[Handle] = []
     spent = 0
     while (len(trials) < n or running) and (epoch_budget is None or spent < epoch_budget):
         while len(running) < slots and len(trials) < n:
@@ -83,7 +94,7 @@ def simulate(
             config = {**plan.param_space, **suggested}
             earlier = list(continued[len(trials)]) if continued and len(trials) < len(continued) else []
             trials[tid] = Trial(config, earlier, resumed_at=len(earlier))
-            running.append(SimpleNamespace(trial_id=tid, config=config))
+            running.append(Handle(tid, config))
             if sched is not None:
                 sched.on_trial_add(None, running[-1])
         if not running:
@@ -99,17 +110,19 @@ def simulate(
             searcher.on_trial_complete(handle.trial_id, None, error=True)
             running.remove(handle)
             continue
-        value = float(raw)
-        result: dict[str, Any] = {"epoch": len(trial.values) + 1, metric: value}
-        if not math.isfinite(value):
+        values = {k: float(v) for k, v in raw.items()} if isinstance(raw, dict) else {metric: float(raw)}
+        result: dict[str, Any] = {"epoch": len(trial.values) + 1, **values}
+        if not math.isfinite(result[metric]):
             result.update({metric: worst, "failure": "diverged"})
             trial.failed = True
         trial.values.append(result[metric])
+        trial.rows.append(result)
         if log is not None:
             log.append(Event(handle.trial_id, result["epoch"], result[metric]))
         decision = sched.on_trial_result(None, handle, result) if sched is not None else "CONTINUE"
         if decision == "STOP" or trial.failed or len(trial.values) >= max_epochs:
             trial.ended = True
+            trial.stopped = decision == "STOP" and not trial.failed and len(trial.values) < max_epochs
             if sched is not None:
                 sched.on_trial_complete(None, handle, result)
             searcher.on_trial_complete(handle.trial_id, result)
@@ -117,3 +130,21 @@ def simulate(
         else:
             searcher.on_trial_result(handle.trial_id, result)
     return trials
+
+
+def resumed_from(trials: dict[str, Trial], n: int) -> tuple[Any, list[list[float]]]:
+    """What a sweep of n trials, killed where `trials` stand (`epoch_budget`), resumes from, as
+    the driver reads it back from their journals (tuner.driver.sweep): the search plan's Prior
+    and the values so far of the trials it continues (`simulate`'s `continued`). The results
+    are the rows the trials reported here (every objective of them)."""
+    from tuner.search.plan import Prior, PriorTrial
+
+    ended = [t for t in trials.values() if t.ended]
+    running = [t for t in trials.values() if not t.ended]
+    prior = Prior(
+        finished=[PriorTrial(t.config, t.rows, t.crashed) for t in ended],
+        resumed=[t.config for t in running],
+        interrupted=[PriorTrial(t.config, t.rows) for t in running],
+        new=n - len(trials),
+    )
+    return prior, [list(t.values) for t in running]

@@ -1,0 +1,235 @@
+"""Schedulers that stop a trial from its whole learning curve (schedule.scheduler: median,
+curve), built for Ray Tune (imports Ray: loaded only when a sweep runs).
+
+- `median`: the median stopping rule (Golovin et al. 2017, Google Vizier; Ray Tune's
+  MedianStoppingRule, Katib's medianstop): after grace_epochs, a trial whose best value so far
+  is worse than the median of the other trials' running averages at the same epoch stops
+  (once at least MEDIAN_MIN_TRIALS others have reached that epoch). As in Ray's, a running
+  average runs from grace_epochs to that epoch, and the others are every trial that reached
+  it (running or ended; Katib counts only those that completed).
+- `curve`: learning-curve extrapolation (Domhan et al. 2015; tuner.search.curves): after
+  grace_epochs, a trial whose probability of beating the incumbent (the best value any trial
+  has reported) by max_epochs falls below schedule.curve.threshold stops. The incumbent's
+  trial is never stopped.
+
+Both keep every trial's curve as it arrives, and nothing else: the incumbent, the median and
+the pooled noise are functions of the set of curves, not of the order they came in. So a
+resumed sweep, its scheduler rebuilt from the trials' journals (`seed`: the finished trials,
+those continued from checkpoints, and a warm start's), decides as the uninterrupted sweep
+would have. Each judgement is kept (`verdicts`, `columns` name its numbers), for the driver
+to write beside the trial and show (tuner.driver.dashboard).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from tuner.search import curves as curve_model
+from tuner.search.plan import TIME_ATTR, PriorTrial, SearchRequest, key
+from tuner.sweepdir import finite
+
+MEDIAN_MIN_TRIALS = 3  # others that reached the epoch before the median rule judges (Ray's, Katib's)
+
+
+class CurveScheduler(FIFOScheduler):
+    """What the curve-reading schedulers share (see the module): each trial's curve, signed so
+    that higher is better, by Tune's trial id; those of an earlier run under ids of their own."""
+
+    # The numbers a judgement gives, in the order shown: key -> what it is (HParams columns).
+    columns: dict[str, str] = {}
+
+    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int):
+        super().__init__()
+        self._metric, self._mode, self._time_attr = metric, mode, TIME_ATTR
+        self.sign = 1.0 if mode == "max" else -1.0
+        self.max_epochs, self.grace = max_epochs, grace_epochs
+        self.curves: dict[str, dict[int, float]] = {}  # trial -> epoch -> signed value
+        self.best = -math.inf  # the incumbent: the best signed value of any trial
+        # Trials continued from checkpoints, by configuration: the names their curves have
+        # until Tune adds them (under a new trial id, which they then take).
+        self.waiting: dict[str, list[str]] = {}
+        self.verdicts: dict[str, dict[str, Any]] = {}  # trial -> its latest judgement
+
+    # ------------------------------------------------------------------ Tune's calls
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        waiting = self.waiting.get(key(trial.config)) if self.waiting else None
+        if waiting and trial.trial_id not in self.curves:
+            self.rename(waiting.pop(0), trial.trial_id)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        epoch, value = result.get(TIME_ATTR), result.get(self._metric)
+        if not finite(epoch) or not finite(value) or "failure" in result:
+            return TrialScheduler.CONTINUE  # (a failed trial ends by itself)
+        epoch = int(epoch)
+        curve = self.curves.setdefault(trial.trial_id, {})
+        for later in [e for e in curve if e > epoch]:  # continued from an earlier checkpoint
+            del curve[later]
+        self._observe(trial.trial_id, epoch, self.sign * float(value))
+        if epoch < self.grace or epoch >= self.max_epochs:
+            return TrialScheduler.CONTINUE
+        verdict = self.judge(trial.trial_id, epoch)
+        if verdict is None:
+            return TrialScheduler.CONTINUE
+        self.verdicts[trial.trial_id] = {TIME_ATTR: epoch, **verdict}
+        return TrialScheduler.STOP if verdict["stop"] else TrialScheduler.CONTINUE
+
+    def debug_string(self) -> str:
+        return f"{type(self).__name__}: {len(self.curves)} curves"
+
+    # ------------------------------------------------------------------ state
+
+    def seed(self, prior: Any) -> None:
+        """The earlier trials' curves, as if seen live: finished ones (and a warm start's)
+        under names of their own, and those to be continued, whose names they keep until Tune
+        adds them again (they count meanwhile: for the incumbent, the median, the noise)."""
+        for i, t in enumerate(prior.earlier + prior.finished):
+            self._take(f"prior-{i}", self._curve_of(t))
+        for i, t in enumerate(prior.interrupted):
+            self._take(f"resumed-{i}", self._curve_of(t))
+            self.waiting.setdefault(key(t.config), []).append(f"resumed-{i}")
+
+    def rename(self, old: str, new: str) -> None:
+        """A trial's state under its new trial id (a resumed trial, added again)."""
+        if old in self.curves:
+            self.curves[new] = self.curves.pop(old)
+        if old in self.verdicts:
+            self.verdicts[new] = self.verdicts.pop(old)
+
+    def _curve_of(self, t: PriorTrial) -> dict[int, float]:
+        curve = {}
+        for row in t.history:
+            epoch, value = row.get(TIME_ATTR), row.get(self._metric)
+            if finite(epoch) and finite(value) and "failure" not in row:
+                curve[int(epoch)] = self.sign * float(value)
+        return curve
+
+    def _take(self, trial_id: str, curve: dict[int, float]) -> None:
+        if not curve:  # (no finite value: as a trial whose first result failed, none kept)
+            return
+        self.curves[trial_id] = {}
+        for epoch in sorted(curve):
+            self._observe(trial_id, epoch, curve[epoch])
+
+    def _observe(self, trial_id: str, epoch: int, z: float) -> None:
+        self.curves[trial_id][epoch] = z
+        self.best = max(self.best, z)
+
+    def judge(self, trial_id: str, epoch: int) -> Optional[dict[str, Any]]:
+        """The judgement at `epoch`: {"stop": bool, and the numbers of `columns`}; None: none
+        can be made yet."""
+        raise NotImplementedError
+
+    def value(self, z: float) -> float:
+        """A signed value in the metric's own terms."""
+        return self.sign * z
+
+
+class MedianStopping(CurveScheduler):
+    """The median stopping rule (see the module)."""
+
+    columns = {
+        "median": "the median of the other trials' running averages (from grace_epochs) at the "
+        "epoch it was judged",
+        "best": "the trial's best value by that epoch",
+    }
+
+    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int):
+        super().__init__(metric, mode, max_epochs, grace_epochs)
+        # epoch -> trial -> the trial's running average up to that epoch (signed)
+        self.averages: dict[int, dict[str, float]] = {}
+
+    def _observe(self, trial_id: str, epoch: int, z: float) -> None:
+        super()._observe(trial_id, epoch, z)
+        curve = self.curves[trial_id]
+        for later in [e for e, by in self.averages.items() if e >= epoch and trial_id in by]:
+            del self.averages[later][trial_id]  # (a trial continued from an earlier checkpoint)
+        window = range(self.grace, epoch + 1)
+        if epoch >= self.grace and all(e in curve for e in window):
+            # (math.fsum: the same average whichever order a resumed sweep re-reads it in)
+            self.averages.setdefault(epoch, {})[trial_id] = math.fsum(curve[e] for e in window) / len(window)
+
+    def rename(self, old: str, new: str) -> None:
+        super().rename(old, new)
+        for by in self.averages.values():
+            if old in by:
+                by[new] = by.pop(old)
+
+    def judge(self, trial_id: str, epoch: int) -> Optional[dict[str, Any]]:
+        others = [v for t, v in self.averages.get(epoch, {}).items() if t != trial_id]
+        if len(others) < MEDIAN_MIN_TRIALS:
+            return None
+        median = float(np.median(others))
+        best = max(z for e, z in self.curves[trial_id].items() if e <= epoch)
+        return {"stop": best < median, "median": self.value(median), "best": self.value(best)}
+
+
+class CurveStopping(CurveScheduler):
+    """Learning-curve extrapolation (see the module and tuner.search.curves)."""
+
+    columns = {
+        "pred_final": "the value the curve stopper predicted for max_epochs",
+        "p_beat": "its probability that the trial beats the incumbent by max_epochs",
+        "incumbent": "the best value of any trial when it was judged",
+    }
+
+    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int, threshold: float):
+        super().__init__(metric, mode, max_epochs, grace_epochs)
+        self.threshold = threshold
+        self.noise: dict[str, float] = {}  # trial -> its own noise (sd), once it has enough epochs
+
+    def _observe(self, trial_id: str, epoch: int, z: float) -> None:
+        super()._observe(trial_id, epoch, z)
+        curve = self.curves[trial_id]
+        self.noise.pop(trial_id, None)
+        if len(curve) >= curve_model.OWN_NOISE_POINTS:
+            fitted = self._fit(curve, None)
+            if fitted is not None and fitted.residual_var is not None:
+                self.noise[trial_id] = math.sqrt(fitted.residual_var)
+
+    def rename(self, old: str, new: str) -> None:
+        super().rename(old, new)
+        if old in self.noise:
+            self.noise[new] = self.noise.pop(old)
+
+    def pooled_noise(self) -> Optional[float]:
+        """The median of the trials' own noise (None before any has enough epochs)."""
+        return float(np.median(list(self.noise.values()))) if self.noise else None
+
+    def _fit(self, curve: dict[int, float], noise: Optional[float]) -> Optional[curve_model.Fit]:
+        epochs = np.array(sorted(curve))
+        z = np.array([curve[e] for e in epochs])
+        return curve_model.fit(epochs, z, self.max_epochs, noise)
+
+    def judge(self, trial_id: str, epoch: int) -> Optional[dict[str, Any]]:
+        curve = self.curves[trial_id]
+        fitted = self._fit(curve, self.pooled_noise())
+        if fitted is None:
+            return None
+        leads = max(curve.values()) >= self.best  # the incumbent's own trial
+        p = 1.0 if leads else fitted.p_above(self.best)
+        return {
+            "stop": p < self.threshold,
+            "pred_final": self.value(fitted.median),
+            "p_beat": p,
+            "incumbent": self.value(self.best),
+        }
+
+
+def median(r: SearchRequest) -> MedianStopping:
+    s = r.schedule
+    return MedianStopping(r.metric, r.mode, s.max_epochs, s.grace_epochs)
+
+
+def curve(r: SearchRequest) -> CurveStopping:
+    s = r.schedule
+    return CurveStopping(r.metric, r.mode, s.max_epochs, s.grace_epochs, s.curve.threshold)
+
+
+def seed(scheduler: CurveScheduler, r: SearchRequest) -> None:
+    """Resume seeding (tuner.config.schedulers): every earlier trial's curve."""
+    scheduler.seed(r.prior)
