@@ -24,6 +24,7 @@ from tuner.sweepdir import (
     finite,
     read_lineage,
     read_metrics,
+    read_verdicts,
     recovered_record,
     trial_dirs,
 )
@@ -123,6 +124,9 @@ class TrialRecord:
     # Where its configuration came from (start_with, an earlier sweep's path, searcher), as
     # its record says: written when the searcher handed it out. None: not recorded.
     origin: Optional[str] = None
+    # The latest judgement of a scheduler that reads whole curves (median, curve): its epoch,
+    # whether it stopped the trial, and its numbers (tuner.sweepdir's stopper.jsonl). None: none.
+    verdict: Optional[dict[str, Any]] = None
 
     @property
     def finished(self) -> bool:
@@ -184,6 +188,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         stopped_itself=outcome is Outcome.STOPPED_ITSELF,
         schedule=schedule,
         origin=str(info["origin"]) if info.get("origin") else None,
+        verdict=next(reversed(read_verdicts(trial_dir)), None),
     )
 
 
@@ -321,6 +326,7 @@ def summarize(
         "never_started",
         "schedule",
         "origin",
+        "verdict",
     )
     return {
         "name": name,
@@ -357,6 +363,7 @@ def summarize(
                 **({NEVER_STARTED: True} if r.never_started else {}),
                 **({"schedule": r.schedule} if r.schedule is not None else {}),
                 **({"origin": r.origin} if r.origin else {}),
+                **({"verdict": r.verdict} if r.verdict is not None else {}),
             }
             for r in trials
         ],

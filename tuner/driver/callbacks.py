@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
@@ -277,6 +277,9 @@ class Progress(Callback):
         self.started: set[str] = set()
         self.cut_short: set[str] = set()  # stopped by a Ctrl-C at a report: unfinished, resumable
         self.trial_best: dict[str, tuple[float, int]] = {}  # trial id -> its best value, that epoch
+        # Why the scheduler stopped a trial, if it says: fn(trial, brief) (tuner.driver.verdicts)
+        self.explain: Optional[Callable[[Any, bool], Optional[str]]] = None
+        self.last_stop: Optional[str] = None  # the latest, on the live line
 
     def setup(self, **info: Any) -> None:
         self.t0 = time.monotonic()
@@ -296,6 +299,9 @@ class Progress(Callback):
         value = result.get(self.metric)
         if "failure" in result:
             self.failed.add(trial.trial_id)
+        why = self.explain(trial, True) if self.explain is not None else None
+        if why is not None:
+            self.last_stop = f"stopped {trial_name(trial)}: {why}"
         if "failure" in result or not isinstance(value, (int, float)) or not math.isfinite(value):
             return
         if self._better(value, self.best):
@@ -350,9 +356,11 @@ class Progress(Callback):
             else f"best {self.metric} {number(best[0])} at epoch {best[1]}"
         )
         resumable = ", unfinished: resume continues it" if how == "stopped" else ""
+        why = self.explain(trial, False) if self.explain is not None and not last.get("failure") else None
+        because = "" if why is None else f" (stopped early: {why})"
         self.stream.write(
             f"[tuner] trial {trial_name(trial)} {note} after {epochs} epoch(s){resumable}: {value}"
-            f" · {self.line(trials, prefix=False, ending=trial)}\n"
+            f"{because} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
         self.stream.flush()
 
@@ -399,6 +407,8 @@ class Progress(Callback):
         done_here = done - self.done_before
         if 0 < done_here and done < self.total and not INTERRUPTED.is_set():
             parts.append(f"eta ~{clock(elapsed / done_here * (self.total - done))}")
+        if self.last_stop and prefix:  # (last: the first cut on a narrow terminal; a finished
+            parts.append(self.last_stop)  # trial's own line says why it stopped)
         return ("[tuner] " if prefix else "") + " · ".join(parts)
 
     def _parts(

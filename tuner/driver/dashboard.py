@@ -4,7 +4,9 @@ Each trial's run gets, beside the scalars the trial writes itself, its best valu
 objective so far (`best/<metric>`, the value tuner ranks it by) and that epoch's number
 (`best_epoch/<metric>`), the epochs it trained (`trial/epochs`) and how it ended
 (`trial/outcome`, a number: `Outcome.code`); these are HParams columns, so the table sorts and
-filters trials the way summary.json, the CLI and the report rank them. A stopped or crashed
+filters trials the way summary.json, the CLI and the report rank them. With a scheduler that
+judges whole curves (median, curve), its judgement of each epoch too (`stopper/...`:
+tuner.driver.verdicts), so the table shows why a trial was stopped. A stopped or crashed
 trial keeps what it reached: its last values are written when it ends, from the same
 `results.record` the summary reads.
 
@@ -33,9 +35,10 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 
 from tuner.driver.callbacks import trial_dir
 from tuner.driver.stopping import INTERRUPTED
+from tuner.driver.verdicts import STOPPER
 from tuner.history import SweepHistory, descriptions, replay
 from tuner.results import Outcome, TrialRecord, best_of, best_row_of, record, records
-from tuner.sweepdir import SWEEP_RUN, read_metrics
+from tuner.sweepdir import SWEEP_RUN, finite, read_metrics
 from tuner.trial.frame import tb
 
 # A trial's scalars written by the driver (HParams columns).
@@ -139,6 +142,8 @@ class Dashboard(Callback):
         values: dict[str, float] = {EPOCHS: live.epochs, OUTCOME: Outcome.UNFINISHED.code}
         for name, row in live.best.items():
             values[BEST + name], values[BEST_EPOCH + name] = row[name], row["epoch"]
+        # the scheduler's judgement of this epoch, if it makes one (tuner.driver.verdicts)
+        values.update({k: float(v) for k, v in result.items() if k.startswith(STOPPER) and finite(v)})
         live.file.scalars(values, epoch)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

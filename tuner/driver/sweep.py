@@ -539,7 +539,7 @@ def _launch(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
 
-    from tuner.driver import dashboard
+    from tuner.driver import dashboard, verdicts
     from tuner.driver.callbacks import HParamsCallback, TrialRecordCallback, hparam_domains
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
@@ -557,13 +557,18 @@ def _launch(
     }
     mirror = start.mirror
     records = TrialRecordCallback(per_trial, mirror, plan.handed)
-    callbacks: list[Any] = [JsonLoggerCallback(), CSVLoggerCallback(), records]
+    # (first: the callbacks after it see the scheduler's judgement of each result in it)
+    judged = verdicts.Verdicts.wanted(plan.scheduler, mirror)
+    callbacks: list[Any] = [c for c in (judged,) if c is not None]
+    callbacks += [JsonLoggerCallback(), CSVLoggerCallback(), records]
     if sweep_dir or mirror:
         root = sweep_dir or mirror.local  # type: ignore[union-attr]
         objectives = [n for n, _ in cfg.objectives]
-        first = dashboard.columns(objectives) if sweep_dir else None  # (no Dashboard in object storage)
+        # (no Dashboard in object storage)
+        first = {**dashboard.columns(objectives), **verdicts.columns(plan.scheduler)} if sweep_dir else None
         callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror, first))
     if progress is not None:
+        progress.explain = judged.why if judged is not None else None
         callbacks.append(progress)
     if sweep_dir or mirror:  # tracking.mlflow, tracking.wandb
         from tuner.driver import tracking

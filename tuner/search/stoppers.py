@@ -128,6 +128,14 @@ class CurveScheduler(FIFOScheduler):
         """A signed value in the metric's own terms."""
         return self.sign * z
 
+    def reason(self, verdict: dict[str, Any]) -> str:
+        """A judgement in words, as the report and a finished trial's line say it."""
+        raise NotImplementedError
+
+    def brief(self, verdict: dict[str, Any]) -> str:
+        """A judgement in a few words, as the live status line says it."""
+        raise NotImplementedError
+
 
 class MedianStopping(CurveScheduler):
     """The median stopping rule (see the module)."""
@@ -166,6 +174,16 @@ class MedianStopping(CurveScheduler):
         median = float(np.median(others))
         best = max(z for e, z in self.curves[trial_id].items() if e <= epoch)
         return {"stop": best < median, "median": self.value(median), "best": self.value(best)}
+
+    def reason(self, verdict: dict[str, Any]) -> str:
+        than = "worse" if verdict["stop"] else "no worse"
+        return (
+            f"its best {self._metric} {verdict['best']:.4g} was {than} than the median "
+            f"{verdict['median']:.4g} of the others' running averages at epoch {verdict[TIME_ATTR]}"
+        )
+
+    def brief(self, verdict: dict[str, Any]) -> str:
+        return f"best {verdict['best']:.4g} vs median {verdict['median']:.4g}"
 
 
 class CurveStopping(CurveScheduler):
@@ -218,6 +236,17 @@ class CurveStopping(CurveScheduler):
             "p_beat": p,
             "incumbent": self.value(self.best),
         }
+
+    def reason(self, verdict: dict[str, Any]) -> str:
+        sign = "<" if verdict["stop"] else ">="
+        return (
+            f"at epoch {verdict[TIME_ATTR]} its curve predicted {self._metric} {verdict['pred_final']:.4g} "
+            f"at epoch {self.max_epochs}, a {verdict['p_beat']:.1%} chance of beating the best "
+            f"{verdict['incumbent']:.4g} ({sign} {self.threshold:g})"
+        )
+
+    def brief(self, verdict: dict[str, Any]) -> str:
+        return f"predicted {verdict['pred_final']:.4g}, P(beats best) {verdict['p_beat']:.1%}"
 
 
 def median(r: SearchRequest) -> MedianStopping:

@@ -7,6 +7,7 @@ write it: a name that stays inside output, one run at a time under a lock (claim
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt (the best epoch's weights)
                                 lineage.json (pbt, pb2: its configuration per epoch range)
+                                stopper.jsonl (median, curve: the scheduler's judgement per epoch)
                                 (task.command: checkpoints/epoch_NNNNNN/  reports.jsonl  config.json)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
       retried/<trial>/          a failed trial's first run, set aside by `resume --retry-failed`
@@ -51,6 +52,7 @@ from tuner.sweepdir.files import (
     SCRIPT_REPORTS_PATTERN,
     SCRIPT_RUN,
     STOPPED_ITSELF,
+    STOPPER_FILE,
     SUMMARY_FILE,
     SWEEP_RUN,
     TRACEBACK_FILE,
@@ -58,6 +60,7 @@ from tuner.sweepdir.files import (
     TUNE_ERROR_FILE,
     TUNE_PARAMS_FILE,
     add_environment,
+    append_verdict,
     best_weights_name,
     check_sweep_dir,
     check_writable,
@@ -81,6 +84,7 @@ from tuner.sweepdir.files import (
     read_metrics,
     read_record,
     read_summary,
+    read_verdicts,
     recorded_failure,
     recovered_record,
     remove_empty_dirs,
@@ -117,6 +121,7 @@ __all__ = [
     "METRICS_FILE",
     "NOTICE",
     "STOPPED_ITSELF",
+    "STOPPER_FILE",
     "NEVER_STARTED",
     "RECORD_FILE",
     "RETRIED_DIR",
@@ -133,6 +138,7 @@ __all__ = [
     "TUNE_ERROR_FILE",
     "TUNE_PARAMS_FILE",
     "add_environment",
+    "append_verdict",
     "best_weights_name",
     "check_sweep_dir",
     "check_writable",
@@ -158,6 +164,7 @@ __all__ = [
     "read_environments",
     "read_lineage",
     "read_metrics",
+    "read_verdicts",
     "read_record",
     "read_summary",
     "recorded_failure",

@@ -8,6 +8,7 @@
       <trial>/                  tuner_trial.json  metrics.jsonl  checkpoint_eNNNNNN.pt
                                 best.json  best_eNNNNNN.pt
                                 lineage.json (pbt, pb2: its configuration per epoch range)
+                                stopper.jsonl (median, curve: the scheduler's judgement per epoch)
                                 trial.log  traceback.txt  error.txt (Tune's)  events.out.*
 
 Each file is written at once by the process that knows its facts: `tuner_trial.json`
@@ -41,6 +42,11 @@ RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driv
 # A population's member (schedule.scheduler: pbt, pb2): its configuration per epoch range and
 # the trial whose weights each range started from (the driver's: tuner.search.pbt).
 LINEAGE_FILE = "lineage.json"
+# A trial judged by a scheduler that reads whole curves (schedule.scheduler: median, curve):
+# one line per epoch it was judged at, {"epoch", "stop", and the scheduler's numbers: the
+# curve stopper's pred_final, p_beat, incumbent; the median rule's median, best} (the driver's:
+# tuner.driver.verdicts). A resumed trial judged again at an epoch adds a line; the last counts.
+STOPPER_FILE = "stopper.jsonl"
 # A record's key: Tune failed the trial before it started (its reused actor could not be reset),
 # so it ended in error without running any code of yours, and `resume` runs it.
 NEVER_STARTED = "never_started"
@@ -462,6 +468,33 @@ def write_lineage(trial_dir: str, lineage: dict[str, Any]) -> str:
     path = os.path.join(trial_dir, LINEAGE_FILE)
     write_atomic(path, json.dumps(json_safe(lineage), indent=1))
     return path
+
+
+def append_verdict(trial_dir: str, verdict: dict[str, Any]) -> str:
+    """Add one judgement to the trial's stopper.jsonl; its path."""
+    os.makedirs(trial_dir, exist_ok=True)
+    path = os.path.join(trial_dir, STOPPER_FILE)
+    with open(path, "a") as f:
+        f.write(json.dumps(json_safe(verdict)) + "\n")
+    return path
+
+
+def read_verdicts(trial_dir: Optional[str]) -> list[dict[str, Any]]:
+    """The scheduler's judgements of a trial, by epoch, the last line of each epoch (a line cut
+    short by a kill is skipped); [] for a trial no such scheduler judged."""
+    path = os.path.join(trial_dir or "", STOPPER_FILE)
+    if not trial_dir or not os.path.isfile(path):
+        return []
+    by_epoch: dict[int, dict[str, Any]] = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and finite(row.get("epoch")):
+                by_epoch[int(row["epoch"])] = row
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def resources_of(trial_dir: str) -> dict[str, Any]:

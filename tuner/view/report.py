@@ -93,6 +93,7 @@ def build(data: SweepData, out: str) -> list[Block]:
         Image(_parallel(data, png("parallel.png")), "parallel coordinates"),
         *_importance(data, png("importance.png")),
         *_failures(data, png("outcomes.png")),
+        *_stopped(data),
         *_compute(data),
         *_autotune(data),
         *_environment(data),
@@ -357,6 +358,41 @@ def _failures(data: SweepData, path: str) -> list[Block]:
         ]
         blocks.append(Table(["trial", "cause", "epoch", "detail", "config"], rows, right={2}))
     return blocks
+
+
+STOPPED_ROWS = 10
+
+
+def _stopped(data: SweepData) -> list[Block]:
+    """Why the scheduler stopped trials, where it says (schedule.scheduler: median, curve): its
+    judgement at the epoch it stopped each, the best trials it stopped first."""
+    judged = [r for r in data.records if r.verdict is not None]
+    stopped = [r for r in ranked(judged, data.mode) if r.stopped_early and (r.verdict or {}).get("stop")]
+    if not judged:
+        return []
+    numbers = [k for k in judged[0].verdict or {} if k not in ("epoch", "stop")]
+    rows = [
+        [r.trial_id, str(r.verdict["epoch"]), number(r.best_value), *(_judged(r.verdict, k) for k in numbers)]
+        for r in stopped[:STOPPED_ROWS]
+    ]
+    more = f" (the {STOPPED_ROWS} with the best values)" if len(stopped) > STOPPED_ROWS else ""
+    blocks: list[Block] = [
+        Heading("Why trials stopped"),
+        Text(
+            f"{data.cfg.scheduler.title.capitalize()} judged {len(judged)} trial(s) and stopped {len(stopped)}"
+            f"{more}. Each trial's judgement at every epoch is in its stopper.jsonl; TensorBoard's "
+            "HParams table has the latest as stopper/... columns."
+        ),
+    ]
+    if rows:
+        headers = ["trial", "stopped at epoch", f"best {data.metric}", *numbers]
+        blocks.append(Table(headers, rows, right=set(range(1, 3 + len(numbers)))))
+    return blocks
+
+
+def _judged(verdict: dict[str, Any], name: str) -> str:
+    value = verdict.get(name)
+    return f"{value:.1%}" if name == "p_beat" and finite(value) else number(value)
 
 
 def _compute(data: SweepData) -> list[Block]:
