@@ -380,8 +380,8 @@ def _stopped(data: SweepData) -> list[Block]:
         Heading("Why trials stopped"),
         Text(
             f"{data.cfg.scheduler.title.capitalize()} judged {len(judged)} trial(s) and stopped "
-            f"{len(stopped)}{more}. Each trial's judgement at every epoch is in its stopper.jsonl; TensorBoard's "
-            "HParams table has the latest as stopper/... columns."
+            f"{len(stopped)}{more}. Each trial's judgement at every epoch is in its stopper.jsonl; "
+            "TensorBoard's HParams table has the latest as stopper/... columns."
         ),
     ]
     if rows:
