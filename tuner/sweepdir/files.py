@@ -482,19 +482,28 @@ def append_verdict(trial_dir: str, verdict: dict[str, Any]) -> str:
 def read_verdicts(trial_dir: Optional[str]) -> list[dict[str, Any]]:
     """The scheduler's judgements of a trial, by epoch, the last line of each epoch (a line cut
     short by a kill is skipped); [] for a trial no such scheduler judged."""
-    path = os.path.join(trial_dir or "", STOPPER_FILE)
-    if not trial_dir or not os.path.isfile(path):
+    if not trial_dir:
         return []
     by_epoch: dict[int, dict[str, Any]] = {}
+    for row in _json_lines(os.path.join(trial_dir, STOPPER_FILE)):
+        if isinstance(row, dict) and finite(row.get("epoch")):
+            by_epoch[int(row["epoch"])] = row
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _json_lines(path: str) -> list[Any]:
+    """The JSON value of each line of a file, a line cut short by a kill skipped; [] when there
+    is no such file."""
+    if not os.path.isfile(path):
+        return []
+    out = []
     with open(path, errors="replace") as f:
         for line in f:
             try:
-                row = json.loads(line)
+                out.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-            if isinstance(row, dict) and finite(row.get("epoch")):
-                by_epoch[int(row["epoch"])] = row
-    return [by_epoch[e] for e in sorted(by_epoch)]
+    return out
 
 
 def resources_of(trial_dir: str) -> dict[str, Any]:
@@ -508,19 +517,7 @@ def read_metrics(trial_dir: Optional[str]) -> list[dict[str, Any]]:
     """The epochs a trial recorded, oldest first (a line cut short by a kill is skipped)."""
     if not trial_dir:
         return []
-    path = os.path.join(trial_dir, METRICS_FILE)
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path, errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if _is_row(row):
-                rows.append(row)
-    return rows
+    return [row for row in _json_lines(os.path.join(trial_dir, METRICS_FILE)) if _is_row(row)]
 
 
 def recorded_failure(trial_dir: Optional[str]) -> Optional[dict[str, Any]]:
