@@ -35,7 +35,18 @@ ROWS: list[set[str]] = [
     {"trial.userloop", "trial.script"},
     {"trial.loop"},
     {"trial.frame"},
-    {"config", "space", "catalogue", "sweepdir", "packing", "errors", "autotune", "version", "environment"},
+    {
+        "config",
+        "space",
+        "catalogue",
+        "sweepdir",
+        "packing",
+        "errors",
+        "autotune",
+        "version",
+        "environment",
+        "timeline",
+    },
 ]
 SHARED = ROWS[-1]
 ROW = {room: i for i, rooms in enumerate(ROWS) for room in rooms}

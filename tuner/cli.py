@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
+from tuner import timeline
 from tuner.cluster import local, submit
 from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
@@ -332,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None, watch: bool = False) -> int:
     """The command line. `watch` (`python -m tuner`): a command that starts a private local Ray
     runs in a child process this one watches (driver/stopping.py: `watched`)."""
+    timeline.mark("cli")  # (the imports done)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

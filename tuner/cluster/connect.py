@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tuner import timeline
 from tuner.cluster import _ray_internals, join, tls
 from tuner.cluster.join import LOOPBACK
 
@@ -143,6 +144,7 @@ def leave(code: int) -> None:
     pids = _ray_internals.node_process_ids()  # [] unless this process started the Ray
     if not pids:
         return
+    timeline.mark("leave")
     import psutil
 
     for stream in (sys.stdout, sys.stderr):

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from tuner import environment, sweepdir
+from tuner import environment, sweepdir, timeline
 from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
@@ -355,9 +355,12 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
     env = {**environment.describe(cfg.code_dirs), "started": time.time()}
     quiet_ray(runtime.verbose)
+    timeline.mark("ray_init")
     preload = _preload(cfg.algorithm.preload)
     connect(runtime)
+    timeline.mark("ray_up")
     preload.join()  # (before anything here imports from Ray Tune itself)
+    timeline.mark("preloaded")
     env["gpus"] = _cluster_gpus()
     warn_unshared(start.storage)
     if start.announce:
@@ -394,7 +397,9 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     with _disk_full_stops(start.sweep_dir):
         progress = None if runtime.verbose else _progress(cfg, start)
         ended = _launch(cfg, res, start, plan, runtime.verbose, tune(res), progress)  # (training.autotune)
+        timeline.mark("fit_done")
         outcome = finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
+        timeline.mark("finished")
         if progress is not None:  # (its last line: what the table under it says)
             progress.close(outcome.summary)
         return outcome
@@ -631,6 +636,7 @@ def _launch(
         f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
         flush=True,
     )
+    timeline.mark("fit")
     with stopping.user_stops():
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:

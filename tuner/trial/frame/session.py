@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
+from tuner import timeline
 from tuner.errors import MissingMetricError
 from tuner.trial.frame.checkpoint import BestCheckpoint, DirCheckpoints, load_from_dir, save_to_dir
 from tuner.trial.frame.spec import trial_dir_for
@@ -70,6 +71,8 @@ class Session:
         missing = [name for name in wanted if name not in metrics]
         if not self._reported and missing:
             raise MissingMetricError(missing[0], list(metrics))
+        if not self._reported and self.is_main:
+            timeline.mark("first_report", trial=self.trial_id)
         self._reported = True
         if self.best is not None and state is not None and self.is_main:
             self.best.offer(metrics, state)

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tuner import timeline
 from tuner.config.modes import MODES
 from tuner.trial.frame.spec import TrialSpec
 
@@ -34,22 +35,43 @@ WIND_DOWN_S = 300
 
 def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for one worker per trial."""
-    from tuner.trial.frame.session import TuneSession
+    trial = _marked_trial()
+    try:
+        from tuner.trial.frame.session import TuneSession
 
-    _allow_wind_down()
-    session = TuneSession(
-        spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
-    )
-    session.show(config, spec.perturbed)
-    MODES[spec.trial_mode].function()(config, spec, session)
+        _allow_wind_down()
+        session = TuneSession(
+            spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
+        )
+        session.show(config, spec.perturbed)
+        train = MODES[spec.trial_mode].function()
+        timeline.mark("loaded", trial=trial)
+        train(config, spec, session)
+    finally:
+        timeline.mark("trial_end", trial=trial)
 
 
 def group_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """Tune function trainable for several workers, started by this actor."""
-    from tuner.trial.launch.ranks import run_group
+    trial = _marked_trial()
+    try:
+        from tuner.trial.launch.ranks import run_group
 
-    _allow_wind_down()
-    run_group(config, spec)
+        _allow_wind_down()
+        run_group(config, spec)
+    finally:
+        timeline.mark("trial_end", trial=trial)
+
+
+def _marked_trial() -> str:
+    """The trial's id, its start marked on the sweep's timeline (tuner.timeline), when kept."""
+    if not os.environ.get(timeline.ENV):
+        return ""
+    from ray import tune
+
+    trial = str(tune.get_context().get_trial_id())
+    timeline.mark("trial", trial=trial)
+    return trial
 
 
 def _allow_wind_down() -> None:
