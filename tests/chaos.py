@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -124,7 +125,10 @@ def slow(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int)
 
 class _Hang(_Chaos):
     """Hangs for good at training step `hang_at_step` when its width is `hang_width`; with
-    `hang_rank` set, only that DDP rank hangs (the others then wait for it in a collective)."""
+    `hang_rank` set, only that DDP rank hangs (the others then wait for it in a collective).
+    As it hangs, the trial's watchdog (schedule.trial_timeout, on rank 0) sees its whole
+    timeout pass (`timeout_passes`): a test's healthy trials get a timeout no machine's epochs
+    reach, and the hung one is ended within the watchdog's next look, on any machine."""
 
     def trip(self, x: torch.Tensor) -> None:
         if (
@@ -132,12 +136,24 @@ class _Hang(_Chaos):
             and self.config["width"] == self.config["hang_width"]
         ):
             rank = int(self.config.get("hang_rank", -1))
+            mine = 0
             if rank >= 0:
                 import torch.distributed as dist
 
-                if dist.get_rank() != rank:
-                    return
+                mine = dist.get_rank()
+            if mine == 0:
+                timeout_passes()
+            if rank >= 0 and mine != rank:
+                return
             threading.Event().wait()  # blocked in C, like a deadlock: nothing Python can interrupt
+
+
+def timeout_passes() -> None:
+    """The clock of this process's trial watchdog (tuner/trial/frame/watchdog.py) jumps past any
+    deadline: it ends the trial as timed out when it next looks (within a second)."""
+    from tuner.trial.frame import watchdog
+
+    watchdog.time = SimpleNamespace(monotonic=lambda: time.monotonic() + 1e9)  # type: ignore[assignment]
 
 
 def hang(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -45,9 +45,21 @@ def pytest_configure(config: pytest.Config) -> None:
         stall.start()  # a test stuck in C code gets its native stacks printed (tests/stall.py)
 
 
+# When the running test began (time.monotonic()): what it waits for to settle after its work
+# (processes gone, CPUs handed back) may take as long as that work took on this machine.
+_TEST_BEGAN = [time.monotonic()]
+
+
+def settle_s(at_least: float) -> float:
+    """How long to wait for something to settle after a test's work: `at_least` seconds, or
+    as long as the test has run so far, whichever is longer (a slow machine is slow at both)."""
+    return max(at_least, time.monotonic() - _TEST_BEGAN[0])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     stall.mark(item.nodeid)
+    _TEST_BEGAN[0] = time.monotonic()
     try:
         return (yield)
     finally:
@@ -176,14 +188,15 @@ def _wait_for_idle_ray(whose: str) -> None:
     if not ray.is_initialized():
         return
     total = ray.cluster_resources().get("CPU", 0.0)
-    deadline = time.monotonic() + SHARED_RAY_IDLE_S
+    wait_s = settle_s(SHARED_RAY_IDLE_S)
+    deadline = time.monotonic() + wait_s
     while (free := ray.available_resources().get("CPU", 0.0)) < total:
         if time.monotonic() > deadline:
             left = subprocess.run(["ps", "-eo", "pid,etimes,args"], capture_output=True, text=True).stdout
             actors = [ln.strip() for ln in left.splitlines() if "ray::" in ln and "Agent" not in ln]
             pytest.fail(
                 f"{whose} trial actors still held {total - free:g} of the shared Ray's {total:g} CPUs "
-                f"{SHARED_RAY_IDLE_S:g} s after its sweep; its Ray processes: {actors}"
+                f"{wait_s:.0f} s after its sweep; its Ray processes: {actors}"
             )
         time.sleep(0.2)
 
@@ -219,10 +232,11 @@ class CliSweep:
 
 def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
     """Processes whose environment has TUNER_TEST_MARK=mark (Ray's inherit the driver's) still
-    alive after `within_s` seconds ("pid name"; a killed one may take the kernel a moment)."""
+    alive after `within_s` seconds, or as long as the test has run (`settle_s`): "pid name"
+    each; a killed one may take the kernel a moment."""
     import psutil
 
-    deadline = time.monotonic() + within_s
+    deadline = time.monotonic() + settle_s(within_s)
     while True:
         found = []
         for proc in psutil.process_iter(["status"]):
@@ -329,10 +343,11 @@ def ns_cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 def assert_resources_returned(within_s: float = 10.0) -> None:
-    """Every CPU and GPU of the test's Ray is free again (its view lags a little)."""
+    """Every CPU and GPU of the test's Ray is free again (its view lags a little): within
+    `within_s` seconds, or as long as the test has run (`settle_s`)."""
     import ray
 
-    deadline = time.monotonic() + within_s
+    deadline = time.monotonic() + settle_s(within_s)
     while True:
         total, free = ray.cluster_resources(), ray.available_resources()
         held = {k: total[k] - free.get(k, 0) for k in ("CPU", "GPU") if k in total}
@@ -486,7 +501,7 @@ def unheld(sweep: Path, within_s: float = 120) -> None:
     from tuner.config import ConfigError
     from tuner.sweepdir import refuse_if_held
 
-    deadline = time.monotonic() + within_s  # (a hang guard)
+    deadline = time.monotonic() + settle_s(within_s)  # (a hang guard)
     while True:
         try:
             refuse_if_held(str(sweep))

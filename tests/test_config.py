@@ -438,10 +438,12 @@ REFUSALS = [
     ("name-too-long", DEBUG_TEXT, ["--name", "x" * 256], "error: name: "),
 ]
 # Each refusal in turn, in one fresh interpreter: its exit code, seconds, whether Ray or torch
-# is imported by then, and what it printed to stderr.
+# is imported by then, and what it printed to stderr; first, the seconds `import tuner.cli` took.
 REFUSAL_PROBE = """
 import contextlib, io, json, sys, time
+t0 = time.monotonic()
 import tuner.cli as c
+print(json.dumps(time.monotonic() - t0))
 for case, f, flags in json.loads(sys.argv[1]):
     err, t0 = io.StringIO(), time.monotonic()
     with contextlib.redirect_stderr(err):
@@ -452,9 +454,10 @@ for case, f, flags in json.loads(sys.argv[1]):
 
 
 def test_what_cannot_run_is_refused_at_once_before_ray_or_torch(tmp_path: Path) -> None:
-    """`sweep` refuses bad input in one line (exit 2), in a fraction of a second, before it
-    imports Ray or torch. The one test of bad input that needs a process of its own (a fresh
-    interpreter, where nothing has imported either yet); the others call the CLI in-process."""
+    """`sweep` refuses bad input in one line (exit 2), before it imports Ray or torch, in less
+    time than the CLI's own import took (on any machine: both are measured in one process).
+    The one test of bad input that needs a process of its own (a fresh interpreter, where
+    nothing has imported either yet); the others call the CLI in-process."""
     (tmp_path / "a-file").write_text("not a directory")
     cases = []
     for case, text, flags, _ in REFUSALS:
@@ -470,12 +473,13 @@ def test_what_cannot_run_is_refused_at_once_before_ray_or_torch(tmp_path: Path) 
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    got = {row[0]: row[1:] for row in map(json.loads, out.stdout.splitlines())}
+    imported, *rows = map(json.loads, out.stdout.splitlines())
+    got = {row[0]: row[1:] for row in rows}
     for case, _, _, words in REFUSALS:
         code, took, ray, torch, err = got[case]
         assert (code, ray, torch) == (2, False, False), (case, err)
         assert err.startswith("error: ") and words in err and len(err.strip().splitlines()) == 1, (case, err)
-        assert took < 10, (case, took)
+        assert took < imported, (case, took, imported)
     assert not (tmp_path / "runs").exists()
 
 

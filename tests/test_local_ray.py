@@ -23,14 +23,20 @@ from tuner.cluster.connect import Runtime, connect, quiet_ray
 verbose = os.environ.get("PROBE_VERBOSE") == "1"
 quiet_ray(verbose)
 connect(Runtime(num_cpus=1, verbose=verbose))
-time.sleep(5)  # the agents and metrics servers start after ray.init returns
-kids = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
-hosts = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in kids})
 def cmdline(p):
     try:
         return p.cmdline()
     except psutil.Error:  # (ended meanwhile)
         return []
+def listening():
+    kids = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    kids[os.getpid()] = psutil.Process()
+    conns = psutil.net_connections("inet")
+    return [(c.laddr.ip, kids[c.pid]) for c in conns if c.status == "LISTEN" and c.pid in kids]
+# The API server starts last (after ray.init returns): once it listens, every server is up.
+while not any("dashboard/dashboard.py" in " ".join(cmdline(p)) for _, p in listening()):
+    time.sleep(0.1)
+hosts = sorted({ip for ip, _ in listening()})
 procs = psutil.Process().children(recursive=True)
 idle = [p.pid for p in procs if cmdline(p)[:1] == ["ray::IDLE"]]
 log_monitor = [p.pid for p in procs if "log_monitor.py" in " ".join(cmdline(p))]

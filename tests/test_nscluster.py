@@ -109,7 +109,10 @@ def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path) -> None:
     subprocess.run(["ip", "netns", "add", name], check=True)
     sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "300"], start_new_session=True)
     try:
-        time.sleep(0.3)
+        inside = ["ip", "netns", "pids", name]
+        while not subprocess.run(inside, capture_output=True, text=True).stdout.split():
+            assert sleeper.poll() is None, "the sleeper never entered its namespace"
+            time.sleep(0.05)  # (until it runs inside: what remove_leftovers must find and kill)
         assert name in nscluster.remove_leftovers()
         assert sleeper.wait(timeout=10) != 0  # killed, not left running
         assert name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

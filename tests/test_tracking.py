@@ -117,7 +117,8 @@ def test_an_unreachable_store_is_one_line_before_ray_starts(tmp_path: Path, stor
     assert ("Connection refused" if store == "http" else "file is not a database") in done.stderr
     assert "[tuner] debug:" not in done.stdout  # Ray never started, nothing ran
     assert not (tmp_path / "debug").exists()
-    assert took < 60, f"{took:.0f} s to refuse it"
+    # Asked once, not through MLflow's own 7 retries with back-off (about 4 minutes).
+    assert took < 120, f"{took:.0f} s to refuse it"
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ A trial waits inside its report until the sweep's driver has handed it to the sc
 (milliseconds, unless the driver is busy or stopped, or a scheduler pauses the trial at a
 rung, as Tune's synchronous HyperBand does): that wait is no epoch's time, and must not end the
 trial as timed out (it used to: the process was ended and the journal given a timeout row). An
-epoch that takes longer than the timeout still ends it."""
+epoch that takes longer than the timeout still ends it. The watchdog's clock is the test's
+(`Clock`): it moves only when the trial says time passes, and the trial goes on once the
+watchdog has looked at it, so neither case depends on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -19,17 +21,37 @@ from tests.conftest import ROOT
 from tuner.sweepdir import read_metrics
 
 TIMEOUT_S = 1.0
-HELD_S = 2.5  # longer than TIMEOUT_S, with room for a loaded machine
+HELD_S = 2.5  # longer than TIMEOUT_S, on the watchdog's clock
 
 # guarded() wires the session's report to the watchdog, as in every trial; the session holds
 # the trial in its report as a stalled driver (or a pausing scheduler) does.
 TRIAL = f"""
-import sys, time
+import sys, threading, time
+from tuner.trial.frame import watchdog
 from tuner.trial.frame.harness import guarded
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.spec import TrialSpec
 
 trial_dir, slow = sys.argv[1], sys.argv[2]
+
+
+class Clock:
+    now, looks = 0.0, 0
+
+    def monotonic(self):
+        if threading.current_thread().name == "tuner-watchdog":
+            self.looks += 1
+        return self.now
+
+
+clock = watchdog.time = Clock()  # the watchdog's time passes when this trial says so
+
+
+def passes(seconds):
+    clock.now += seconds
+    seen = clock.looks
+    while clock.looks < seen + 2:  # until the watchdog has looked at the time since
+        time.sleep(0.01)
 
 
 class PausedAtReport(Session):
@@ -38,13 +60,14 @@ class PausedAtReport(Session):
 
     def _report(self, metrics, state):
         with self.held():
-            time.sleep({HELD_S} if metrics["epoch"] == 1 else 0)
+            if metrics["epoch"] == 1:
+                passes({HELD_S})
 
 
 def body(f):
     for epoch in (1, 2):
         if slow == "epoch" and epoch == 2:
-            time.sleep({HELD_S})  # the epoch itself takes too long
+            passes({HELD_S})  # the epoch itself takes too long
         f.session.report({{"epoch": epoch, "val_acc": 0.5}}, None)
         f.watchdog.kick()
 
