@@ -202,7 +202,7 @@ def test_extend_refuses_a_population(tmp_path: Path) -> None:
 
 
 def test_copy_checkpoint_replaces_the_epochs_checkpoint_in_either_layout(tmp_path: Path) -> None:
-    from tuner.sweepdir import checkpoint_name
+    from tuner.sweepdir import checkpoint_name, read_best_checkpoint
     from tuner.trial.frame.clone import NoCheckpoint, checkpoint_epoch, copy_checkpoint
 
     src, dst = tmp_path / "src", tmp_path / "dst"
@@ -227,11 +227,22 @@ def test_copy_checkpoint_replaces_the_epochs_checkpoint_in_either_layout(tmp_pat
     (da / "epoch_000004").mkdir(parents=True)
     (da / "epoch_000004" / "state.json").write_text("own")
     (da / "epoch_000004" / "extra").write_text("own only")
+    (da.parent / "best.json").write_text(
+        '{"epoch": 4, "metric": "m", "value": 1.0, "checkpoint": "checkpoints/epoch_000004"}'
+    )
     copy_checkpoint(str(sa.parent), str(da.parent), 4)
+    # Its best epoch's directory is the donor's now: best.json no longer names it as its own.
+    assert read_best_checkpoint(str(da.parent)) is None
     assert sorted(p.name for p in (da / "epoch_000004").iterdir()) == ["state.json"]
     assert (da / "epoch_000004" / "state.json").read_text() == "donor"
     assert sorted(p.name for p in da.iterdir()) == ["epoch_000004"]
     assert checkpoint_epoch(str(da.parent)) == 4
+    (da / "epoch_000002").mkdir()  # a best epoch before the copied one stays its best
+    (da.parent / "best.json").write_text(
+        '{"epoch": 2, "metric": "m", "value": 1.0, "checkpoint": "checkpoints/epoch_000002"}'
+    )
+    copy_checkpoint(str(sa.parent), str(da.parent), 4)
+    assert read_best_checkpoint(str(da.parent))["epoch"] == 2  # type: ignore[index]
 
 
 def test_a_restored_optimizer_takes_the_configurations_hyperparameters(tmp_path: Path) -> None:
@@ -318,7 +329,7 @@ def _left_by_a_kill(tmp_path: Path, reached: int) -> tuple[Any, Path]:
     (journal and checkpoint) and wait there, the others never started; its request."""
     import json
 
-    from tuner.search.algorithms import random_list
+    from tuner.search.algorithms import random_todo
     from tuner.search.plan import Prior, SearchRequest
     from tuner.sweepdir import checkpoint_name, write_record
 
@@ -326,7 +337,7 @@ def _left_by_a_kill(tmp_path: Path, reached: int) -> tuple[Any, Path]:
     sweep = tmp_path / "pop"
     r = SearchRequest(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_acc", "max", None, Prior())
     r.place = str(sweep)
-    for i, config in enumerate(random_list(r)[:reached]):
+    for i, (config, _) in enumerate(random_todo(r)[:reached]):
         d = sweep / f"t{i}"
         write_record(str(d), {"trial_id": d.name, "config": config, "status": "RUNNING", "started": float(i)})
         (d / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_acc": 0.1 * (i + 1)}) + "\n")
@@ -350,6 +361,7 @@ def test_a_resumed_population_makes_the_perturbation_every_member_had_reached(tm
     handed = [again.hand_out(f"x{i}") for i in range(5)]
     assert handed[0] == member.config and handed[4] == "FINISHED"
     assert again.names == {f"x{i}": f"t{i}" for i in range(4)}  # each in its own directory
+    assert again.origin_of == {}  # (continued: their records have their origins)
 
 
 def test_members_waiting_for_others_are_held_back_until_they_arrive(tmp_path: Path) -> None:
@@ -360,3 +372,63 @@ def test_members_waiting_for_others_are_held_back_until_they_arrive(tmp_path: Pa
     assert not population.decided and population.waiting == {0: 1, 1: 1, 2: 1}
     assert population.hand_out("new") == population.members[3].config  # the one not there yet
     assert population.hand_out("held") is None  # the others wait for it
+
+
+def test_a_new_members_origin_is_recorded_as_it_is_handed_out() -> None:
+    from tuner.search import algorithms
+
+    cfg = _cfg(**{"search.num_samples": 3, "search.start_with": [{"lr": 0.01}]})
+    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_acc", "max")
+    handed = [plan.search_alg.suggest(f"trial{i}") for i in range(3)]
+    assert handed[0]["lr"] == 0.01
+    # What TrialRecordCallback writes into each trial's record (summary.json's "origin").
+    assert plan.handed == {"trial0": "start_with", "trial1": "searcher", "trial2": "searcher"}
+
+
+def test_the_best_weights_are_rebuilt_with_the_configuration_that_trained_them(tmp_path: Path) -> None:
+    """A member whose best epoch came before it continued from a donor of another width: its
+    best weights are its own, of its own width, and export and load_best build that model
+    (the lineage's last configuration is the donor's: weights of the wrong shape)."""
+    import json
+
+    import torch
+
+    from tuner import load_best
+    from tuner.config import to_yaml
+    from tuner.results import records, summarize
+    from tuner.sweepdir import best_weights_name, write_lineage, write_record
+    from tuner.trial.loop.data import load_data
+    from tuner.trial.loop.models import build_model
+    from tuner.view.export import export
+
+    cfg = _cfg(**{"schedule.pbt.perturb": ["lr"]})
+    sweep = tmp_path / "debug"
+    (sweep / "t0").mkdir(parents=True)
+    (sweep / "sweep.yaml").write_text(to_yaml(cfg))
+    fixed = {k: p.value for k, p in cfg.hyperparameters().items() if isinstance(p, Fixed)}
+    own = {**fixed, "lr": 0.01, "optimizer": "adam", "width": 8, "depth": 1}
+    donor = {**own, "lr": 0.02, "width": 24}
+    trial = str(sweep / "t0")
+    write_record(trial, {"trial_id": "t0", "config": own, "status": "TERMINATED", "started": 1.0})
+    rows = [{"epoch": e, "val_acc": v, "epoch_time_s": 0.1} for e, v in ((1, 0.9), (2, 0.5), (3, 0.6))]
+    (sweep / "t0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    segments = [{"epoch": 0, "config": own}, {"epoch": 2, "config": donor, "donor": "t1"}]
+    write_lineage(trial, {"member": 0, "segments": segments})
+    bundle = load_data("synthetic", dict(cfg.task.data_args), own, str(tmp_path))
+    net = build_model("mlp", own, bundle.input_shape, bundle.num_classes, str(tmp_path))
+    torch.save(net.state_dict(), sweep / "t0" / best_weights_name(1))
+    best = {"epoch": 1, "metric": "val_acc", "value": 0.9, "weights": best_weights_name(1)}
+    (sweep / "t0" / "best.json").write_text(json.dumps(best))
+
+    trials = records(str(sweep), "val_acc", "max", 3, list(cfg.search.params))
+    summary = summarize(
+        trials, name="debug", metric="val_acc", mode="max", algorithm="random", expected_trials=1
+    )
+    assert summary["best"]["config"]["width"] == 8 and summary["trials"][0]["config"]["width"] == 24
+    model = load_best(str(sweep))
+    assert [p.shape for p in model.parameters()] == [p.shape for p in net.parameters()]
+    written = Path(export(str(sweep)))
+    exported = json.loads((written / "config.json").read_text())
+    assert exported["config"]["width"] == 8 and exported["epoch"] == 1
+    searched = {"lr": 0.01, "optimizer": "adam", "width": 8, "depth": 1}
+    assert exported["schedule"] == [{"trial": "t0", "epochs": [1, 1], "config": searched}]

@@ -236,6 +236,9 @@ def test_a_script_restarts_on_its_donors_checkpoint_and_a_failed_member_leaves_t
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]  # (a trial failed)
     summary = json.loads((tmp_path / "own" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["counts"] == {"completed": 2, "error": 1}
+    # Each member's origin, recorded as it was handed out (the failed one was start_with's).
+    origins = {t["failure"] is not None: t.get("origin") for t in summary["trials"]}
+    assert origins == {True: "start_with", False: "searcher"}, summary["trials"]
     sweep = tmp_path / "own"
     lineages = {d.name: lin for d in sweep.iterdir() if d.is_dir() and (lin := read_lineage(str(d)))}
     rows = {d.name: read_metrics(str(d)) for d in sweep.iterdir() if d.is_dir()}

@@ -309,6 +309,11 @@ def summarize(
     them and their Pareto front (`pareto`). `environment`: what the run that writes it ran on
     (tuner.environment), as environment.json keeps it."""
     top = best(trials, mode)
+    # A population's best: the configurations that trained its weights, range by range (the
+    # last: its best epoch's, which may precede the configuration it ended with).
+    schedule = (
+        None if top is None or top.schedule is None else weights_schedule(trials, top, top.best_epoch or 0)
+    )
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
     errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
@@ -340,15 +345,10 @@ def summarize(
         if top is None
         else {
             "trial_id": top.trial_id,
-            "config": top.config,
+            "config": schedule[-1]["config"] if schedule else top.config,
             "metrics": top.best_metrics,
             "epoch": top.best_epoch,
-            # A population's best: the configurations that trained its weights, range by range.
-            **(
-                {"schedule": weights_schedule(trials, top, top.best_epoch or 0)}
-                if top.schedule is not None
-                else {}
-            ),
+            **({"schedule": schedule} if schedule is not None else {}),
         },
         **(
             {"objectives": [[n, m] for n, m in objectives], "pareto": pareto(trials, objectives)}

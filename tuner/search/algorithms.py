@@ -164,14 +164,10 @@ def plan_random(r: SearchRequest) -> SearchPlan:
     return _listed_plan(r, todo, "random search")
 
 
-def random_list(r: SearchRequest) -> list[dict[str, Any]]:
-    """Random search's configurations, in the order it runs them, the same on every run of the
-    sweep: search.start_with's, a warm start's best earlier ones, then draws of the seed."""
-    return [c for c, _ in random_todo(r)]
-
-
 def random_todo(r: SearchRequest) -> list[tuple[dict[str, Any], str]]:
-    """random_list, each configuration with its origin (start_with, an earlier sweep, searcher)."""
+    """Random search's configurations, in the order it runs them, the same on every run of the
+    sweep: search.start_with's, a warm start's best earlier ones, then draws of the seed; each
+    with its origin (start_with, an earlier sweep's path, searcher)."""
     search = r.search
     start = [(c, START_WITH) for c in _start(r)]
     start += top_earlier(r.prior.earlier, r.metric, r.mode, search.num_samples - len(start))

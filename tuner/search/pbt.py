@@ -90,10 +90,13 @@ def rule_of(r: SearchRequest, kind: str, perturb: list[str]) -> Rule:
 class Population:
     """The members, what each waits for, and the perturbations decided (see the module)."""
 
-    def __init__(self, r: SearchRequest, rule: Rule, planned: list[dict[str, Any]], place: Place):
+    def __init__(self, r: SearchRequest, rule: Rule, planned: list[tuple[dict[str, Any], str]], place: Place):
         self.rule, self.place, self.metric = rule, place, r.metric
         self.epochs = perturbation_epochs(rule.interval, rule.max_epochs)
-        self.members = [Member(i, segments=[{"epoch": 0, "config": dict(c)}]) for i, c in enumerate(planned)]
+        self.members = [
+            Member(i, segments=[{"epoch": 0, "config": dict(c)}]) for i, (c, _) in enumerate(planned)
+        ]
+        self.origins = [origin for _, origin in planned]  # start_with, an earlier sweep's path, searcher
         self.decided: set[int] = set()  # perturbation epochs decided
         self.waiting: dict[int, int] = {}  # member -> the perturbation epoch it waits at
         self.to_hand: list[int] = list(range(len(planned)))  # members to start, in order
@@ -101,6 +104,7 @@ class Population:
         self.of_trial: dict[str, int] = {}  # Tune trial id -> member
         self.trials: dict[int, Trial] = {}
         self.names: dict[str, str] = {}  # Tune trial id -> the directory it continues in
+        self.origin_of: dict[str, str] = {}  # Tune trial id -> a new member's origin (SearchPlan.handed)
         self.lineage_written: set[int] = set()
         self.ended: set[int] = set()  # ended in an earlier run
         # resources.max_concurrent_trials (or what fits, for multi-worker trials): kept here,
@@ -187,7 +191,9 @@ class Population:
         self.of_trial[trial_id] = i
         m = self.members[i]
         if m.name:
-            self.names[trial_id] = m.name
+            self.names[trial_id] = m.name  # (its record has its origin)
+        else:
+            self.origin_of[trial_id] = self.origins[i]
         return dict(m.config)
 
     def added(self, trial: Trial) -> None:
@@ -372,10 +378,10 @@ class PopulationSearcher(Searcher):
 
 
 def _build(r: SearchRequest, kind: str) -> PopulationScheduler:
-    from tuner.search.algorithms import random_list
+    from tuner.search.algorithms import random_todo
 
     rule = rule_of(r, kind, list(r.schedule.pbt.perturb or []))  # (resolved at load)
-    population = Population(r, rule, random_list(r), Place(r.place))
+    population = Population(r, rule, random_todo(r), Place(r.place))
     population.read_back(r)
     title = r.scheduler.title if r.scheduler is not None else kind
     return PopulationScheduler(population, r.metric, r.mode, title)
@@ -399,4 +405,5 @@ def hand_out(plan: SearchPlan, r: SearchRequest, scheduler: PopulationScheduler)
     plan.num_samples = len(left)
     plan.points = None
     plan.names = population.names
+    plan.handed = population.origin_of
     return plan

@@ -39,7 +39,7 @@ import numpy as np
 from tuner.space import conditions
 from tuner.space.constraints import allows
 from tuner.space.params import Choice, Fixed, Grid, LogRandInt, LogUniform, ParamT, RandInt, Uniform
-from tuner.sweepdir import finite
+from tuner.sweepdir import finite, segment_config
 
 SALT = 0x50425421  # "PBT!": this generator's stream apart from the sweep's other uses of its seed
 MAX_DRAWS = 1000  # explorations of one recipient that break a constraint before the donor's is kept
@@ -66,11 +66,7 @@ class Member:
 
     def config_for(self, epoch: int) -> dict[str, Any]:
         """The configuration that trained epoch `epoch`."""
-        chosen = self.segments[0]["config"]
-        for seg in self.segments:
-            if int(seg["epoch"]) < epoch:
-                chosen = seg["config"]
-        return chosen
+        return segment_config(self.segments, epoch)
 
     def start_value(self, epoch: int) -> Optional[float]:
         """The value its weights had before epoch `epoch`: the donor's where it continued from

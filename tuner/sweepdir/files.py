@@ -438,14 +438,26 @@ def set_aside(sweep_dir: str, trial_id: str) -> str:
     return rel
 
 
-def full_config(trial_dir: str) -> dict[str, Any]:
+def full_config(trial_dir: str, epoch: Optional[int] = None) -> dict[str, Any]:
     """Everything the trial ran with (searched and fixed values, training defaults); for a
-    member of a population (pbt, pb2) the configuration it runs with now, which its newest
-    weights were trained with (its lineage's last)."""
+    member of a population (pbt, pb2) the configuration that trained its epoch `epoch`
+    (default: the one it runs with now, which its newest weights were trained with)."""
     lineage = read_lineage(trial_dir)
     if lineage is not None:
-        return dict(lineage["segments"][-1]["config"])
+        return dict(segment_config(lineage["segments"], epoch))
     return dict((recovered_record(trial_dir) or {}).get("config") or {})
+
+
+def segment_config(segments: list[dict[str, Any]], epoch: Optional[int] = None) -> dict[str, Any]:
+    """The configuration of a lineage's `segments` (oldest first, each starting after its
+    "epoch") that trained epoch `epoch`; None: the newest. A member's best weights may come
+    from before it continued from a donor, whose configuration (a model of another size)
+    it has since."""
+    chosen = segments[0]["config"]
+    for seg in segments:
+        if epoch is None or int(seg["epoch"]) < epoch:
+            chosen = seg["config"]
+    return chosen
 
 
 def read_lineage(trial_dir: str) -> Optional[dict[str, Any]]:

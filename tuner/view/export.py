@@ -76,7 +76,7 @@ class Chosen:
             "metric": self.cfg.objective,
             "mode": self.cfg.direction,
             "task": self.cfg.task.model_dump(mode="json"),
-            "config": full_config(self.trial.path),
+            "config": full_config(self.trial.path, int(self.best["epoch"])),  # (what trained them)
             **({"schedule": self.schedule} if self.schedule is not None else {}),
             # A script's best epoch: its own checkpoint directory, copied whole beside this.
             **({CHECKPOINT: CHECKPOINT, "from": self.best[CHECKPOINT]} if CHECKPOINT in self.best else {}),
@@ -192,7 +192,7 @@ def rebuild(chosen: Chosen) -> tuple[Any, Any]:
         raise ConfigError(f"task.{mode.chosen_by[0]}", mode.cannot_rebuild)
     from tuner.trial.loop.weights import rebuild as build
 
-    hp = full_config(chosen.trial.path)
+    hp = full_config(chosen.trial.path, int(chosen.best["epoch"]))
     weights, dirs = chosen.best["weights"], chosen.cfg.code_dirs
     try:
         return build(task.model or "", task.data or "", dict(task.data_args), hp, weights, dirs)

@@ -26,12 +26,14 @@ import tempfile
 from typing import Any, Optional
 
 from tuner.sweepdir import (
+    BEST_RECORD,
     CHECKPOINT_FILE,
     CHECKPOINT_PATTERN,
     METRICS_FILE,
     SCRIPT_CHECKPOINT_PATTERN,
     SCRIPT_CHECKPOINTS,
     checkpoint_name,
+    read_best_checkpoint,
     read_metrics,
     script_checkpoint_name,
 )
@@ -66,6 +68,12 @@ def copy_checkpoint(src: str, dst: str, epoch: int) -> str:
         _drop_later(dst, _OWN, epoch, lambda e: os.remove(os.path.join(dst, checkpoint_name(e))))
         return final
     if os.path.isdir(script):
+        best = read_best_checkpoint(dst)
+        if best is not None and int(best["epoch"]) == epoch:
+            # Its best epoch's directory becomes the donor's: best.json must not name the
+            # donor's state as this trial's (its value at the epoch stays in its journal).
+            # (Before the swap: a kill between the two leaves no best.json naming the donor.)
+            os.remove(os.path.join(dst, BEST_RECORD))
         root = os.path.join(dst, SCRIPT_CHECKPOINTS)
         os.makedirs(root, exist_ok=True)
         new = tempfile.mkdtemp(dir=root, prefix=_PENDING + "clone-")
