@@ -22,6 +22,18 @@ time. The goal: pbt reaches the target in at most 0.8x random + ASHA's epochs.
     python scripts/bench_pbt.py --seeds 5 --out /tmp/bench_pbt      # ~1-2 h on 2 cores
     python scripts/bench_pbt.py --report /tmp/bench_pbt             # the tables again
     python scripts/bench_pbt.py --smoke --out /tmp/bench_pbt_smoke  # a minute: it runs
+    python scripts/bench_pbt.py --orders /tmp/bench_pbt             # other training orders
+
+`--orders` asks what the order of training costs: it replays each recorded pbt sweep's
+members (their values epoch by epoch, their lineages) under other orders with the same
+decisions (a decision depends only on the members' values at its epoch, so any order that
+waits for them makes the same ones), one epoch a step on 2 slots, and counts the epochs until
+the target: `lockstep` (every member reaches a perturbation before any goes on: tuner's),
+`ahead` (a member goes on past a perturbation once it cannot be a recipient there, at least
+`quantile` of the population having reached it below it; the best first: no epoch is
+wasted), `eager` (every member goes on at once, the best first; a recipient's epochs past its
+perturbation are thrown away, counted, and credited nothing, as their values were never
+measured).
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tuner.config.population import perturbation_epochs  # noqa: E402
 from tuner.sweepdir import read_metrics, trial_dirs  # noqa: E402
 
 POPULATION, MAX_EPOCHS, INTERVAL, ASHA_TRIALS = 6, 8, 2, 26
@@ -178,6 +191,94 @@ def report(out: Path, smoke: bool) -> str:
     return "\n".join(lines)
 
 
+ORDERS = ("lockstep", "ahead", "eager")
+
+
+def replay(
+    sweep: Path, metric: str, sign: float, target: float, order: str, slots: int = 2
+) -> tuple[float, int]:
+    """(epochs until a member reaches `target`, epochs trained) of the pbt sweep `sweep` had
+    its epochs been trained in `order` (see the module), with its recorded decisions."""
+    from tuner.sweepdir import read_lineage
+
+    vals: dict[int, dict[int, float]] = {}
+    recipient: dict[int, set[int]] = {}
+    for d in trial_dirs(str(sweep)):
+        lineage = read_lineage(d)
+        if lineage is None:
+            continue
+        m = int(lineage["member"])
+        rows = [r for r in read_metrics(d) if "failure" not in r]
+        vals[m] = {int(r["epoch"]): sign * float(r[metric]) for r in rows}
+        recipient[m] = {int(s["epoch"]) for s in lineage["segments"][1:]}
+    last = max(max(v, default=0) for v in vals.values())
+    epochs = perturbation_epochs(INTERVAL, MAX_EPOCHS)
+    count = min(math.ceil(len(vals) * 0.25), len(vals) // 2)  # (schedule.pbt.quantile's default)
+    pos = dict.fromkeys(vals, 0)  # epochs of its recorded course trained
+    lost = dict.fromkeys(vals, 0)  # eager: epochs past a perturbation it turns out a recipient at
+    decided: set[int] = set()
+    spent, reached = 0, math.inf
+
+    def may(m: int) -> bool:
+        if pos[m] + lost[m] >= last:
+            return False
+        pending = [e for e in epochs if e not in decided and pos[m] == e]
+        if order == "lockstep":
+            return not any(e not in decided and pos[m] >= e for e in epochs)
+        if order == "ahead":
+            return all(
+                sum(pos[o] >= e and vals[o].get(e, -math.inf) < vals[m][e] for o in vals) >= count
+                for e in pending
+            )
+        return True
+
+    def first(m: int) -> tuple[Any, ...]:
+        if order == "lockstep":
+            return (pos[m], m)
+        return (
+            pos[m] > 0,
+            -vals[m].get(pos[m], -math.inf) if pos[m] else 0.0,
+            m,
+        )  # a value for each, then the best
+
+    while any(pos[m] < last for m in vals):
+        decided |= {e for e in epochs if all(pos[m] >= e for m in vals)}
+        for m in vals:
+            if any(e in decided for e in recipient[m] if pos[m] == e):
+                lost[m] = 0  # its epochs past the perturbation are the donor's now
+        for m in sorted((m for m in vals if may(m)), key=first)[:slots]:
+            spent += 1
+            if any(e not in decided and pos[m] >= e for e in recipient[m]):
+                lost[m] += 1  # (eager) on weights that will be replaced
+                continue
+            pos[m] += 1
+            if reached == math.inf and vals[m].get(pos[m], -math.inf) >= sign * target:
+                reached = spent
+    return reached, spent
+
+
+def orders(out: Path) -> str:
+    lines = []
+    for task, t in TASKS.items():
+        sign = 1.0 if t["mode"] == "max" else -1.0
+        sweeps = sorted((out / "sweeps").glob(f"{task}-pbt-*"))
+        if not sweeps:
+            continue
+        lines.append(f"\n{task}: {len(sweeps)} pbt sweeps replayed\n")
+        head = [f"epochs to {x:g} (median; each seed)" for x in t["targets"]]
+        lines.append("| order | " + " | ".join(head) + " | epochs trained (median) |")
+        lines.append("| --- " * (len(head) + 2) + "|")
+        for order in ORDERS:
+            cells, trained = [order], []
+            for target in t["targets"]:
+                got = [replay(s, t["metric"], sign, target, order) for s in sweeps]
+                reach = [r for r, _ in got]
+                trained = [n for _, n in got]
+                cells.append(f"{statistics.median(reach):g}; {', '.join(f'{x:g}' for x in reach)}")
+            lines.append("| " + " | ".join([*cells, f"{statistics.median(trained):g}"]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -185,7 +286,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/bench_pbt"))
     ap.add_argument("--report", type=Path, help="print the tables of an earlier --out")
     ap.add_argument("--smoke", action="store_true", help="tiny sweeps: it runs")
+    ap.add_argument("--orders", type=Path, help="replay an earlier --out's pbt sweeps in other orders")
     args = ap.parse_args(argv)
+    if args.orders:
+        print(orders(args.orders))
+        return 0
     if args.report:
         print(report(args.report, args.smoke))
         return 0

@@ -137,6 +137,7 @@ def _cfg(**over: Any) -> Any:
         ({"search.algorithm": "optuna"}, "schedule.scheduler", "optuna does not run with pbt"),
         ({"search.num_samples": 1}, "search.num_samples", "at least 2 trials"),
         ({"schedule.pbt.interval": 3}, "schedule.pbt.interval", "leaves no perturbation"),
+        ({"schedule.max_epochs": 1}, "schedule.max_epochs", "1: pbt perturbs trials between epochs"),
         ({"schedule.pbt.perturb": ["width"]}, "search.params.width", "sizes the model"),
         ({"schedule.pbt.perturb": ["optimizer"]}, "search.params.optimizer", "another optimizer's"),
         ({"schedule.pbt.perturb": ["depth"]}, "search.params.depth", "is fixed"),

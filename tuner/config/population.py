@@ -130,6 +130,10 @@ def check_population(cfg: Any) -> None:
     if search.num_samples < 2:
         raise ConfigError("search.num_samples", f"{name} evolves a population: at least 2 trials")
     every = pop.every(schedule.max_epochs)
+    if schedule.max_epochs < 2:  # (no interval has a perturbation before it)
+        raise ConfigError(
+            "schedule.max_epochs", f"{schedule.max_epochs}: {name} perturbs trials between epochs: at least 2"
+        )
     if not perturbation_epochs(every, schedule.max_epochs):
         raise ConfigError(
             "schedule.pbt.interval",
