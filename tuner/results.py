@@ -40,7 +40,7 @@ class Outcome(str, Enum):
 
     COMPLETED = "completed"  # trained to max_epochs
     STOPPED_EARLY = "stopped early"  # stopped by the scheduler (ASHA) at a rung
-    STOPPED = "stopped"  # running when the sweep reached its target (schedule.stop_at)
+    STOPPED = "stopped"  # running or paused when the sweep reached its target or spent its time budget
     DIVERGED = "diverged"  # non-finite loss
     OOM = "oom"  # out of memory at the smallest micro-batch
     TIMEOUT = "timeout"
@@ -162,7 +162,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
     schedule = None if lineage is None else schedule_of(lineage["segments"], epochs, hparams)
     if lineage is not None:
         config = lineage["segments"][-1]["config"]
-    stopped = info.get("stopped") == TARGET
+    stopped = info.get("stopped") in (TARGET, BUDGET)
     itself = bool(last.get(STOPPED_ITSELF)) and failure is None and not stopped
     short = status == "TERMINATED" and failure is None and epochs < max_epochs
     stopped_early = short and not stopped and not itself
@@ -316,10 +316,11 @@ def summarize(
     )
     done = sum(1 for r in trials if r.finished)
     status = "completed" if done >= expected_trials and done == len(trials) else "interrupted"
+    cut = any(r.outcome is Outcome.STOPPED for r in trials)  # by the sweep's end: not completed
     errors = [r.failure.removeprefix("error: ") for r in trials if r.outcome is Outcome.ERROR and r.failure]
     if ended == FAILED:  # (trials it cut off count as unfinished: resume runs them)
         status = FAILED if errors else status  # (no error among them: interrupted, as it stands)
-    elif ended and done == len(trials) and (status == "interrupted" or ended == TARGET):
+    elif ended and done == len(trials) and (status == "interrupted" or ended == TARGET or cut):
         status = ended
     hidden = (
         "path",

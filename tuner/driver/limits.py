@@ -48,6 +48,7 @@ class SweepLimits(Stopper, Callback):
         self.target = stop_at
         self.reason: Optional[str] = None  # BUDGET or TARGET once the sweep ends for it
         self.running: set[str] = set()  # trials started and not yet ended
+        self.cut: set[str] = set()  # trials stopped because the budget was spent
 
     @classmethod
     def wanted(cls, metric: str, mode: str, time_budget: Optional[float], stop_at: Optional[float]) -> Any:
@@ -67,7 +68,10 @@ class SweepLimits(Stopper, Callback):
         if self.target is not None and finite(value) and self.sign * value >= self.sign * self.target:
             self.reason = TARGET
             return True
-        return self.spent()  # a running trial stops at this, its next report
+        if self.spent():  # a running trial stops at this, its next report
+            self.cut.add(trial_id)
+            return True
+        return False
 
     def stop_all(self) -> bool:
         if self.reason == TARGET:
@@ -80,6 +84,12 @@ class SweepLimits(Stopper, Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.discard(trial.trial_id)
+        if trial.trial_id in self.cut:  # its record says so: not stopped early by a scheduler
+            path = trial_dir(trial)
+            record = read_record(path) if path else None
+            if path and record is not None:
+                record["stopped"] = BUDGET
+                write_record(path, record)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.discard(trial.trial_id)
@@ -109,6 +119,7 @@ class Budgeted(TrialScheduler):
         if self.limits.spent():
             for trial in tune_controller.get_trials():
                 if trial.status == Trial.PAUSED:  # (a population's member, waiting): it ends here
+                    self.limits.cut.add(trial.trial_id)
                     tune_controller.stop_trial(trial)
                 elif trial.status == Trial.PENDING:
                     # Named (an empty directory, as Tune makes for every trial it queues for
