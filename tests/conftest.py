@@ -474,25 +474,32 @@ def kill_9_when(
     in driver.log beside it)."""
     sweep_file = tmp_path / f"{raw['name']}.yaml"
     sweep_file.write_text(json.dumps(raw))
-    log = open(tmp_path / "driver.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     sweep = Path(raw["output"]) / raw["name"]
-    deadline = time.time() + timeout
+    command = [sys.executable, "-m", "tuner", "sweep", str(sweep_file)]
+    _killed_when(command, sweep, tmp_path / "driver.log", ready, timeout, sig)
+    return sweep
+
+
+def kill_9_resuming_when(sweep: Path, tmp_path: Path, ready: Any, timeout: float = 240) -> None:
+    """`tuner resume sweep` in a driver process, killed with -9 once `ready(sweep)` holds (its
+    output appended to resume.log beside the sweep's driver.log)."""
+    command = [sys.executable, "-m", "tuner", "resume", str(sweep)]
+    _killed_when(command, sweep, tmp_path / "resume.log", ready, timeout, signal.SIGKILL)
+
+
+def _killed_when(command: list[str], sweep: Path, log: Path, ready: Any, timeout: float, sig: int) -> None:
+    out = open(log, "a")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout  # (a hang guard)
     while time.time() < deadline and not ready(sweep):
         if proc.poll() is not None:  # it ended (or never started) before the moment came
-            log.flush()
-            pytest.fail(f"the driver exited {proc.returncode} first:\n" + log_tail(tmp_path / "driver.log"))
+            out.flush()
+            pytest.fail(f"the driver exited {proc.returncode} first:\n" + log_tail(log))
         time.sleep(0.1)
     os.kill(proc.pid, sig)
     proc.wait(timeout=120)
     if sig == signal.SIGKILL:
-        unheld(sweep)
-    return sweep
+        unheld(sweep)  # (its driver, a child process, lets the sweep go a moment later)
 
 
 def unheld(sweep: Path, within_s: float = 120) -> None:

@@ -15,18 +15,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, cli, kill_9_when, log_tail, resumed_to_the_end, run_cli
+from tests.conftest import ROOT, cli, kill_9_resuming_when, kill_9_when, resumed_to_the_end, run_cli
 from tuner.sweepdir import read_lineage, read_metrics
 
 POPULATION = 8
@@ -95,24 +89,6 @@ def _lineages(sweep: Path) -> list[dict[str, Any]]:
     return [lin for d in sweep.iterdir() if d.is_dir() and (lin := read_lineage(str(d))) is not None]
 
 
-def _kill_9_resuming(
-    sweep: Path, tmp_path: Path, ready: Callable[[Path], bool], timeout: float = 240
-) -> None:
-    """`tuner resume sweep` in a driver process, killed with -9 once `ready(sweep)` holds."""
-    log = open(tmp_path / "resume.log", "a")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner", "resume", str(sweep)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and not ready(sweep):
-        if proc.poll() is not None:
-            log.flush()
-            pytest.fail(f"resume exited {proc.returncode} first:\n" + log_tail(tmp_path / "resume.log"))
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=120)
-
-
 def test_a_population_killed_three_times_ends_as_the_one_that_ran_through(
     ray_session: Any, tmp_path: Path
 ) -> None:
@@ -127,9 +103,9 @@ def test_a_population_killed_three_times_ends_as_the_one_that_ran_through(
     raw = _debug_population(tmp_path / "killed", "pop")
     sweep = kill_9_when(raw, tmp_path, lambda s: s.exists() and _rows_at(s, 1) >= 3 and not _lineages(s))
     # 2: it is carried out (every member has a lineage), and members train on to epoch 2.
-    _kill_9_resuming(sweep, tmp_path, lambda s: len(_lineages(s)) == POPULATION and _rows_at(s, 2) >= 1)
+    kill_9_resuming_when(sweep, tmp_path, lambda s: len(_lineages(s)) == POPULATION and _rows_at(s, 2) >= 1)
     # 3: the second is carried out too, and the last epoch runs.
-    _kill_9_resuming(sweep, tmp_path, lambda s: 1 <= _rows_at(s, 3) < POPULATION)
+    kill_9_resuming_when(sweep, tmp_path, lambda s: 1 <= _rows_at(s, 3) < POPULATION)
     summary = resumed_to_the_end(sweep, POPULATION)
 
     got = _population(sweep)
