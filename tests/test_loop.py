@@ -215,3 +215,24 @@ def test_eval_precision_fp32_evaluates_without_autocast(tmp_path: Path) -> None:
     assert losses["fp32"] == pytest.approx(fp32, rel=1e-5)
     assert _weights(tmp_path / "amp").keys() == _weights(tmp_path / "fp32").keys()
     assert losses["amp"] != pytest.approx(fp32, rel=1e-5)  # (bf16's rounding shows)
+
+
+def test_a_trials_settings_are_the_sweep_files_model_with_its_checks() -> None:
+    """A trial reads its training settings through TrainingSection itself (issue 45 part 4):
+    its defaults, types and checks, none restated; a value the sweep file would refuse is
+    refused in the trial too, naming the field, rather than trained with."""
+    from pydantic import ValidationError
+
+    from tuner.trial.frame.settings import Settings
+
+    s = Settings.of({"lr": 1, "batch_size": 32.0, "amp": False, "grad_clip": 0, "width": 7})
+    assert (s.lr, type(s.lr), s.batch_size, type(s.batch_size)) == (1.0, float, 32, int)
+    assert (s.amp, s.grad_clip, s.micro_batch) == ("off", None, None)  # YAML's off; 0 is no clipping
+    rest = [k for k in TrainingSection.model_fields if k not in ("lr", "batch_size", "amp")]
+    defaults = TrainingSection()
+    assert {k: getattr(s, k) for k in rest} == {k: getattr(defaults, k) for k in rest}
+    for bad, field in (({"lr": -0.1}, "lr"), ({"optimizer": "adamm"}, "optimizer"), ({"amp": "fp8"}, "amp")):
+        with pytest.raises(ValidationError, match=field):
+            Settings.of(bad)
+    with pytest.raises(ValidationError):  # frozen: what the trial runs with is what it read
+        s.lr = 0.5
