@@ -57,11 +57,20 @@ class _Flaky(_Chaos):
 
 
 class _OutOfMemory(_Chaos):
-    """Raises torch.OutOfMemoryError for training batches above `oom_above` samples."""
+    """Raises torch.OutOfMemoryError for training batches above `oom_above` samples; with
+    `oom_cpu` set, asks the CPU allocator for more memory than any machine has instead (torch's
+    own error: a RuntimeError from c10's allocator)."""
 
     def trip(self, x: torch.Tensor) -> None:
         if len(x) > int(self.config["oom_above"]):
+            if self.config.get("oom_cpu"):
+                torch.empty(IMPOSSIBLE_BYTES, dtype=torch.uint8)
             raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: batch {len(x)})")
+
+
+# 2**60 bytes: past any machine's memory and any 64-bit CPU's address space, so the
+# allocation fails whatever the system's overcommit policy.
+IMPOSSIBLE_BYTES = 1 << 60
 
 
 def flaky(config: dict[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -40,6 +40,27 @@ def test_oom_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path: Path
     assert "OOM at micro-batch 32: retrying the step at 16" in log
 
 
+def test_the_cpu_allocator_running_out_is_out_of_memory_too(tmp_path: Path) -> None:
+    """torch's CPU allocator says it in words of its own ("DefaultCPUAllocator: can't allocate
+    memory"), in a RuntimeError: tuner's loop backs off from it as from a CUDA OOM, and a
+    script that dies of it ends as oom (its traceback's last line, as Python prints it)."""
+    from tests.chaos import IMPOSSIBLE_BYTES
+    from tuner.trial.frame.memory import is_oom
+    from tuner.trial.script.oom import ran_out
+
+    try:
+        torch.empty(IMPOSSIBLE_BYTES, dtype=torch.uint8)
+    except RuntimeError as err:
+        real = err
+    assert is_oom(real), real
+    printed = f"{type(real).__name__}: {real}"  # the traceback's last line on the script's stderr
+    assert ran_out(None, ["Traceback (most recent call last):", printed]) == printed
+    assert ran_out(printed, []) == printed
+    s = train(tmp_path, SPEC, hp(batch_size=64, oom_above=16, oom_cpu=True, width=16, max_epochs=1))
+    last = s.metrics[-1]
+    assert "failure" not in last and last["oom_backoffs"] == 2 and last["micro_batch"] == 16, last
+
+
 def test_oom_below_the_minimum_ends_the_trial_as_oom(tmp_path: Path) -> None:
     s = train(tmp_path, SPEC, hp(batch_size=64, oom_above=4, min_micro_batch=8, width=16))
     last = s.metrics[-1]

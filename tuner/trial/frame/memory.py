@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,13 +36,22 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+# What torch's allocators say when an allocation fails: CUDA's, HIP's, MPS's "... out of memory",
+# and the CPU allocator's own words (c10's alloc_cpu.cpp: "DefaultCPUAllocator: can't allocate
+# memory: you tried to allocate N bytes", or "not enough memory" where it does not use
+# posix_memalign). Read in exceptions and in a script's stderr (tuner/trial/script/oom.py).
+OOM_WORDS = r"out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
+_SAYS_OOM = re.compile(OOM_WORDS, re.IGNORECASE)
+
+
 def is_oom(err: BaseException) -> bool:
     """torch.OutOfMemoryError (torch.cuda's too, and Ray's error carrying one from another
     process: it subclasses its cause's class), or an allocator RuntimeError saying the same
-    (older paths). By the class's name: no torch needed to ask (a script's trial actor has none)."""
+    (the CPU allocator's; older paths). By the class's name: no torch needed to ask (a script's
+    trial actor has none)."""
     if any(cls.__name__ == "OutOfMemoryError" for cls in type(err).__mro__):
         return True
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+    return isinstance(err, RuntimeError) and _SAYS_OOM.search(str(err)) is not None
 
 
 def first_line(err: BaseException) -> str:

@@ -1,7 +1,7 @@
 """A script that ran out of memory: recognised by what torch printed, run again with less.
 
 torch's allocators say so in the exception a script dies of (`torch.OutOfMemoryError: CUDA out
-of memory. Tried to allocate ...`; older and other devices: a RuntimeError "... out of memory"),
+of memory. Tried to allocate ...`; the CPU's and older paths: a RuntimeError in their words),
 printed on its stderr; a script that catches it and exits on its own still printed it. That is
 the trial's `oom`, a result like tuner's loop's, not an error. With `failure.oom_retries` left
 and a batch-size placeholder in the command (`{batch_size}`, or any whose name ends in
@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from tuner.config.placeholders import placeholders
+from tuner.trial.frame.memory import OOM_WORDS
 
-# torch's messages: CUDA/HIP/MPS "... out of memory", the CPU allocator's "not enough memory",
-# and the exception's own name (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError).
-OOM = re.compile(r"OutOfMemoryError|out of memory|DefaultCPUAllocator: not enough memory", re.IGNORECASE)
+# torch's messages (the allocators' words, as the loop reads them in its exceptions) and the
+# exception's own name (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError).
+OOM = re.compile(rf"OutOfMemoryError|{OOM_WORDS}", re.IGNORECASE)
 
 
 def ran_out(cause_line: Optional[str], stderr_tail: Iterable[str]) -> Optional[str]:
