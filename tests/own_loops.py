@@ -227,3 +227,35 @@ def stepped(config: dict[str, Any], ctx: Any) -> None:
         for xb, yb in train:
             loss = ctx.step(model, opt, (xb, yb), lambda a, b: nn.functional.cross_entropy(model(a), b))
         ctx.report({"val_loss": loss}, state=ctx.state_dict(model, opt))
+
+
+def own_comm_hook(config: dict[str, Any], ctx: Any) -> None:
+    """A DDP loop with a communication hook of its own (as PowerSGD's or a compression hook is
+    registered), stepping on its own; with `config["then_step"]`, through ctx.step after it.
+    Reports how many buckets its hook reduced."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(128, 8, generator=g)
+    data = TensorDataset(x, (x[:, 0] > 0).long())
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    model, opt = ctx.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    calls = {"n": 0}
+
+    # (No annotations: DDP checks a hook's against its own, and this module's are strings.)
+    def counted(state, bucket):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, counted)
+    for _ in range(ctx.epoch, ctx.max_epochs):
+        for xb, yb in ctx.loader(data, int(config["batch_size"])):
+            if config.get("then_step"):
+                loss = ctx.step(model, opt, (xb, yb), lambda a, b: nn.functional.cross_entropy(model(a), b))
+                continue
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+        ctx.report({"val_loss": float(loss), "hook_calls": calls["n"]})

@@ -112,6 +112,8 @@ def _run_all(rank: int, root: str, trials: list[tuple[str, dict[str, Any], dict[
             "warnings": lines.lines,
         }
         Path(root, name, f"rank{rank}.json").write_text(json.dumps(record))
+    if len(trials) and trials[0][2]["workers"] == 2:  # in the same processes (issue 50)
+        _own_hooks(rank, str(Path(root, "hooks")))
 
 
 def _weights(trial_dir: Path) -> dict[str, torch.Tensor]:
@@ -155,3 +157,35 @@ def test_every_rank_backs_off_together_and_trains_as_if_uninterrupted(tmp_path: 
     )
     # Bounded by the run's own pace, not the machine's: a peer reaches its next gate within a step.
     assert max(times) <= max(2.0, 2 * slowest_step), times
+    if world == 2:
+        _a_users_own_ddp_communication_hook_is_theirs(tmp_path / "hooks")
+
+
+def _own_hooks(rank: int, root: str) -> None:
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.userloop.run import run_own_loop
+
+    for then_step in (False, True):
+        spec = TrialSpec(
+            model="", data="", trial_mode="train", train="tests.own_loops:own_comm_hook", max_epochs=1,
+            metric="val_loss", mode="min", workers=2,
+        )  # fmt: skip
+        session = LocalSession(str(Path(root, f"step{int(then_step)}")))
+        try:
+            run_own_loop({"batch_size": 32, "then_step": then_step}, spec, session)
+            outcome = session.metrics
+        except RuntimeError as err:
+            outcome = str(err)
+        Path(root, f"step{int(then_step)}", f"rank{rank}.json").write_text(json.dumps(outcome))
+
+
+def _a_users_own_ddp_communication_hook_is_theirs(tmp_path: Path) -> None:
+    # The gates go in at the first step that backs off, not at ctx.prepare: a loop that steps
+    # on its own registers its own hook (DDP takes one), and a hook of its own with ctx.step is
+    # refused in a line that says so.
+    for rank in range(2):
+        own = json.loads((tmp_path / "step0" / f"rank{rank}.json").read_text())
+        assert isinstance(own, list), own  # (on error, its message)
+        assert own[-1]["epoch"] == 1 and own[-1]["hook_calls"] == 4, own  # 128 samples, 32 a step: 4 steps
+        refused = json.loads((tmp_path / "step1" / f"rank{rank}.json").read_text())
+        assert "has a DDP communication hook of its own" in str(refused), refused

@@ -11,9 +11,11 @@ Each strategy is an object with the same few calls, so the loop never branches o
 - `state(model, optimizer)` / `load(...)`: full, unsharded state dicts, so a checkpoint is the
   same plain `state_dict` whatever the strategy (FSDP gathers it to CPU; every rank calls it).
   The optimizer may be None (weights only).
-- `gate` / `reset(net)`: the question every rank answers before each collective of a step, so
-  that an out-of-memory on one rank abandons the step on all (`lockstep.py`), and the
-  wrapper's per-step state put back after that.
+- `lockstep(net)` / `reset(net)`: the gate every rank answers before each collective of a
+  step of `net`, so that an out-of-memory on one rank abandons the step on all (`lockstep.py`),
+  and the wrapper's per-step state put back after that. The gates go in when a Stepper first
+  steps `net` (tuner's loop, `ctx.step`), not when it is wrapped: a user's loop that steps on
+  its own pays nothing for them and keeps DDP's one communication hook for its own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tuner.trial.loop.lockstep import NoGate, gate_ddp, gate_fsdp, make_gate, reset_ddp, reset_fsdp
+from tuner.trial.loop.lockstep import Buckets, NoGate, gate_ddp, gate_fsdp, make_gate, reset_ddp, reset_fsdp
 
 
 class Single:
@@ -69,6 +71,10 @@ class Single:
         if optimizer is not None and optim is not None:
             optimizer.load_state_dict(optim)
 
+    def lockstep(self, net: nn.Module) -> NoGate:
+        """The gate of `net`'s steps, its collectives made to ask it first (once per `net`)."""
+        return self.gate
+
     def reset(self, net: nn.Module) -> None:
         """Put the wrapper's per-step state back after a step every rank abandoned."""
 
@@ -96,9 +102,7 @@ class DDP(Single):
         ids = [device.index] if device.type == "cuda" else None
         # Gradients as views into DDP's all-reduce buckets: no second copy of them (4 bytes
         # per parameter in fp32), and no copy into the buckets each step (see zero_grad).
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
-        self._buckets = gate_ddp(net, self._gate())
-        return net
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
         # All-reduce once per step, on the last micro-batch.
@@ -112,8 +116,22 @@ class DDP(Single):
         # DDP, which requires it, so zeros step nothing an unused parameter would not.)
         optimizer.zero_grad(set_to_none=False)
 
+    def lockstep(self, net: nn.Module) -> NoGate:
+        gate = self._gate()
+        buckets: dict[int, Buckets] = self.__dict__.setdefault("_buckets", {})
+        if id(net) not in buckets:
+            try:
+                buckets[id(net)] = gate_ddp(net, gate)
+            except RuntimeError as err:  # DDP takes one communication hook
+                raise RuntimeError(
+                    "this model has a DDP communication hook of its own (register_comm_hook); the "
+                    "steps that back off on out-of-memory (tuner's loop, ctx.step) ask every worker "
+                    "through one of theirs: step it without ctx.step"
+                ) from err
+        return gate
+
     def reset(self, net: nn.Module) -> None:
-        reset_ddp(net, self._buckets)
+        reset_ddp(net, self.__dict__["_buckets"][id(net)])
 
     def _gate(self) -> NoGate:
         """One gate for every model this strategy wraps (a user's loop may prepare several)."""
@@ -157,7 +175,6 @@ class FSDP(DDP):
                 compile_forward(unit)  # per unit, before sharding (FSDP2's hooks stay outside the graph)
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        gate_fsdp(model, self._gate())
         return model  # sharded in place: training and evaluation call the same module
 
     def sync(self, net: nn.Module, last: bool) -> AbstractContextManager[Any]:
@@ -165,6 +182,14 @@ class FSDP(DDP):
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad(set_to_none=True)  # FSDP2's gradients are sharded, not in buckets
+
+    def lockstep(self, net: nn.Module) -> NoGate:
+        gate = self._gate()
+        gated: set[int] = self.__dict__.setdefault("_gated", set())
+        if id(net) not in gated:
+            gate_fsdp(net, gate)
+            gated.add(id(net))
+        return gate
 
     def reset(self, net: nn.Module) -> None:
         reset_fsdp(net)

@@ -57,7 +57,7 @@ class Stepper:
         self.net, self.model, self.optimizer = net, model, optimizer
         self.strategy, self.amp, self.device, self.state = strategy, amp, device, state
         self.min_micro, self.grad_clip, self.log, self.main = min_micro, grad_clip, log, main
-        self.gate: NoGate = strategy.gate
+        self.gate: NoGate = strategy.lockstep(net)
         self.world = getattr(self.gate, "world", 1)
         self.phase = "forward"
         self.recoveries: list[float] = []  # seconds from each out-of-memory to the retry
