@@ -6,9 +6,12 @@ it behaves as `--kind` says.
     crash       writes to stderr, exits 3 before any report
     silent      trains, never reports, exits 0
     crash_once  as api, but its first run exits 3 after reporting (and checkpointing) epoch 2
-    ddp         under torchrun: 2 gloo processes, each reports its rank (only rank 0's count)
-                and the threads of all ranks; val_loss = 3 / epoch + a sum of a million
+    ddp         under torchrun: 2 gloo processes, each prints a line and reports its rank (only
+                rank 0's count) and the threads of all ranks; val_loss = 3 / epoch + a sum of a million
                 random float32 numbers / 10**6 (its last bits follow the thread count)
+    shared      as stdout, its lines as they reach a stdout shared with another rank (torchrun's
+                workers) that prints too: that rank's unfinished line before the prefix,
+                its output between the JSON object and the newline
     text        as api, but reports val_loss "abc" at epoch 2
     huge        as api, but reports val_loss 10**400 at epoch 2 (past a float's range)
     final       as api, then reports the last epoch again with a test_loss
@@ -62,6 +65,8 @@ def main() -> None:
         sys.exit(3)
     if args.kind == "ddp":
         return _ddp(args)
+    if args.kind == "shared":
+        return _shared(args)
     tuner = None if args.kind == "stdout" else __import__("tuner")
     start = 0
     restore = tuner.restore_dir() if tuner else None
@@ -127,6 +132,17 @@ def _actor_has_torch() -> bool | None:
     return None
 
 
+def _shared(args: argparse.Namespace) -> None:
+    """Rank 0's `print(PREFIX + json.dumps(row))` under unbuffered output is two writes (the
+    text, the newline), each whole on a pipe; rank 1's writes land between them."""
+    for epoch in range(1, args.epochs + 1):
+        line = "TUNER_REPORT " + json.dumps({"epoch": epoch, "val_loss": 1 / epoch})
+        other = f"[rank1] step {epoch}: {{'loss': 2.5}}"  # nanoGPT-style: every rank prints
+        writes = [other, line, "\n", "\n"] if epoch % 2 else [line, other, "\n", "\n"]
+        for text in writes:
+            os.write(1, text.encode())
+
+
 def _ddp(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -143,6 +159,7 @@ def _ddp(args: argparse.Namespace) -> None:
         # A float32 sum of a million numbers: its last bits follow the thread count.
         noise = torch.randn(1_000_000, generator=torch.Generator().manual_seed(epoch)).sum().item()
         val_loss = t.item() / epoch + 1e-6 * noise
+        print(f"rank {rank}:", f"epoch {epoch} trained", flush=True)  # every rank prints (nanoGPT)
         tuner.report(epoch=epoch, val_loss=val_loss, rank=rank, world=world, threads=int(threads.item()))
     dist.destroy_process_group()
 

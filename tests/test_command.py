@@ -234,6 +234,9 @@ def test_torchrun_runs_two_gloo_processes_and_only_rank_0_reports(
     assert [(int(e), float(v), int(n)) for e, v, n in printed] == [
         (r["epoch"], r["val_loss"], r["threads"]) for r in rows
     ], again.stdout
+    # Alone too, rank 0 prints the reports, each line in one write: another rank's output
+    # (its prints) lands around it, never inside it.
+    assert "rank=1" not in again.stdout and again.stdout.count("tuner.report:") == 2, again.stdout
 
 
 # ----------------------------------------------------------------------------- no Ray
@@ -393,6 +396,29 @@ def test_the_supervisor_ends_the_whole_tree_when_its_parent_dies(tmp_path: Path)
     while _alive(started) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(started)
+
+
+def test_a_report_line_is_read_whole_whatever_another_rank_writes_into_it(tmp_path: Path) -> None:
+    """torchrun's ranks share one stdout: rank 1's output before rank 0's report line and
+    between its JSON and its newline (command_script.py's `shared` kind) neither loses a report
+    nor fails the trial; a line that names the prefix without an object after it is no report."""
+    from tuner.trial.frame.session import LocalSession
+    from tuner.trial.frame.spec import TrialSpec
+    from tuner.trial.script.process import _report_text
+    from tuner.trial.script.run import run_command
+
+    cmd = ["python", SCRIPT, "--kind", "shared", "--epochs", "{max_epochs}"]
+    spec = TrialSpec(
+        model="", data="", trial_mode="command", command=cmd, max_epochs=4, metric="val_loss",
+        mode="min", start_dir=str(ROOT),
+    )  # fmt: skip
+    session = LocalSession(str(tmp_path))
+    run_command({}, spec, session)
+    assert [(m["epoch"], m["val_loss"]) for m in session.metrics] == [(e, 1 / e) for e in range(1, 5)]
+    log = (tmp_path / "trial.log").read_text()
+    assert "out| [rank1] step 1: {'loss': 2.5}TUNER_REPORT " in log  # (the lines did interleave)
+    assert _report_text("parsing TUNER_REPORT lines") is None
+    assert _report_text("TUNER_REPORT nope") == "nope"  # a line of its own: the trial says it is no JSON
 
 
 def _oom_trial(tmp_path: Path, retries: int, placeholder: bool = True) -> Any:

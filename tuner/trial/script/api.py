@@ -2,8 +2,9 @@
 `tuner.restore_dir` (re-exported by the `tuner` package), and the environment they read.
 
 Standard library only, so `import tuner` in a script costs no torch or Ray import. Outside a
-sweep (no TUNER_REPORT_FILE in the environment) `report` prints the metrics and does nothing
-else, `checkpoint_dir` and `restore_dir` return None: the script runs alone as before.
+sweep (no TUNER_REPORT_FILE in the environment) `report` prints the metrics (on rank 0 alone
+under torchrun) and does nothing else, `checkpoint_dir` and `restore_dir` return None: the
+script runs alone as before.
 
 In a sweep the trial (tuner.trial.script.run) sets:
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from typing import Any, Optional
 
@@ -47,18 +49,18 @@ def report(epoch: int, **metrics: Any) -> None:
     restored epoch after a resume), `metrics` are numbers (or strings; the sweep's metric
     must be a number), e.g. `tuner.report(epoch=3, val_loss=0.21, val_acc=0.93)`. In a sweep
     the trial's scheduler, journal and TensorBoard get them, with the checkpoint written into
-    `checkpoint_dir()` since the last report; outside one they are printed. The epoch
+    `checkpoint_dir()` since the last report; outside one rank 0 prints them. The epoch
     reported last, reported again, gains the new metrics (a final test metric)."""
     global _pending
     row: dict[str, Any] = {"epoch": _number("epoch", epoch)}
     row.update((k, _number(k, v)) for k, v in metrics.items())
     if not isinstance(row["epoch"], int):
         raise TypeError(f"tuner.report: epoch must be an integer, got {epoch!r}")
+    if not _is_main():
+        return
     path = os.environ.get(REPORT_FILE)
     if not path:
-        print("tuner.report:", ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-        return
-    if not _is_main():
+        _say("tuner.report: " + ", ".join(f"{k}={v}" for k, v in row.items()))
         return
     if _pending is not None:
         row["checkpoint"], _pending = _pending, None
@@ -68,6 +70,21 @@ def report(epoch: int, **metrics: Any) -> None:
         os.write(fd, line)  # one write of an appended line: the trial never reads half of it
     finally:
         os.close(fd)
+
+
+def _say(text: str) -> None:
+    """`text` as one line on stdout in one write: torchrun's ranks share that stdout, and
+    another rank's output lands between the writes of a print (its words, its newline) but
+    never inside one write of a pipe's size."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by a stream without a file
+        print(text, flush=True)
+        return
+    sys.stdout.flush()  # what the script printed before comes first
+    data = (text + "\n").encode()
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def checkpoint_dir() -> Optional[str]:

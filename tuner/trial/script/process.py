@@ -85,8 +85,8 @@ class ScriptProcess:
             if name == "err":
                 self.stderr_tail.append(_cut(line, 500))
                 self.tracebacks.feed(_cut(line, 2000))
-            elif line.startswith(PREFIX):
-                self._reports.put(_parse(line[len(PREFIX) :], "stdout line"))
+            elif (text := _report_text(line)) is not None:
+                self._reports.put(_parse(text, "stdout line"))
         stream.close()
 
     def _tail_file(self) -> None:
@@ -198,6 +198,26 @@ def _signal(p: psutil.Process, sig: int) -> None:
 def _cut(line: str, limit: int = MAX_LOG_LINE) -> str:
     """A line shortened to `limit` characters, saying how much was left out."""
     return line if len(line) <= limit else f"{line[:limit]}... [{len(line) - limit} more characters]"
+
+
+def _report_text(line: str) -> Optional[str]:
+    """What follows the prefix of a stdout report line (None: no report), as torchrun's ranks
+    leave it on the stdout they share. Each write of a rank stays whole (a pipe keeps a write
+    of up to 4 KiB in one piece), but another rank's unfinished line may come before the
+    prefix, and its output between the object and the newline (print writes them apart when
+    Python's output is unbuffered): the line's one JSON object is the report. Inside a line,
+    the prefix counts only when a JSON object follows it (text naming the protocol is no report)."""
+    at = line.find(PREFIX)
+    if at < 0:
+        return None
+    text = line[at + len(PREFIX) :].lstrip()
+    try:
+        found, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        found, end = None, len(text)
+    if at > 0 and not isinstance(found, dict):
+        return None
+    return text[:end]  # at the line's start and not a JSON object: _parse says so
 
 
 def _parse(text: str, what: str) -> Any:
