@@ -454,8 +454,11 @@ for case, f, flags in json.loads(sys.argv[1]):
 
 
 def test_what_cannot_run_is_refused_at_once_before_ray_or_torch(tmp_path: Path) -> None:
-    """`sweep` refuses bad input in one line (exit 2), before it imports Ray or torch, in less
-    time than the CLI's own import took (on any machine: both are measured in one process).
+    """`sweep` refuses bad input in one line (exit 2), before it imports Ray or torch, and
+    at once: in a few times what the CLI's own import took (both measured in one process, so
+    on any machine), where building what it refuses (an alias bomb's 9**9 strings, 3.2 GB;
+    a grid's 500,000 trials) would take far longer. The bound is 10x: a refusal took about
+    the import's time (0.2 s against 0.18 s in CI), so noise of 3x on either side stays inside.
     The one test of bad input that needs a process of its own (a fresh interpreter, where
     nothing has imported either yet); the others call the CLI in-process."""
     (tmp_path / "a-file").write_text("not a directory")
@@ -479,7 +482,7 @@ def test_what_cannot_run_is_refused_at_once_before_ray_or_torch(tmp_path: Path) 
         code, took, ray, torch, err = got[case]
         assert (code, ray, torch) == (2, False, False), (case, err)
         assert err.startswith("error: ") and words in err and len(err.strip().splitlines()) == 1, (case, err)
-        assert took < imported, (case, took, imported)
+        assert took < 10 * imported, (case, took, imported)
     assert not (tmp_path / "runs").exists()
 
 
