@@ -166,31 +166,45 @@ def test_random_search_takes_a_grid_parameter_in_turn() -> None:
     assert configs == algorithms.random_configs(params, 7, seed=0)
 
 
-def test_optuna_is_told_a_trial_asha_stopped_as_pruned_live_and_on_resume() -> None:
-    """A trial stopped before max_epochs is PRUNED (TPE ranks it below every complete trial,
-    by the epoch it reached): its epoch-1 value is not ranked against values at max_epochs.
-    A resumed sweep's study is rebuilt the same way."""
+def test_optuna_is_told_a_trial_asha_stopped_as_pruned_and_one_that_stopped_itself_as_complete() -> None:
+    """A trial the scheduler stopped before max_epochs is PRUNED (TPE ranks it below every
+    complete trial, by the epoch it reached): its epoch-1 value is not ranked against values at
+    max_epochs. A trial whose own code ended it early (its early stopping) finished: COMPLETE
+    with its last value, as a trial at max_epochs is (PRUNED, TPE would rank it below them all
+    and GP, NSGA-II and CMA-ES would ignore it). Told as Tune tells them: the stopping result
+    is new to the searcher; a trial whose function returned ends with the result it reported
+    last, marked done. A resumed sweep's study is rebuilt the same way (the journal's last row
+    says the trial stopped itself)."""
     from tuner.search.algorithms import Prior, PriorTrial
+    from tuner.sweepdir import STOPPED_ITSELF
 
     cfg, plan = _plan("optuna")
     last = cfg.schedule.max_epochs
+    assert last > 2
     short = [{"epoch": 1, "val_acc": 0.9}]
     full = [{"epoch": e, "val_acc": 0.5} for e in range(1, last + 1)]
+    itself = [{"epoch": 1, "val_acc": 0.6}, {"epoch": 2, "val_acc": 0.7}]
     s = plan.search_alg
     configs = []
-    for tid, history in (("short", short), ("full", full)):
+    for tid, history, told in (("short", short, -1), ("full", full, None), ("itself", itself, None)):
         configs.append(s.suggest(tid))
-        for row in history[:-1]:
+        for row in history[:told]:
             s.on_trial_result(tid, row)
-        s.on_trial_complete(tid, history[-1])
+        s.on_trial_complete(tid, {**history[-1], "done": True})
     live = [(t.state.name, t.value, t.intermediate_values) for t in s.inner.study.trials]
-    assert live == [("PRUNED", 0.9, {1: 0.9}), ("COMPLETE", 0.5, {e: 0.5 for e in range(1, last + 1)})]
-    prior = Prior(finished=[PriorTrial(configs[0], short), PriorTrial(configs[1], full)], new=2)
+    assert live == [
+        ("PRUNED", 0.9, {1: 0.9}),
+        ("COMPLETE", 0.5, {e: 0.5 for e in range(1, last + 1)}),
+        ("COMPLETE", 0.7, {1: 0.6, 2: 0.7}),
+    ]
+    journal = itself[:-1] + [{**itself[-1], STOPPED_ITSELF: True}]
+    histories = (short, full, journal)
+    prior = Prior(finished=[PriorTrial(c, h) for c, h in zip(configs, histories, strict=True)], new=2)
     resumed = algorithms.build(
         cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
     )
     again = [(t.state.name, t.value) for t in resumed.search_alg.inner.study.trials]
-    assert again == [("PRUNED", 0.9), ("COMPLETE", 0.5)]
+    assert again == [("PRUNED", 0.9), ("COMPLETE", 0.5), ("COMPLETE", 0.7)]
 
 
 # ----------------------------------------------------------------------------- distributions

@@ -16,6 +16,7 @@ from tuner.search.plan import TIME_ATTR
 from tuner.space import conditions
 from tuner.space.constraints import allows
 from tuner.space.params import Fixed, LogRandInt, ParamT, to_optuna
+from tuner.sweepdir import STOPPED_ITSELF
 
 
 class _SavesState:
@@ -143,6 +144,10 @@ class OptunaSearch(_SavesState, Searcher):
     `stopped_early` says: PRUNED (TPE ranks such trials below every complete one, among
     themselves by the epoch they reached, then their last value; CMA-ES takes their last
     value) or COMPLETE (its last value: a value at epoch 3 ranked against values at max_epochs).
+    A trial whose own code ended it before `max_epochs` (its early stopping: `stopped itself`)
+    finished as its user meant it to: COMPLETE with its last value, as a trial at max_epochs
+    (told PRUNED, TPE would rank it below every complete trial, and GP, NSGA-II and CMA-ES
+    would not learn from it at all).
 
     With several `objectives` the study is multi-objective and is told, when a trial completes,
     every objective's value at the trial's best epoch of the first: where summary.json's
@@ -212,16 +217,20 @@ class OptunaSearch(_SavesState, Searcher):
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        step = result.get(TIME_ATTR)
         if len(self.objectives) > 1:
-            if trial_id in self.trials:
+            if trial_id in self.trials and not (finite(step) and int(step) in self.reported[trial_id]):
                 self.rows.setdefault(trial_id, []).append(self._kept(result))
+                if finite(step):
+                    self.reported[trial_id].add(int(step))
             return
-        ot, value, step = self.trials.get(trial_id), result.get(self.metric), result.get(TIME_ATTR)
+        ot, value = self.trials.get(trial_id), result.get(self.metric)
         if ot is not None and finite(value) and finite(step) and int(step) not in self.reported[trial_id]:
             self.reported[trial_id].add(int(step))
             ot.report(float(value), int(step))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        itself = self._ended_itself(trial_id, result)
         if result:  # the stopping result, which Tune gives the scheduler only (a pruned trial's last)
             self.on_trial_result(trial_id, result)
         ot = self.trials.pop(trial_id, None)
@@ -230,9 +239,10 @@ class OptunaSearch(_SavesState, Searcher):
         if ot is None:
             return
         values = self._values(rows) if len(self.objectives) > 1 else _one((result or {}).get(self.metric))
+        short = not itself and self._stopped_early((result or {}).get(TIME_ATTR))  # by a scheduler
         if error or "failure" in (result or {}) or values is None:
             self.study.tell(ot, state=_state("FAIL"))
-        elif self.stopped_early == "PRUNED" and self._stopped_early((result or {}).get(TIME_ATTR)):
+        elif self.stopped_early == "PRUNED" and short:
             self.study.tell(ot, state=_state("PRUNED"))
         else:
             self.study.tell(ot, values)
@@ -252,6 +262,16 @@ class OptunaSearch(_SavesState, Searcher):
 
     def _stopped_early(self, epoch: Any) -> bool:
         return self.max_epochs is not None and finite(epoch) and int(epoch) < self.max_epochs
+
+    def _ended_itself(self, trial_id: str, result: Optional[dict]) -> bool:
+        """Whether the trial's own code ended it: its function returned (or its script exited).
+        Tune then completes it with the result it reported last, which this searcher was told
+        already, marked done (ray.tune's RESULT_DUPLICATE); a scheduler's or a stopper's stop
+        comes with a result the searcher has not been told, and a trial stopped with the sweep
+        is not done. (The trial marks its journal `stopped_itself` only after that last report.)"""
+        r = result or {}
+        step = r.get(TIME_ATTR)
+        return bool(r.get("done")) and finite(step) and int(step) in self.reported.get(trial_id, ())
 
     def adopt(self, name: str, config: dict[str, Any], history: list[dict[str, Any]]) -> None:
         """An interrupted trial of an earlier run, which continues: asked for with its own
@@ -282,7 +302,9 @@ class OptunaSearch(_SavesState, Searcher):
         several = self._values(history) if len(self.objectives) > 1 else None
         failed = error or not values or any("failure" in r for r in history)
         failed = failed or (len(self.objectives) > 1 and several is None)
-        stopped = self.stopped_early if not failed and self._stopped_early(max(values)) else "COMPLETE"
+        itself = bool(history and history[-1].get(STOPPED_ITSELF))
+        short = not failed and not itself and self._stopped_early(max(values))
+        stopped = self.stopped_early if short else "COMPLETE"
         state = "FAIL" if failed else stopped
         params = {k: study_value(self.searched[k], config[k]) for k in self.searched if k in config}
         if self.replay_by_asking:
