@@ -239,16 +239,24 @@ def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
     deadline = time.monotonic() + settle_s(within_s)
     while True:
         found = []
-        for proc in psutil.process_iter(["status"]):
-            try:
-                ours = proc.environ().get("TUNER_TEST_MARK") == mark
-                if ours and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(f"{proc.pid} {proc.name()}")
-            except psutil.Error:
-                continue
+        for proc in marked(mark):
+            with contextlib.suppress(psutil.Error):
+                found.append(f"{proc.pid} {proc.name()}")
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
+
+
+def marked(mark: str) -> list:
+    """The live processes (psutil's) whose environment has TUNER_TEST_MARK=mark."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("TUNER_TEST_MARK") == mark and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, cli, processes_left, run_cli, unheld
+from tests.conftest import DEBUG, ROOT, cli, marked, processes_left, run_cli, unheld
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
@@ -204,6 +204,54 @@ def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
     assert out.returncode == 2 and "is not a sweep directory" in out.stderr and "Traceback" not in out.stderr
 
 
+def _ctrl_z_then_fg(proc: subprocess.Popen, mark: str, within_s: float) -> None:
+    """Ctrl-Z (SIGTSTP for the terminal's foreground group: the command's) stops every process
+    of the sweep, its driver and that driver's Ray too, as before the driver ran in a group of
+    its own; `fg` (SIGCONT for the group) has them all go on. Each within `within_s` seconds."""
+    import psutil
+
+    def states() -> dict[int, str]:
+        out = {}
+        for p in [*marked(mark), *_every_process_of(proc)]:  # (Ray's agents drop the mark)
+            with contextlib.suppress(psutil.Error):
+                out[p.pid] = f"{p.name()} {p.status()} {os.getpgid(p.pid)}"
+        return out
+
+    for signum, stopped in ((signal.SIGTSTP, True), (signal.SIGCONT, False)):
+        os.killpg(proc.pid, signum)
+        deadline = time.monotonic() + within_s  # (a hang guard)
+        while wrong := {p: s for p, s in states().items() if (psutil.STATUS_STOPPED in s) != stopped}:
+            assert time.monotonic() < deadline, (signum, wrong)
+            time.sleep(0.05)
+        assert len(states()) > 3, states()  # the command, its driver and the driver's Ray
+
+
+class _Webhook:
+    """notify.webhook's server: what it was sent (`close`)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        got: list[dict[str, Any]] = []
+
+        class Hook(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None: ...
+
+        self.got, self.server = got, ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> list[dict[str, Any]]:
+        self.server.shutdown()
+        return self.got
+
+
 def _every_process_of(proc: subprocess.Popen) -> list:
     import psutil
 
@@ -213,12 +261,14 @@ def _every_process_of(proc: subprocess.Popen) -> list:
 
 @pytest.mark.usefixtures("ray_session")  # the last resume runs in this process, on the session's Ray
 def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing(tmp_path: Path) -> None:
-    """A terminal's hangup or `kill -TERM -PGID` signals the command's process group; SLURM's
+    """Ctrl-Z and `fg` stop the whole sweep and have it go on. A terminal's hangup or `kill
+    -TERM -PGID` signals the command's process group; SLURM's
     scancel signals every process of the job, its Ray's included. The first stops gracefully
     (the driver's Ray is in a group of its own); after the second the sweep's Ray is gone, and
     the command notices, writes summary.json (interrupted) from the trials' records and exits
     130: sooner than it took to start the sweep (Ray 2.60 left the driver to exit 1 at once,
-    or after 60 s without its GCS). `resume` then continues each time, losing nothing."""
+    or after 60 s without its GCS), and notify.webhook hears of it. `resume` then continues
+    each time, losing nothing."""
     sweep = tmp_path / "debug"
     mark = uuid.uuid4().hex
     env = {**os.environ, "TUNER_TEST_MARK": mark}
@@ -227,7 +277,10 @@ def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing
         log = open(tmp_path / "driver.log", "w")
         return subprocess.Popen(
             [sys.executable, "-m", "tuner", *words], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,  # a process group of its own, as a job's or a terminal's
+            # A process group of its own, as a job's, in this session as a shell's job is: a
+            # group no parent in its session has (start_new_session) is orphaned and the kernel
+            # ignores a stop signal for it, Ctrl-Z's.
+            env=env, process_group=0,
         )  # fmt: skip
 
     began = time.monotonic()
@@ -237,6 +290,7 @@ def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing
         assert proc.poll() is None and time.monotonic() - began < 240, (tmp_path / "driver.log").read_text()
         time.sleep(0.05)
     startup = time.monotonic() - began  # launch to the first epoch: imports, Ray up, a trial trained
+    _ctrl_z_then_fg(proc, mark, startup)  # (stopping takes less than starting)
     _stop_when_caught_midway(proc, sweep, lambda: os.killpg(proc.pid, signal.SIGTERM))
     log = (tmp_path / "driver.log").read_text()
     assert proc.returncode == 130, log[-3000:]
@@ -245,7 +299,8 @@ def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing
     assert not processes_left(mark)
     finished, midway = _snapshot(sweep)
 
-    proc = start("resume", str(sweep))
+    hook = _Webhook()
+    proc = start("resume", str(sweep), "--notify", hook.url)
 
     def scancel() -> None:
         for p in _every_process_of(proc):
@@ -258,7 +313,10 @@ def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing
     assert proc.returncode == 130, log[-3000:]
     assert took < startup, (took, startup, log[-3000:])
     assert "status interrupted" in log and f"continue with: python -m tuner resume {sweep}" in log
-    assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    # notify.webhook hears how it ended, as from a driver that ended itself (the watcher wrote it)
+    assert [(n["status"], n["counts"]) for n in hook.close()] == [("interrupted", summary["counts"])]
     assert not processes_left(mark)
     more_finished, more_midway = _snapshot(sweep)
     assert all(more_finished[t] == journal for t, journal in finished.items())  # kept as they were

@@ -88,15 +88,21 @@ def _continue(args: argparse.Namespace, go: Callable[[Any], Any]) -> int:
     else:
         refuse_if_held(os.path.abspath(args.sweep_dir))  # another run's: say so before anything else
         cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
-    url = webhook_url(args.notify, "--notify") if args.notify else cfg.notify.webhook
+    notifying = Notifying(_webhook(args, cfg), cfg.name, args.sweep_dir)
     try:
-        with Notifying(url, cfg.name, args.sweep_dir) as note, _resume_hint_on_interrupt(args.sweep_dir):
+        with notifying as note, _resume_hint_on_interrupt(args.sweep_dir):
             outcome = go(runtime_from(args))
             note.done(outcome.summary)
     except AlreadyFinished as done:
         print(done)
         return ExitCode.OK
     return _print_outcome(outcome)
+
+
+def _webhook(args: argparse.Namespace, cfg: SweepConfig) -> Optional[str]:
+    """notify.webhook for this run: resume's and extend's --notify, else the sweep's."""
+    again = args.command in ("resume", "extend") and args.notify
+    return webhook_url(args.notify, "--notify") if again else cfg.notify.webhook
 
 
 class _resume_hint_on_interrupt:
@@ -353,7 +359,7 @@ def main(argv: Optional[Sequence[str]] = None, watch: bool = False) -> int:
     if watch and _starts_local_ray(args):
         from tuner.driver.stopping import watched
 
-        return watched(run, lambda code: _settle(args, code))
+        return watched(run, lambda code, notified: _settle(args, code, notified))
     return run()
 
 
@@ -367,25 +373,35 @@ def _starts_local_ray(args: argparse.Namespace) -> bool:
         return False
 
 
-def _settle(args: argparse.Namespace, code: int) -> int:
+def _settle(args: argparse.Namespace, code: int, notified: bool) -> int:
     """The end of a sweep whose driver was ended with its Ray by a stop signal: summary.json
-    from what the trials recorded, the table, how to continue; the exit code."""
+    from what the trials recorded, notify.webhook told (unless the driver did: `notified`), the
+    table, how to continue; the exit code."""
+    from tuner.driver.notify import Notifying
     from tuner.driver.sweep import locate, settle
+    from tuner.sweepdir import read_config, remote
 
-    if args.command == "sweep":
-        cfg = _load(args)
-        where = locate(cfg.output, cfg.name)[1] or f"{cfg.output.rstrip('/')}/{cfg.name}"
-    else:
-        where = args.sweep_dir
+    note = Notifying(None, "", "")
     try:
+        if args.command == "sweep":
+            cfg = _load(args)
+            where = locate(cfg.output, cfg.name)[1] or f"{cfg.output.rstrip('/')}/{cfg.name}"
+        else:
+            where = args.sweep_dir
+            cfg = read_config(remote.readable(where))
+        note = Notifying(None if notified else _webhook(args, cfg), cfg.name, where)
         outcome = settle(where)
         if outcome is None:
+            note.ended("interrupted")
             print(f"\nstopped (exit {code}) before the sweep began: nothing to continue", file=sys.stderr)
             return ExitCode.INTERRUPTED
+        note.done(outcome.summary)
         print(f"\n[tuner] the sweep's driver ended (exit {code}) after a stop signal; its trials' records:")
         return _print_outcome(outcome)
     except ConfigError as err:  # (its sweep.yaml unreadable, say: resume will say so again)
+        note.ended("interrupted", str(err))
         print(f"error: {err}", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    except OSError:  # (a terminal gone with its hangup: summary.json is written first)
+    except OSError:  # (a terminal gone with its hangup: summary.json is written and told first)
+        note.ended("interrupted")
         return ExitCode.INTERRUPTED

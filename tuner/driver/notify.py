@@ -26,6 +26,7 @@ from typing import Any, Optional
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from tuner.config.schedule import redacted
+from tuner.driver import stopping
 from tuner.errors import DiskFull
 
 TIMEOUT_S = 10.0  # the whole call's deadline
@@ -184,7 +185,9 @@ def payload(
 
 
 class Notifying:
-    """Around a sweep's run: POSTs its outcome (`done`), or that it failed or was stopped."""
+    """Around a sweep's run: POSTs its outcome (`done`), or that it failed or was stopped
+    (`ended`), once. In a driver its watcher waits for (driver/stopping.py's `watched`), the
+    watcher is told, so that it does not notify again when it ends what is left of the run."""
 
     def __init__(self, url: Optional[str], name: str, sweep_dir: str):
         self.url, self.name, self.sweep_dir = url, name, sweep_dir
@@ -194,16 +197,22 @@ class Notifying:
         return self
 
     def done(self, summary: dict[str, Any]) -> None:
+        self._send(payload(self.name, self.sweep_dir, summary))
+
+    def ended(self, status: str, error: Optional[str] = None) -> None:
+        """Before it had a summary: `status` (failed, interrupted) and why, in one line."""
+        self._send(payload(self.name, self.sweep_dir, None, error and error.splitlines()[0], status))
+
+    def _send(self, body: dict[str, Any]) -> None:
         if self.url and not self.sent:
             self.sent = True
-            post(self.url, payload(self.name, self.sweep_dir, summary))
+            post(self.url, body)
+            stopping.notified()  # (after: a driver ended mid-POST is notified again, not never)
 
     def __exit__(self, kind: Any, err: Any, tb: Any) -> bool:
-        if self.url and not self.sent and kind is not None:
-            self.sent = True
+        if kind is not None:
             if issubclass(kind, (KeyboardInterrupt, SystemExit, DiskFull)):
-                status, error = "interrupted", str(err) if isinstance(err, DiskFull) else None
+                self.ended("interrupted", str(err) if isinstance(err, DiskFull) else None)
             else:
-                status, error = "failed", f"{kind.__name__}: {err}"
-            post(self.url, payload(self.name, self.sweep_dir, None, error and error.splitlines()[0], status))
+                self.ended("failed", f"{kind.__name__}: {err}")
         return False

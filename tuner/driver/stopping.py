@@ -18,7 +18,12 @@ gracefully while its Ray lives on. A signal for every process (SLURM's `scancel`
 all of a job's processes) kills the Ray too, and Ray 2.60 ends its driver with it (exit 1, at
 once or after 60 s without its GCS), or leaves it waiting for reports that cannot come: the
 watcher sees the Ray's processes gone, ends what is left of the driver, writes summary.json
-from the trials' own records (status interrupted) and exits 130, for `resume` to continue.
+from the trials' own records (status interrupted), tells notify.webhook unless the driver
+already did, and exits 130, for `resume` to continue.
+
+Ctrl-Z (SIGTSTP for the terminal's foreground group) likewise reaches only the watcher: it stops
+the driver's group (the driver and its Ray), then itself; when `fg` or `bg` continues it, it
+continues them. A shell's job is the whole sweep, as it was before the driver had a group.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from tuner.errors import ExitCode
 INTERRUPTED = threading.Event()
 STOPPING = "[tuner] stopping: trials end at their next report, state is saved; Ctrl-C again to stop at once"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+NOTIFIED = b"notified"  # what a watched driver tells its watcher once it notified the webhook
+_to_watcher: list[int] = []  # in a watched driver: the pipe to its watcher
 
 
 @contextlib.contextmanager
@@ -91,16 +98,17 @@ RAY_PROCESSES = ("raylet", "gcs_server")  # a private local Ray's own: gone, the
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
-def watched(run: Callable[[], int], settle: Callable[[int], int]) -> int:
+def watched(run: Callable[[], int], settle: Callable[[int, bool], int]) -> int:
     """`run()` in a child process (the driver), this one waiting for it; its exit code.
 
     The child has a process group of its own and dies with this process (a `kill -9` of the
     command kills the sweep, as before). Stop signals for this process are passed on to it
     once. When the child ends without having returned from `run` (killed, or ended by Ray),
-    or it is ended here because its Ray is gone after a stop signal, `settle(code)` gives the
-    exit code: it writes what the sweep has. Where a child cannot be made safely, or would not
-    die with this process (not Linux, threads already running, not the main thread), `run()`
-    runs here."""
+    or it is ended here because its Ray is gone after a stop signal, `settle(code, notified)`
+    gives the exit code: it writes what the sweep has (and notifies the webhook unless the
+    driver said it did: `notified`). Ctrl-Z stops the child's group with this process. Where a
+    child cannot be made safely, or would not die with this process (not Linux, threads already
+    running, not the main thread), `run()` runs here."""
     if (
         not sys.platform.startswith("linux")
         or threading.active_count() > 1
@@ -111,7 +119,7 @@ def watched(run: Callable[[], int], settle: Callable[[int], int]) -> int:
     reads, writes = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    before = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGTSTP)}
     stopped: list[int] = []  # the stop signals this process had
     children: list[int] = []
 
@@ -121,13 +129,24 @@ def watched(run: Callable[[], int], settle: Callable[[int], int]) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signum)
 
+    def suspend(signum: int, frame: Any) -> None:  # Ctrl-Z: the sweep's groups first, then this one
+        held = _pause(children)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(watcher, signal.SIGTSTP)  # stopped here until continued (an orphaned group: not)
+        finally:
+            signal.signal(signal.SIGTSTP, suspend)
+            _signal_groups(held | _groups_under(children), signal.SIGCONT)
+
     for s in STOP_SIGNALS:  # (before the fork: none is lost in between)
         signal.signal(s, pass_on)
+    signal.signal(signal.SIGTSTP, suspend)
     child = os.fork()
     if child == 0:  # the driver
         for s, handler in before.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         os.close(reads)
+        _to_watcher.append(writes)
         _driver_side(watcher)
         try:
             code = run()
@@ -136,6 +155,8 @@ def watched(run: Callable[[], int], settle: Callable[[int], int]) -> int:
             raise
         _report(writes, code)  # returned: whatever ends this process now is not news
         return code
+    with contextlib.suppress(OSError):  # its group, before Ctrl-Z may name it (the child does it too)
+        os.setpgid(child, child)
     children.append(child)
     if stopped:  # (one came between the fork and now)
         pass_on(stopped[-1], None)
@@ -152,6 +173,46 @@ def watched(run: Callable[[], int], settle: Callable[[int], int]) -> int:
 def _report(fd: int, code: int) -> None:
     os.write(fd, f"{int(code)}\n".encode())
     os.close(fd)
+    _to_watcher.clear()
+
+
+def notified() -> None:
+    """In a watched driver: tell the watcher that the webhook was notified (it would otherwise
+    notify it after ending the driver); elsewhere nothing."""
+    for fd in _to_watcher:
+        with contextlib.suppress(OSError):
+            os.write(fd, NOTIFIED + b"\n")
+
+
+def _pause(children: list[int]) -> set[int]:
+    """SIGSTOP every process group under the children: the driver's (its Ray's own processes)
+    and the one Ray gives each worker, with what the trials started; those it stopped. Looked
+    at again until no new group shows (one may have been made in between)."""
+    held: set[int] = set()
+    while new := _groups_under(children) - held:
+        _signal_groups(new, signal.SIGSTOP)  # (not SIGTSTP: a group in a session of its own ignores it)
+        held |= new
+    return held
+
+
+def _groups_under(children: list[int]) -> set[int]:
+    """The process groups of the children and every process under them, but this one's."""
+    import psutil
+
+    groups = set()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(child)
+            for p in [top, *top.children(recursive=True)]:
+                with contextlib.suppress(OSError):
+                    groups.add(os.getpgid(p.pid))
+    return groups - {os.getpgrp()}
+
+
+def _signal_groups(groups: set[int], signum: int) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
 
 
 def _driver_side(watcher: int) -> None:
@@ -169,7 +230,7 @@ def _driver_side(watcher: int) -> None:
         os._exit(ExitCode.INTERRUPTED)
 
 
-def _watch(child: int, reads: int, stopped: list[int], settle: Callable[[int], int]) -> int:
+def _watch(child: int, reads: int, stopped: list[int], settle: Callable[[int, bool], int]) -> int:
     """Wait for the driver (`child`); end it once its Ray is gone after a stop signal. Every
     process seen under it is remembered: a Ray killed under its driver leaves trial workers to
     init, which are ended here too (no process of the sweep outlives it)."""
@@ -190,7 +251,7 @@ def _watch(child: int, reads: int, stopped: list[int], settle: Callable[[int], i
         if polls % SCAN_EVERY == 0 or (stopped and not scanned_stopped):
             ray += [p for p in _scan(child, seen, psutil) if _name(p) in RAY_PROCESSES]
             scanned_stopped = bool(stopped)
-        if stopped and ray and not said and not all(_alive(p) for p in ray):
+        if stopped and ray and not _code(said) and not all(_alive(p) for p in ray):
             _end(child, seen, psutil)  # its Ray died of the signal: nothing more will come from it
             status = os.waitpid(child, 0)[1]
             break
@@ -198,11 +259,16 @@ def _watch(child: int, reads: int, stopped: list[int], settle: Callable[[int], i
         time.sleep(POLL_S)
     said += _read(reads)
     os.close(reads)
-    if said.strip():  # it returned from run(): its own exit code
-        return int(said.split()[0])
+    if _code(said):  # it returned from run(): its own exit code
+        return int(_code(said))
     _end(child, seen, psutil)  # (what the driver left: it ended without cleaning up)
     code = os.waitstatus_to_exitcode(status)
-    return settle(code) if stopped else (code if code >= 0 else 128 - code)
+    return settle(code, NOTIFIED in said.split()) if stopped else (code if code >= 0 else 128 - code)
+
+
+def _code(said: bytes) -> bytes:
+    """The exit code the driver reported once it returned from run(), if it did; else b""."""
+    return next((word for word in said.split() if word != NOTIFIED), b"")
 
 
 def _scan(child: int, seen: dict[int, Any], psutil: Any) -> list[Any]:
