@@ -1,9 +1,11 @@
 """A model that interrupts its own sweep, for the resume tests (`tests.interrupt:after_builds`).
 
 The driver gets SIGINT (a graceful Ctrl-C) when the `interrupt_at`-th trial model of the sweep
-is built, counted in a file under `chaos_dir`. With one trial at a time that is the moment the
-first `interrupt_at - 1` trials have ended, whatever their timing. It fires once per
-`chaos_dir`: the resumed sweep runs to its end.
+is built, counted in a file under `chaos_dir` (across the sweep's runs: a resumed trial builds
+its model again). With one trial at a time that is the moment the first `interrupt_at - 1`
+builds' trials have ended, whatever their timing. It fires once per `chaos_dir` and build:
+the resumed sweep runs on. `interrupt_at` may list builds ("1,3"): interrupted at each, the
+sweep resumed after each interruption is interrupted again at the next.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ def after_builds(config: dict[str, Any], input_shape: tuple[int, ...], num_class
         f.seek(0)
         builds = len(f.read()) + 1
         f.write("x")
-    fired = os.path.join(chaos, "fired")
-    if builds == int(config["interrupt_at"]) and not os.path.exists(fired):
+    fired = os.path.join(chaos, f"fired-{builds}")
+    at = {int(n) for n in str(config["interrupt_at"]).split(",")}
+    if builds in at and not os.path.exists(fired):
         open(fired, "w").close()
         os.kill(int(config["driver_pid"]), signal.SIGINT)
     return mlp(config, input_shape, num_classes)

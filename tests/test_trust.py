@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import DEBUG, ROOT, cli, debug_config
 from tuner.config import ConfigError
 from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
+from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
 from tuner.sweepdir import LOCK_FILE, claim, resolve
 
@@ -32,14 +33,14 @@ SEARCHED = {
     "bohb": RANGES,
     "optuna": RANGES,
 }
-# The n-th trial model built interrupts the sweep (Ctrl-C): during the first trial (none
-# finished), and during the second, the one before last (one finished, one still to start).
-INTERRUPT_AT = (1, TRIALS - 1)
+# The n-th trial model built interrupts the sweep (Ctrl-C): the first (during the first trial,
+# none finished); then, in the sweep resumed from there, the third (the first trial's model
+# built again is the second): during the second trial, the one before last (one finished, one
+# still to start). That run resumed runs to the end.
+INTERRUPT_AT = "1,3"
 
 
-def _sweep(root: Path, algorithm: str, interrupt_at: int) -> SweepOutcome:
-    root.mkdir()
-    (root / "chaos").mkdir()
+def _config(root: Path, algorithm: str, interrupt_at: str) -> Any:
     params: dict[str, Any] = {
         **SEARCHED[algorithm],
         "depth": 1,
@@ -56,7 +57,13 @@ def _sweep(root: Path, algorithm: str, interrupt_at: int) -> SweepOutcome:
         schedule__max_epochs=2,
         resources__max_concurrent_trials=1,  # one at a time: the n-th build comes after n-1 ends
     )
-    return run_sweep(cfg)
+    return cfg
+
+
+def _sweep(root: Path, algorithm: str, interrupt_at: str) -> SweepOutcome:
+    root.mkdir()
+    (root / "chaos").mkdir()
+    return run_sweep(_config(root, algorithm, interrupt_at))
 
 
 def _configs(outcome: SweepOutcome, algorithm: str) -> list[str]:
@@ -69,33 +76,36 @@ def _configs(outcome: SweepOutcome, algorithm: str) -> list[str]:
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.parametrize("algorithm", list(SEARCHED))
 def test_resumed_sweep_runs_what_an_uninterrupted_one_runs(tmp_path: Path, algorithm: str) -> None:
-    """Interrupted twice (INTERRUPT_AT), each resumed. Grid and random: the very trials of the
-    same sweep run uninterrupted. Model-based: as many trials, none run twice (what they would
-    have proposed uninterrupted depends on the results, so no reference sweep is run).
-    Random's second interruption is resumed from a copy of its directory: the copy resumes
-    into itself, and the original is left as it was."""
+    """Interrupted twice (INTERRUPT_AT), each time resumed. Grid and random: the very trials
+    an uninterrupted sweep runs, their list fixed by the seed (random_configs: what
+    test_life's sweeps are checked to run). Model-based: as many trials, none run twice (what
+    they would have proposed uninterrupted depends on the results). Random's second
+    interruption is resumed from a copy of its directory: the copy resumes into itself, and
+    the original is left as it was."""
     expected: list[str] = []
-    if algorithm in ("grid", "random"):  # lists fixed by the seed
-        reference = _sweep(tmp_path / "whole", algorithm, interrupt_at=0)
-        assert reference.exit_code == 0 and reference.summary["status"] == "completed"
-        expected = _configs(reference, algorithm)
-        assert len(expected) == TRIALS
-    for at in INTERRUPT_AT:
-        stopped = _sweep(tmp_path / f"at{at}", algorithm, interrupt_at=at)
-        assert stopped.exit_code == 130, (at, stopped.summary["counts"])
-        if algorithm == "random" and at == TRIALS - 1:
-            resumed = _resume_a_copy(Path(stopped.sweep_dir))
-        else:
-            resumed = resume_sweep(stopped.sweep_dir)
-        assert resumed.summary["status"] == "completed", (at, resumed.summary["counts"])
-        got = _configs(resumed, algorithm)
-        if expected:  # the very same trials
-            assert got == expected, at
-        if algorithm == "grid":  # no early stopping: every trial trains to the end, the one a
-            # Ctrl-C stopped at its next report too (continued by resume, not counted finished)
-            assert [t["epochs"] for t in resumed.summary["trials"]] == [2] * TRIALS, at
-        else:  # model-based: as many trials, none run twice
-            assert len(got) == len(set(got)) == TRIALS, (at, got)
+    if algorithm == "grid":
+        expected = sorted(key({"lr": lr, "width": 8}) for lr in SEARCHED["grid"]["lr"]["values"])
+    elif algorithm == "random":
+        cfg = _config(tmp_path / "planned", algorithm, INTERRUPT_AT)
+        planned = random_configs(cfg.hyperparameters(), TRIALS, cfg.search.seed)
+        expected = sorted(key({k: c[k] for k in SEARCHED[algorithm]}) for c in planned)
+    stopped = _sweep(tmp_path / "at", algorithm, interrupt_at=INTERRUPT_AT)
+    assert stopped.exit_code == 130, stopped.summary["counts"]
+    again = resume_sweep(stopped.sweep_dir)
+    assert again.exit_code == 130, again.summary["counts"]
+    if algorithm == "random":
+        resumed = _resume_a_copy(Path(again.sweep_dir))
+    else:
+        resumed = resume_sweep(again.sweep_dir)
+    assert resumed.summary["status"] == "completed", resumed.summary["counts"]
+    got = _configs(resumed, algorithm)
+    if expected:  # the very same trials
+        assert got == expected
+    if algorithm == "grid":  # no early stopping: every trial trains to the end, the ones a
+        # Ctrl-C stopped at their next report too (continued by resume, not counted finished)
+        assert [t["epochs"] for t in resumed.summary["trials"]] == [2] * TRIALS
+    else:  # model-based: as many trials, none run twice
+        assert len(got) == len(set(got)) == TRIALS, got
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
