@@ -5,7 +5,9 @@ is built, counted in a file under `chaos_dir` (across the sweep's runs: a resume
 its model again). With one trial at a time that is the moment the first `interrupt_at - 1`
 builds' trials have ended, whatever their timing. It fires once per `chaos_dir` and build:
 the resumed sweep runs on. `interrupt_at` may list builds ("1,3"): interrupted at each, the
-sweep resumed after each interruption is interrupted again at the next.
+sweep resumed after each interruption is interrupted again at the next. With `hold_builds`: N,
+a build returns once N builds have begun (trials that run at once are all mid-way when the
+interrupt comes, however fast they train).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import time
 from typing import Any
 
 from torch import nn
@@ -32,4 +35,18 @@ def after_builds(config: dict[str, Any], input_shape: tuple[int, ...], num_class
     if builds in at and not os.path.exists(fired):
         open(fired, "w").close()
         os.kill(int(config["driver_pid"]), signal.SIGINT)
+    hold = int(config.get("hold_builds", 0))
+    waited = time.monotonic()
+    while builds < hold and _builds(chaos) < hold:
+        # Only a broken sweep (the other trial never starting) waits this long: the test fails.
+        assert time.monotonic() - waited < HOLD_LIMIT_S, f"build {builds} waited for build {hold}"
+        time.sleep(0.05)
     return mlp(config, input_shape, num_classes)
+
+
+HOLD_LIMIT_S = 600.0
+
+
+def _builds(chaos: str) -> int:
+    with open(os.path.join(chaos, "builds")) as f:
+        return len(f.read())
