@@ -23,6 +23,8 @@ time. The goal: pbt reaches the target in at most 0.8x random + ASHA's epochs.
     python scripts/bench_pbt.py --report /tmp/bench_pbt             # the tables again
     python scripts/bench_pbt.py --smoke --out /tmp/bench_pbt_smoke  # a minute: it runs
     python scripts/bench_pbt.py --orders /tmp/bench_pbt             # other training orders
+    python scripts/bench_pbt.py --methods pbt --out DIR              # pbt alone (a change to it),
+                                                  # against asha rows copied into DIR/results.jsonl
 
 `--orders` asks what the order of training costs: it replays each recorded pbt sweep's
 members (their values epoch by epoch, their lineages) under other orders with the same
@@ -283,6 +285,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument(
+        "--methods",
+        default="pbt,asha",
+        help="e.g. pbt: only pbt's sweeps (--report then "
+        "compares them with the asha results already in --out)",
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/bench_pbt"))
     ap.add_argument("--report", type=Path, help="print the tables of an earlier --out")
     ap.add_argument("--smoke", action="store_true", help="tiny sweeps: it runs")
@@ -300,7 +308,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for seed in range(args.seeds):
         for task in args.tasks.split(","):
             order = ("pbt", "asha") if seed % 2 == 0 else ("asha", "pbt")  # alternating
-            for method in order:
+            for method in (m for m in order if m in args.methods.split(",")):
                 result = run(task, method, seed, args.out, args.smoke)
                 result["load"] = os.getloadavg()[0]
                 with open(args.out / "results.jsonl", "a") as f:
