@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import debug_config
+from tests.conftest import ROOT, debug_config
 from tuner.search import algorithms
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.search.simulate import simulate as run_simulation
@@ -430,3 +430,34 @@ def test_same_seed_same_sweep_on_a_conditional_space() -> None:
         runs.append([config for config, _ in simulate(plan, 40, 27).values()])
         assert plan.search_alg.inner.bohber.kde_models
     assert runs[0] == runs[1]
+
+
+@pytest.mark.slow  # (60 bohb trials: seconds of model fits)
+def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> None:
+    """The benchmark's conditional task: sgd leads at the first rung, adam at the end. bohb
+    measures how the losses it was told at each rung rank the trials against each later rung
+    (Spearman, over the trials told at both: the same as computed here from their curves),
+    proposes at random while the rung its model was fitted on disagrees, and records in each
+    trial's origin how it was proposed."""
+    from scipy.stats import spearmanr
+
+    from benchmarks.tasks.conditional import loss
+    from tuner.config import load_sweep
+    from tuner.search.bohb import AGREEMENT
+    from tuner.search.simulate import simulate as run
+
+    cfg = load_sweep(ROOT / "benchmarks" / "tasks" / "conditional.yaml", {"search.algorithm": "bohb"})
+    cfg.search.num_samples = 60
+    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_loss", "min")
+    trials = run(plan, 60, 27, lambda c, e, _: loss(c, e), metric="val_loss", mode="min")
+    bohb = plan.search_alg.inner
+    for low, high in ((1, 3), (1, 9), (3, 9)):
+        both = [t for t in trials.values() if len(t.values) >= high]  # (a diverged one: inf at 3)
+        expected = spearmanr([t.values[low - 1] for t in both], [t.values[high - 1] for t in both]).statistic
+        assert bohb.agreement(low, high) == pytest.approx(expected)
+    assert bohb.agreement(1, 9) < AGREEMENT  # the first rung misleads
+    assert "disagree with" in str(bohb.trust(1)) and bohb.trust(27) is None
+    origins = list(bohb.handed.values())
+    assert all(o.startswith("searcher: ") for o in origins)
+    assert any("disagree with" in o for o in origins)
+    assert not any(o == "searcher: model at 1 epoch" for o in origins[len(origins) // 2 :])

@@ -28,6 +28,13 @@ from tuner.space.params import Fixed, LogRandInt, LogUniform, ParamT, RandInt, U
 # Keyword arguments of hpbandster's BOHB config generator, chosen with scripts/bench_search.py
 # (BENCHMARKS.md).
 BOHB_SETTINGS: dict[str, Any] = {}
+# When a budget's results are trusted to rank configurations as the later budgets do: the rank
+# correlation (Spearman) of the losses at it and at each later budget, over the trials told at
+# both, at least AGREEMENT (once MIN_PAIRS trials were told at both), for every later budget so
+# compared; until then, or below it, the model fitted there is not used and the proposals are
+# random (chosen with scripts/bench_search.py: BENCHMARKS.md, "bohb and a misleading first rung").
+AGREEMENT = 0.5
+MIN_PAIRS = 6
 
 
 class IntsAsFloats:
@@ -126,22 +133,76 @@ class AsyncBOHB(_SavesState, Searcher):
         self.failed: set[str] = set()
         self.feasible = feasible or Feasible({}, [], seed)
         self.first: list[dict[str, Any]] = []  # proposed before the model (search.start_with)
-        self.handed: dict[str, str] = {}  # trial id -> origin (start_with or searcher)
+        # trial id -> origin: start_with, or the searcher's and how it proposed (see `suggest`)
+        self.handed: dict[str, str] = {}
+        # budget -> (a trial's number: `numbers`) -> the loss told there, for the agreement
+        self.at_budget: dict[int, dict[int, float]] = {b: {} for b in self.budgets}
+        self.numbers: dict[str, int] = {}  # trial id -> a number of its own (replays included)
+        self.proposed = ""  # how the latest proposal was made
 
     def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
-        self.handed[trial_id] = "start_with" if self.first else "searcher"
+        """A configuration, recorded with its origin: `start_with`, or `searcher: model at N
+        epochs`, `searcher: random` (no model yet, or hpbandster's random share), `searcher:
+        random: ...` saying why the model it has is not trusted (`trust`)."""
         if self.first:
+            self.handed[trial_id] = "start_with"
             config = self.first.pop(0)
         else:  # redrawn while one breaks a constraint
             config = self.feasible.propose(self._propose, lambda: None)
+            self.handed[trial_id] = f"searcher: {self.proposed}"
+        self._number(trial_id)
         self.configs[trial_id] = dict(config)
         self.told[trial_id] = set()
         return dict(config)
 
+    def _number(self, trial_id: str) -> None:
+        self.numbers[trial_id] = len(self.numbers)
+
     def _propose(self) -> dict[str, Any]:
-        with self._own_generator(), quiet_statsmodels():
-            config, _ = self.bohber.get_config(None)
+        budget = self.bohber.largest_budget_with_model()  # (-inf: no model yet)
+        why = self.trust(int(budget)) if finite(budget) else None
+        models = self.bohber.kde_models
+        if why is not None:  # a model fitted where the ranks mislead: none (random, as before any)
+            self.bohber.kde_models = {}
+        try:
+            with self._own_generator(), quiet_statsmodels():
+                config, info = self.bohber.get_config(None)
+        finally:
+            self.bohber.kde_models = models
+        if info.get("model_based_pick"):
+            self.proposed = f"model at {_epochs(int(budget))}"
+        else:
+            self.proposed = "random" + ("" if why is None else f": {why}")
         return self.encoding.decode(config)
+
+    def agreement(self, low: int, high: int) -> Optional[float]:
+        """The rank correlation (Spearman) of the losses told at two budgets, over the trials
+        told at both; None with fewer than MIN_PAIRS of them (or no spread to rank)."""
+        from scipy.stats import spearmanr
+
+        at_low, at_high = self.at_budget[low], self.at_budget[high]
+        both = sorted(set(at_low) & set(at_high))
+        if len(both) < MIN_PAIRS:
+            return None
+        rho = spearmanr([at_low[t] for t in both], [at_high[t] for t in both]).statistic
+        return float(rho) if math.isfinite(rho) else None
+
+    def trust(self, budget: int) -> Optional[str]:
+        """Why the model fitted at `budget` is not to be used, or None when it is: the top
+        budget always is; a lower one when its ranks agree (AGREEMENT) with those of every
+        later budget compared with it so far, at least one of them trusted."""
+        if budget >= self.budgets[-1]:
+            return None
+        later = [(b, self.agreement(budget, b)) for b in self.budgets if b > budget]
+        measured = [(b, rho) for b, rho in later if rho is not None]
+        if not measured:
+            return f"the model at {_epochs(budget)} not yet checked against a later rung"
+        b, rho = min(measured, key=lambda br: br[1])
+        if rho < AGREEMENT:
+            return f"ranks at {_epochs(budget)} disagree with those at {_epochs(b)} (Spearman {rho:.2f})"
+        if all(self.trust(b) is not None for b, _ in measured):
+            return f"the later rungs that agree with the one at {_epochs(budget)} are not trusted yet"
+        return None
 
     @contextmanager
     def _own_generator(self) -> Iterator[None]:
@@ -176,6 +237,7 @@ class AsyncBOHB(_SavesState, Searcher):
     def adopt(self, name: str, config: dict[str, Any], history: list[dict[str, Any]]) -> None:
         """An interrupted trial of an earlier run, which continues: told what it reported
         before the interruption, by the rules of a live one (its later results follow)."""
+        self._number(name)
         self.configs[name] = {k: v for k, v in config.items() if k in self.encoding.space}
         self.told[name] = set()
         for row in history:
@@ -183,7 +245,7 @@ class AsyncBOHB(_SavesState, Searcher):
 
     def rename(self, name: str, trial_id: str) -> None:
         """The adopted trial `name` runs again as Tune's `trial_id`."""
-        for d in (self.configs, self.told, self.last):
+        for d in (self.configs, self.told, self.last, self.numbers):
             if name in d:
                 d[trial_id] = d.pop(name)
         if name in self.failed:
@@ -192,7 +254,8 @@ class AsyncBOHB(_SavesState, Searcher):
 
     def replay(self, config: dict[str, Any], history: list[dict[str, Any]], error: bool = False) -> None:
         """Tell the model an earlier run's trial (a resumed sweep) by the rules of a live one."""
-        trial_id = f"replay-{len(self.configs)}"
+        trial_id = f"replay-{len(self.numbers)}"
+        self._number(trial_id)
         self.configs[trial_id], self.told[trial_id] = dict(config), set()
         for row in history:
             self._observe(trial_id, row)
@@ -219,6 +282,11 @@ class AsyncBOHB(_SavesState, Searcher):
     def _tell(self, trial_id: str, budget: int, loss: float) -> None:
         if budget not in self.told[trial_id]:
             self.told[trial_id].add(budget)
+            self.at_budget[budget][self.numbers[trial_id]] = loss
             with self._own_generator(), quiet_statsmodels():
                 self.bohber.new_result(_Job(loss, budget, self.encoding.encode(self.configs[trial_id])))
             count_every_choice(self.bohber)
+
+
+def _epochs(n: int) -> str:
+    return f"{n} epoch" + ("" if n == 1 else "s")

@@ -126,14 +126,22 @@ class Fit:
         return float(np.clip(np.dot(w, 1.0 - stays @ _NODE_WEIGHTS), 0.0, 1.0))
 
 
-def fit(epochs: np.ndarray, z: np.ndarray, max_epochs: int, noise: Optional[float] = None) -> Optional[Fit]:
+def fit(
+    epochs: np.ndarray,
+    z: np.ndarray,
+    max_epochs: int,
+    noise: Optional[float] = None,
+    prior: Optional[np.ndarray] = None,
+) -> Optional[Fit]:
     """The ensemble fitted to a curve z (better-is-higher) at `epochs` (1-based, distinct,
     rising), extrapolated to max_epochs; None with fewer than MIN_POINTS epochs. `noise`: the
-    standard deviation of one epoch's value, if known from elsewhere (the other trials)."""
+    standard deviation of one epoch's value, if known from elsewhere (the other trials);
+    `prior`: the candidates' prior weights (default: each family alike, its shapes alike)."""
     n = len(epochs)
     if n < MIN_POINTS:
         return None
-    _, table, prior = grid(max_epochs)
+    _, table, flat = grid(max_epochs)
+    prior = flat if prior is None else prior
     g = table[:, np.asarray(epochs, dtype=int) - 1]  # candidates x points
     ahead = table[:, int(epochs[-1]) :]  # candidates x epochs still to come
     gm = g.mean(axis=1)

@@ -33,6 +33,10 @@ from tuner.search.plan import TIME_ATTR, PriorTrial, SearchRequest, key
 from tuner.sweepdir import finite
 
 MEDIAN_MIN_TRIALS = 3  # others that reached the epoch before the median rule judges (Ray's, Katib's)
+import os
+POPULATION_SHARE = float(os.environ.get("TUNER_POP_SHARE", "0"))
+POPULATION_MIN = 3
+SHAPE_UNIT = 2**40
 
 
 class CurveScheduler(FIFOScheduler):
@@ -199,29 +203,53 @@ class CurveStopping(CurveScheduler):
         super().__init__(metric, mode, max_epochs, grace_epochs)
         self.threshold = threshold
         self.noise: dict[str, float] = {}  # trial -> its own noise (sd), once it has enough epochs
+        # trial -> its shape: the candidates' weights fitted to its own curve once it has enough
+        # epochs, in integer units of SHAPE_UNIT, and their sum over the trials: integers, so the
+        # sum is the same whatever order the curves came in (a resumed sweep's)
+        self.shapes: dict[str, np.ndarray] = {}
+        self.shape_sum: Optional[np.ndarray] = None
 
     def _observe(self, trial_id: str, epoch: int, z: float) -> None:
         super()._observe(trial_id, epoch, z)
         curve = self.curves[trial_id]
         self.noise.pop(trial_id, None)
+        old = self.shapes.pop(trial_id, None)
+        if old is not None and self.shape_sum is not None:
+            self.shape_sum -= old
         if len(curve) >= curve_model.OWN_NOISE_POINTS:
-            fitted = self._fit(curve, None)
+            fitted = self._fit(curve, None, own=True)
             if fitted is not None and fitted.residual_var is not None:
                 self.noise[trial_id] = math.sqrt(fitted.residual_var)
+            if fitted is not None and POPULATION_SHARE > 0:
+                shape = np.rint(fitted.weights * SHAPE_UNIT).astype(np.int64)
+                self.shapes[trial_id] = shape
+                self.shape_sum = shape.copy() if self.shape_sum is None else self.shape_sum + shape
 
     def rename(self, old: str, new: str) -> None:
         super().rename(old, new)
         if old in self.noise:
             self.noise[new] = self.noise.pop(old)
+        if old in self.shapes:
+            self.shapes[new] = self.shapes.pop(old)
+
+    def population_prior(self) -> Optional[np.ndarray]:
+        """The candidates' prior for a short curve: the shapes the sweep's longer curves took,
+        blended with the families' own prior (None: too few longer curves yet)."""
+        if len(self.shapes) < POPULATION_MIN or self.shape_sum is None:
+            return None
+        _, _, flat = curve_model.grid(self.max_epochs)
+        seen = self.shape_sum / self.shape_sum.sum()
+        return (1 - POPULATION_SHARE) * flat + POPULATION_SHARE * seen
 
     def pooled_noise(self) -> Optional[float]:
         """The median of the trials' own noise (None before any has enough epochs)."""
         return float(np.median(list(self.noise.values()))) if self.noise else None
 
-    def _fit(self, curve: dict[int, float], noise: Optional[float]) -> Optional[curve_model.Fit]:
+    def _fit(self, curve: dict[int, float], noise: Optional[float], own: bool = False) -> Optional[curve_model.Fit]:
         epochs = np.array(sorted(curve))
         z = np.array([curve[e] for e in epochs])
-        return curve_model.fit(epochs, z, self.max_epochs, noise)
+        prior = None if own else self.population_prior()
+        return curve_model.fit(epochs, z, self.max_epochs, noise, prior)
 
     def judge(self, trial_id: str, epoch: int) -> Optional[dict[str, Any]]:
         curve = self.curves[trial_id]
