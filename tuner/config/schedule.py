@@ -4,6 +4,7 @@ time budget and target, who is told when it ends (`notify`), where it is tracked
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from typing import Any, Literal, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
@@ -36,6 +37,25 @@ def seconds(value: Union[str, float, int]) -> float:
     if not out > 0:
         raise ValueError("must be > 0")
     return out
+
+
+def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
+    """The epochs at which ASHA compares a trial with those that reached them before it.
+
+    Ray's milestones (AsyncHyperBandScheduler, one bracket) are grace_epochs * factor**k for
+    k < int(log(max/grace) / log(factor) + 1), in floating point as here; one at max_epochs
+    compares nothing (a trial stops there first). A trial reports whole epochs, so it meets a
+    milestone at the first epoch at or past it.
+    """
+    count = int(math.log(max_epochs / grace_epochs) / math.log(reduction_factor) + 1)
+    milestones = (grace_epochs * reduction_factor**k for k in range(count))
+    return sorted({math.ceil(m) for m in milestones if m < max_epochs})
+
+
+def budgets(schedule: ScheduleSection) -> list[int]:
+    """The budgets (epochs) at which BOHB's model learns: ASHA's rungs, then max_epochs."""
+    s = schedule
+    return rungs(s.grace_epochs, s.max_epochs, s.reduction_factor) + [s.max_epochs]
 
 
 class CurveSection(Section):

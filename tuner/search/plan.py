@@ -1,13 +1,14 @@
 """What a search plan is made of: the earlier run of a resumed sweep, the request a builder
-gets, the plan it returns, and ASHA's rungs (Ray-free)."""
+gets, the plan it returns, and ASHA's rungs (Ray-free; `rungs` and `budgets` live with the
+schedule they are made of, tuner.config.schedule)."""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from tuner.config.schedule import budgets, rungs  # noqa: F401 (where the search finds them)
 from tuner.space.params import ParamT
 
 if TYPE_CHECKING:
@@ -82,25 +83,6 @@ def _by_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_by_value(v) for v in value]
     return value
-
-
-def rungs(grace_epochs: int, max_epochs: int, reduction_factor: float) -> list[int]:
-    """The epochs at which ASHA compares a trial with those that reached them before it.
-
-    Ray's milestones (AsyncHyperBandScheduler, one bracket) are grace_epochs * factor**k for
-    k < int(log(max/grace) / log(factor) + 1), in floating point as here; one at max_epochs
-    compares nothing (a trial stops there first). A trial reports whole epochs, so it meets a
-    milestone at the first epoch at or past it.
-    """
-    count = int(math.log(max_epochs / grace_epochs) / math.log(reduction_factor) + 1)
-    milestones = (grace_epochs * reduction_factor**k for k in range(count))
-    return sorted({math.ceil(m) for m in milestones if m < max_epochs})
-
-
-def budgets(schedule: ScheduleSection) -> list[int]:
-    """The budgets (epochs) at which BOHB's model learns: ASHA's rungs, then max_epochs."""
-    s = schedule
-    return rungs(s.grace_epochs, s.max_epochs, s.reduction_factor) + [s.max_epochs]
 
 
 @dataclass

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner import autotune, environment, history
+from tuner.config.schedule import budgets
 from tuner.results import (
     Outcome,
     clock,
@@ -94,6 +96,7 @@ def build(data: SweepData, out: str) -> list[Block]:
         *_importance(data, png("importance.png")),
         *_failures(data, png("outcomes.png")),
         *_stopped(data),
+        *_origins(data),
         *_compute(data),
         *_autotune(data),
         *_environment(data),
@@ -388,6 +391,49 @@ def _stopped(data: SweepData) -> list[Block]:
         headers = ["trial", "stopped at epoch", f"best {data.metric}", *numbers]
         blocks.append(Table(headers, rows, right=set(range(1, 3 + len(numbers)))))
     return blocks
+
+
+def _origins(data: SweepData) -> list[Block]:
+    """How the trials' configurations were chosen (their origins), where the searcher says more
+    than that it proposed them: bohb's model or random, and why; and how the rungs ranked the
+    trials that reached the later ones (what bohb checks its model by)."""
+    found = Counter(r.origin for r in data.records if r.origin)
+    if not found or set(found) <= {"searcher"}:
+        return []
+    rows = [[origin, str(n)] for origin, n in found.most_common()]
+    blocks: list[Block] = [
+        Heading("Where the configurations came from"),
+        Text("Each trial's origin, as summary.json records it when the searcher handed it out."),
+        Table(["origin", "trials"], rows, right={1}),
+    ]
+    pairs = _rung_agreement(data)
+    if pairs:
+        blocks += [
+            Text(
+                "How the trials' values at each rung ranked them against a later one (Spearman, over "
+                "the trials that reached both; bohb trusts a rung's model only where it agrees)."
+            ),
+            Table(["rung", "later rung", "trials", "Spearman"], pairs, right={0, 1, 2, 3}),
+        ]
+    return blocks
+
+
+def _rung_agreement(data: SweepData) -> list[list[str]]:
+    from scipy.stats import spearmanr
+
+    rungs = budgets(data.cfg.schedule)
+    at = [
+        {int(row["epoch"]): float(row[data.metric]) for row in r.history if finite(row.get(data.metric))}
+        for r in data.records
+    ]
+    rows = []
+    for i, low in enumerate(rungs):
+        for high in rungs[i + 1 :]:
+            both = [v for v in at if low in v and high in v]
+            if len(both) >= 3:
+                rho = spearmanr([v[low] for v in both], [v[high] for v in both]).statistic
+                rows.append([str(low), str(high), str(len(both)), f"{rho:.2f}" if finite(rho) else "-"])
+    return rows
 
 
 def _judged(verdict: dict[str, Any], name: str) -> str:
