@@ -99,6 +99,64 @@ def test_a_flat_or_falling_curve_is_not_extrapolated_upwards() -> None:
     assert fit.p_above(0.8) < 0.01
 
 
+def test_a_forecast_far_from_its_end_evaluates_few_epochs_and_agrees_with_one_of_every_epoch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """curves.EVALUATED caps the epochs to come a forecast evaluates (the rest count with the
+    nearest evaluated one): its probabilities against every epoch evaluated, on noisy pow4
+    curves of 81 epochs seen for 3 to 30 of them, differ by at most 0.02 (0.009 measured)."""
+    rng = np.random.default_rng(0)
+    x = np.arange(1, 82, dtype=float)
+    for _ in range(8):
+        tau, alpha, top = rng.uniform(1, 40), rng.uniform(0.3, 2.0), rng.uniform(0.5, 1.0)
+        z = top - 0.5 * (1 + x / tau) ** -alpha + rng.normal(0, 0.01, len(x))
+        for seen in (3, 12, 30):
+            capped = curves.fit(x[:seen], z[:seen], 81, noise=0.01)
+            with monkeypatch.context() as m:
+                m.setattr(curves, "EVALUATED", 10**6)
+                every = curves.fit(x[:seen], z[:seen], 81, noise=0.01)
+            assert capped is not None and every is not None
+            assert capped.future.shape[1] <= curves.EVALUATED < every.future.shape[1]
+            assert capped.counts.sum() == every.future.shape[1] == 81 - seen
+            assert capped.median == every.median  # (the last epoch is always evaluated)
+            for q in np.linspace(z[:seen].max(), z[:seen].max() + 0.3, 7):
+                assert abs(capped.p_above(q) - every.p_above(q)) < 0.02, (seen, q)
+
+
+def test_a_short_curves_shape_prior_is_the_sweeps_longer_curves_whatever_their_order() -> None:
+    """The curve stopper's population prior: none before POPULATION_MIN curves have
+    OWN_NOISE_POINTS epochs; then the families' prior blended (POPULATION_SHARE) with the mean
+    of the shapes those curves took (each fitted alone), away from shapes none of them has
+    (ilog2, one shape with a family's prior), and the same to the last bit whichever order
+    the curves came in (a resumed sweep's)."""
+    from tuner.search import stoppers
+
+    x = np.arange(1, 9, dtype=float)
+    long = {f"t{i}": 1.0 - (0.3 + 0.05 * i) * np.exp(-x / (2.0 + i)) for i in range(4)}  # (weibull, eta 1)
+    names, _, flat = curves.grid(8)
+    ilog2 = np.array([n == "ilog2" for n in names])
+
+    def fed(order: list[str]) -> Any:
+        s = stoppers.CurveStopping("val_acc", "max", 8, 1, 0.05)
+        for epoch in range(1, 9):
+            for t in order:
+                s.curves.setdefault(t, {})
+                s._observe(t, epoch, float(long[t][epoch - 1]))
+            if epoch < curves.OWN_NOISE_POINTS:
+                assert s.population_prior() is None
+        return s
+
+    forward, backward = fed(list(long)), fed(list(reversed(long)))
+    prior = forward.population_prior()
+    assert prior is not None and np.isclose(prior.sum(), 1.0)
+    taken = np.mean([curves.fit(x, z, 8).weights for z in long.values()], axis=0)
+    share = stoppers.POPULATION_SHARE
+    assert np.allclose(prior, (1 - share) * flat + share * taken, rtol=0, atol=1e-9)
+    assert prior[ilog2].sum() < 0.5 * flat[ilog2].sum()
+    assert np.array_equal(forward.shape_sum, backward.shape_sum)
+    assert np.array_equal(prior, backward.population_prior())
+
+
 # ----------------------------------------------------------------------------- median
 
 

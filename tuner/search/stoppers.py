@@ -37,8 +37,9 @@ from tuner.sweepdir import finite
 MEDIAN_MIN_TRIALS = 3  # others that reached the epoch before the median rule judges (Ray's, Katib's)
 # The curve stopper's prior over curve shapes for a short curve: this share from the shapes
 # the sweep's own curves of OWN_NOISE_POINTS epochs or more took (once POPULATION_MIN have),
-# the rest the families' own (chosen with scripts/bench_search.py: 0.8 reached the targets in
-# 0.89-0.97x the epochs of none on the conditional and synthetic tasks, regression unchanged).
+# the rest the families' own (chosen with scripts/bench_search.py, 10 seeds: median epochs to
+# the targets of conditional, synthetic and regression 82.5, 211.5, 89.5 with 0.8; 84, 211.5,
+# 89.5 with 0.5; 85, 231.5, 90.5 with none; BENCHMARKS.md, "Stopping by the learning curve").
 POPULATION_SHARE = 0.8
 POPULATION_MIN = 3
 SHAPE_UNIT = 2**40  # a shape's weights in integer units: sums in any order are the same
