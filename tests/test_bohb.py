@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -253,6 +254,29 @@ def test_a_bohb_sweep_trains_its_best_to_max_epochs(ray_session, tmp_path: Path)
     for t in epochs:  # asynchronous: no trial paused at a rung, so none was restored
         rows = _tune_results(Path(out.sweep_dir) / t)
         assert [r["iterations_since_restore"] for r in rows] == [r["epoch"] for r in rows]
+    # the report says how each configuration was proposed (the model or random, and why) and
+    # how the rungs ranked the trials that reached a later one: Spearman from their histories
+    from scipy.stats import spearmanr
+
+    from tests.test_report import table
+    from tuner.view.report import write_report
+
+    origins = Counter(t["origin"] for t in trials)
+    assert all(o.startswith("searcher: ") for o in origins), origins
+    written = write_report(out.sweep_dir, str(tmp_path / "report"))
+    markdown = Path(written.markdown).read_text()
+    shown = table(markdown, "Where the configurations came from")
+    assert {r["origin"]: int(r["trials"]) for r in shown} == dict(origins)
+    section = markdown.split("## Where the configurations came from\n", 1)[1].split("\n## ", 1)[0]
+    rung_table = "## rungs\n" + section.split("Spearman, over", 1)[1]
+    ranked = {(r["rung"], r["later rung"]): r["Spearman"] for r in table(rung_table, "rungs")}
+    expected = {}
+    for low, high in ((2, 6), (2, 9), (6, 9)):
+        both = [h for h in histories.values() if len(h) >= high]
+        if len(both) >= 3:
+            rho = spearmanr([h[low - 1]["val_acc"] for h in both], [h[high - 1]["val_acc"] for h in both])
+            expected[(str(low), str(high))] = f"{rho.statistic:.2f}"
+    assert ranked == expected and ("2", "6") in expected
 
 
 @pytest.mark.parametrize("m, bw", [(0.5, 0.2), (0.05, 0.3), (0.97, 0.01)])
@@ -437,8 +461,9 @@ def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> 
     """The benchmark's conditional task: sgd leads at the first rung, adam at the end. bohb
     measures how the losses it was told at each rung rank the trials against each later rung
     (Spearman, over the trials told at both: the same as computed here from their curves),
-    proposes at random while the rung its model was fitted on disagrees, and records in each
-    trial's origin how it was proposed."""
+    proposes at random while the rung its model was fitted on, or a lower rung that chose the
+    trials there, disagrees, and records in each trial's origin how it was proposed. On a task
+    whose rungs rank the trials as the end does, its model proposes."""
     from scipy.stats import spearmanr
 
     from benchmarks.tasks.conditional import loss
@@ -456,8 +481,22 @@ def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> 
         expected = spearmanr([t.values[low - 1] for t in both], [t.values[high - 1] for t in both]).statistic
         assert bohb.agreement(low, high) == pytest.approx(expected)
     assert bohb.agreement(1, 9) < AGREEMENT  # the first rung misleads
-    assert "disagree with" in str(bohb.trust(1)) and bohb.trust(27) is None
+    assert "disagree with" in str(bohb.trust(1))
+    # the trials that reached 27 epochs passed the first rung, which chose them by the wrong
+    # order (mostly sgd): a model of them is not used either
+    assert bohb.agreement(1, 27) < AGREEMENT
+    assert "passed the rung at 1 epoch" in str(bohb.trust(27))
     origins = list(bohb.handed.values())
     assert all(o.startswith("searcher: ") for o in origins)
     assert any("disagree with" in o for o in origins)
-    assert not any(o == "searcher: model at 1 epoch" for o in origins[len(origins) // 2 :])
+    assert not any(o.startswith("searcher: model at") for o in origins[len(origins) // 2 :])
+
+    # where every rung ranks the trials as the end does (one speed for all), the model is used
+    def agreeing(config: dict[str, Any], epoch: int, rng: random.Random) -> float:
+        return loss(config, 27) + 2.0 * math.exp(-epoch / 3) + rng.gauss(0, 0.002)
+
+    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_loss", "min")
+    run(plan, 60, 27, agreeing, metric="val_loss", mode="min")
+    bohb = plan.search_alg.inner
+    assert bohb.trust(1) is None and bohb.trust(27) is None
+    assert any(o.startswith("searcher: model at") for o in bohb.handed.values())

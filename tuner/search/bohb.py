@@ -28,11 +28,12 @@ from tuner.space.params import Fixed, LogRandInt, LogUniform, ParamT, RandInt, U
 # Keyword arguments of hpbandster's BOHB config generator, chosen with scripts/bench_search.py
 # (BENCHMARKS.md).
 BOHB_SETTINGS: dict[str, Any] = {}
-# When a budget's results are trusted to rank configurations as the later budgets do: the rank
-# correlation (Spearman) of the losses at it and at each later budget, over the trials told at
-# both, at least AGREEMENT (once MIN_PAIRS trials were told at both), for every later budget so
-# compared; until then, or below it, the model fitted there is not used and the proposals are
-# random (chosen with scripts/bench_search.py: BENCHMARKS.md, "bohb and a misleading first rung").
+# When two budgets' results rank configurations alike: the rank correlation (Spearman) of the
+# losses at both, over the trials told at both (MIN_PAIRS at least, else not measured), is
+# AGREEMENT or more one standard error below its estimate (`AsyncBOHB.agrees`). A model is used
+# only where its budget's ranks agree with the later budgets' and the lower rungs that chose its
+# trials agree with its own (`AsyncBOHB.trust`); elsewhere the proposals are random (measured
+# with scripts/bench_search.py: BENCHMARKS.md, "bohb and a misleading first rung").
 AGREEMENT = 0.5
 MIN_PAIRS = 6
 
@@ -187,19 +188,41 @@ class AsyncBOHB(_SavesState, Searcher):
         rho = spearmanr([at_low[t] for t in both], [at_high[t] for t in both]).statistic
         return float(rho) if math.isfinite(rho) else None
 
+    def agrees(self, low: int, high: int) -> Optional[tuple[bool, str]]:
+        """Whether the ranks at two budgets clearly agree: the Spearman correlation one
+        standard error below its estimate (Fisher's z, Fieller et al.'s 1.06 / (n - 3) for a
+        rank correlation) at least AGREEMENT; and the figures in words. None: not measured."""
+        rho = self.agreement(low, high)
+        if rho is None:
+            return None
+        n = len(set(self.at_budget[low]) & set(self.at_budget[high]))
+        lower = math.tanh(math.atanh(min(rho, 0.9999)) - math.sqrt(1.06 / (n - 3)))
+        return lower >= AGREEMENT, f"Spearman {rho:.2f} over {n} trials"
+
     def trust(self, budget: int) -> Optional[str]:
-        """Why the model fitted at `budget` is not to be used, or None when it is: the top
-        budget always is; a lower one when its ranks agree (AGREEMENT) with those of every
-        later budget compared with it so far, at least one of them trusted."""
+        """Why the model fitted at `budget` is not to be used, or None when it is. The trials
+        told at a budget are those the lower rungs let through: where a lower rung does not
+        clearly rank them as the budget does (`agrees`), they are a sample chosen by the wrong
+        order (the conditional task's survivors of epoch 1 are mostly sgd, so a model of the
+        top budget learns that sgd is good), and the model is not used. Beyond that, the top
+        budget's model is; a lower one when its ranks clearly agree with those of every later
+        budget compared with it so far, at least one of them trusted."""
+        for low in (b for b in self.budgets if b < budget):
+            checked = self.agrees(low, budget)
+            if checked is not None and not checked[0]:
+                return (
+                    f"the trials at {_epochs(budget)} passed the rung at {_epochs(low)}, whose ranks"
+                    f" disagree with those at {_epochs(budget)} ({checked[1]})"
+                )
         if budget >= self.budgets[-1]:
             return None
-        later = [(b, self.agreement(budget, b)) for b in self.budgets if b > budget]
-        measured = [(b, rho) for b, rho in later if rho is not None]
+        later = [(b, self.agrees(budget, b)) for b in self.budgets if b > budget]
+        measured = [(b, checked) for b, checked in later if checked is not None]
         if not measured:
             return f"the model at {_epochs(budget)} not yet checked against a later rung"
-        b, rho = min(measured, key=lambda br: br[1])
-        if rho < AGREEMENT:
-            return f"ranks at {_epochs(budget)} disagree with those at {_epochs(b)} (Spearman {rho:.2f})"
+        for b, (ok, figures) in measured:
+            if not ok:
+                return f"ranks at {_epochs(budget)} disagree with those at {_epochs(b)} ({figures})"
         if all(self.trust(b) is not None for b, _ in measured):
             return f"the later rungs that agree with the one at {_epochs(budget)} are not trusted yet"
         return None
