@@ -459,6 +459,26 @@ def test_same_seed_same_sweep_on_a_conditional_space() -> None:
     assert runs[0] == runs[1]
 
 
+def test_rungs_agree_when_their_ranks_clearly_do() -> None:
+    """`agrees`: Spearman one standard error below its estimate >= AGREEMENT: the same ranks
+    over 6 trials agree, reversed ones (rho -1) do not, nor does rho 0.66 over 6 trials, which
+    over 60 does."""
+    _, plan = _plan(8, 27, 3, 3)
+    bohb = plan.search_alg.inner
+    assert bohb.agrees(3, 9) is None  # nothing told yet
+    bohb.at_budget[3] = {i: float(i) for i in range(6)}
+    bohb.at_budget[9] = {i: float(i) for i in range(6)}
+    assert bohb.agrees(3, 9) == (True, "Spearman 1.00 over 6 trials")
+    bohb.at_budget[9] = {i: -float(i) for i in range(6)}
+    assert bohb.agrees(3, 9) == (False, "Spearman -1.00 over 6 trials")
+    weak = [2, 0, 1, 5, 3, 4]  # against 0..5: rho 0.66
+    bohb.at_budget[9] = {i: float(v) for i, v in enumerate(weak)}
+    assert bohb.agrees(3, 9) == (False, "Spearman 0.66 over 6 trials")
+    bohb.at_budget[3] = {i: float(i % 6) for i in range(60)}  # the same, ten times over
+    bohb.at_budget[9] = {i: float(weak[i % 6]) for i in range(60)}
+    assert bohb.agrees(3, 9) == (True, "Spearman 0.66 over 60 trials")
+
+
 @pytest.mark.slow  # (60 bohb trials: seconds of model fits)
 def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> None:
     """The benchmark's conditional task: sgd leads at the first rung, adam at the end. bohb

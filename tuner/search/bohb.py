@@ -196,7 +196,7 @@ class AsyncBOHB(_SavesState, Searcher):
         if rho is None:
             return None
         n = len(set(self.at_budget[low]) & set(self.at_budget[high]))
-        lower = math.tanh(math.atanh(min(rho, 0.9999)) - math.sqrt(1.06 / (n - 3)))
+        lower = math.tanh(math.atanh(min(max(rho, -0.9999), 0.9999)) - math.sqrt(1.06 / (n - 3)))
         return lower >= AGREEMENT, f"Spearman {rho:.2f} over {n} trials"
 
     def trust(self, budget: int) -> Optional[str]:
