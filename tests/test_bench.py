@@ -173,6 +173,8 @@ def test_search_bench_smoke_covers_every_task_and_algorithm(tmp_path: Path) -> N
         assert f"#### {task.name}: target" in text, task.name
     for algorithm in ("random", "bohb", "optuna", "grid"):
         assert text.count(f"| {algorithm} | ") == len(TASKS), algorithm
+    header = next(line for line in text.splitlines() if line.startswith("| algorithm |"))
+    assert "| its worst seed |" in header and "| best stopped |" in header
     held = [t.name for t in TASKS if t.held_back]
     assert held and text.index("#### Held back") < min(text.index(f"#### {n}:") for n in held)
     assert png.stat().st_size > 10_000

@@ -411,7 +411,7 @@ def _origins(data: SweepData) -> list[Block]:
         blocks += [
             Text(
                 "How the trials' values at each rung ranked them against a later one (Spearman, over "
-                "the trials that reached both; bohb trusts a rung's model only where it agrees)."
+                "the trials that reached both; bohb uses a model only where the rungs clearly agree)."
             ),
             Table(["rung", "later rung", "trials", "Spearman"], pairs, right={0, 1, 2, 3}),
         ]
