@@ -17,6 +17,7 @@ from tests import tbread
 from tests.conftest import SPACES, cli, debug_config
 from tuner.config import load_sweep
 from tuner.driver.sweep import resume_sweep, run_sweep
+from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
@@ -98,9 +99,7 @@ CONSTRAINTS = ["width * depth <= 24"]
 TRIALS = 4
 
 
-def _sweep(root: Path, algorithm: str, interrupt_at: int) -> Any:
-    root.mkdir()
-    (root / "chaos").mkdir()
+def _config(root: Path, algorithm: str, interrupt_at: int) -> Any:
     params = {
         **PARAMS,
         "chaos_dir": str(root / "chaos"),
@@ -117,13 +116,22 @@ def _sweep(root: Path, algorithm: str, interrupt_at: int) -> Any:
         schedule__max_epochs=2,
         resources__max_concurrent_trials=1,
     )
-    return run_sweep(cfg)
+    return cfg
+
+
+def _sweep(root: Path, algorithm: str, interrupt_at: int) -> Any:
+    root.mkdir()
+    (root / "chaos").mkdir()
+    return run_sweep(_config(root, algorithm, interrupt_at))
 
 
 def _configs(outcome: Any) -> list[str]:
+    return _keys(t["config"] for t in outcome.summary["trials"])
+
+
+def _keys(configs: Any) -> list[str]:
     out = []
-    for t in outcome.summary["trials"]:
-        c = t["config"]
+    for c in configs:
         assert ("momentum" in c) == (c["optimizer"] == "sgd") and ("dropout" in c) == (c["depth"] == 2), c
         assert c["width"] * c["depth"] <= 24, c
         out.append(key({k: c[k] for k in PARAMS if k in c}))
@@ -131,12 +139,14 @@ def _configs(outcome: Any) -> list[str]:
 
 
 def test_a_resumed_conditional_sweep_runs_what_an_uninterrupted_one_runs(tmp_path: Path) -> None:
-    """Random search: a list fixed by the seed, so the very same trials. (The model-based
-    searchers' rebuilt plans over conditional trials: test_conditions, without a cluster.)"""
-    whole = _sweep(tmp_path / "whole", "random", interrupt_at=0)
-    assert whole.exit_code == 0, whole.summary["counts"]
+    """Random search: a list fixed by the seed (random_configs, with the conditions and the
+    constraint: what an uninterrupted sweep runs, test_life checks), so the very same trials.
+    (The model-based searchers' rebuilt plans over conditional trials: test_conditions,
+    without a cluster.)"""
+    cfg = _config(tmp_path / "planned", "random", interrupt_at=0)
+    planned = random_configs(cfg.hyperparameters(), TRIALS, cfg.search.seed, cfg.search.constraints)
     stopped = _sweep(tmp_path / "at2", "random", interrupt_at=2)
     assert stopped.exit_code == 130, stopped.summary["counts"]
     resumed = resume_sweep(stopped.sweep_dir)
     assert resumed.summary["status"] == "completed", resumed.summary["counts"]
-    assert _configs(resumed) == _configs(whole)
+    assert _configs(resumed) == _keys(planned)
