@@ -48,7 +48,6 @@ def test_a_reachable_bucket_with_our_credentials_passes(s3_env) -> None:
     bucket = s3_env.make_bucket("good")
     remote.check_output(f"s3://{bucket}/runs")
     remote.check_output(f"s3://{bucket}")  # the bucket's top
-    remote.check_output("gs://elsewhere/runs")  # other schemes: left to Ray
 
 
 def test_bad_s3_outputs_are_one_line_naming_the_output_and_the_cause(
@@ -141,15 +140,119 @@ def test_a_failed_trial_set_aside_in_s3_leaves_its_name_empty_in_the_bucket(
     in the mirror and in the bucket (a trial continues from what the bucket holds under its
     name: left there, the run again would not start from scratch)."""
     from tuner.driver.sweep import _set_aside
+    from tuner.sweepdir import place_of
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
     bucket = s3_env.make_bucket(f"aside-{uuid.uuid4().hex[:8]}")
-    mirror = remote.Mirror(f"s3://{bucket}/runs/s")
+    mirror = place_of(f"s3://{bucket}/runs/s")
     for key in ("t1/metrics.jsonl", "t1/checkpoint_000001/state.pt", "t2/metrics.jsonl"):
         s3_env.client().put_object(Bucket=bucket, Key=f"runs/s/{key}", Body=b"x")
     mirror.pull()
-    _set_aside(mirror.local, "t1", mirror)
+    _set_aside(mirror, "t1")
     moved = ["retried/t1/checkpoint_000001/state.pt", "retried/t1/metrics.jsonl", "t2/metrics.jsonl"]
     assert sorted(s3_env.keys(bucket)) == [f"runs/s/{k}" for k in moved]
     assert (Path(mirror.local) / "retried" / "t1" / "metrics.jsonl").is_file()
     assert not (Path(mirror.local) / "t1").exists()
+
+
+def test_a_key_leading_outside_the_sweep_is_never_written_outside_the_cache(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44 item 10: anyone who may write the bucket put `runs/debug/../../../../../X`
+    beside a sweep; every reader (report, board, export, load_best) pulled it into the file
+    the key's `..` names, outside the cache, overwriting it."""
+    from tuner.config import settled, to_yaml
+    from tuner.view import analysis
+
+    cache = tmp_path / "a" / "b" / "c" / "d" / "cache"
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
+    bucket = s3_env.make_bucket("traversal")
+    client = s3_env.client()
+    text = to_yaml(settled(debug_config(tmp_path, output=f"s3://{bucket}/runs"))[0])
+    client.put_object(Bucket=bucket, Key="runs/debug/sweep.yaml", Body=text.encode())
+    client.put_object(Bucket=bucket, Key="runs/debug/t1/tuner_trial.json", Body=b'{"trial_id": "t1"}')
+    # Five names up from the working copy (<cache>/<copy>/traversal/runs/debug) at most; the
+    # victim is wherever any copy's `..` walk ends, a file the user had.
+    victims = [tmp_path / "a" / "b" / "c" / "d" / "victim", tmp_path / "a" / "b" / "c" / "victim"]
+    for v in victims:
+        v.parent.mkdir(parents=True, exist_ok=True)
+        v.write_text("mine\n")
+    for key in ("runs/debug/../../../../../victim", "runs/debug/../../../../../../victim"):
+        client.put_object(Bucket=bucket, Key=key, Body=b"theirs\n")
+    assert any(".." in k for k in s3_env.keys(bucket, "runs/debug/"))  # the store keeps them as they are
+    before = {p for p in tmp_path.rglob("*")}
+    try:
+        analysis.load(f"s3://{bucket}/runs/debug")
+    except ConfigError:
+        pass  # (the trial has no journal: what matters is what the pull wrote)
+    assert all(v.read_text() == "mine\n" for v in victims)
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(p == cache or cache in p.parents for p in written), sorted(map(str, written))
+
+
+def test_a_storage_uri_naming_a_parent_is_refused_at_validate(tmp_path: Path) -> None:
+    """Issue 44 item 11: `output: s3://bkt/../../../r/victim` passed validate, and the sweep
+    removed the local directory its working copy's path resolved to."""
+    from tests.conftest import DEBUG, cli
+
+    for output in ("s3://bkt/../../r/victim", "s3://bkt/runs/./x", "s3://bkt/runs//x", "s3://../runs"):
+        out = cli("validate", str(DEBUG), "--output", output)
+        assert out.returncode == 2, (output, out.stdout, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: output: {output}"), out.stderr
+    out = cli("resume", "s3://bkt/runs/../debug")
+    assert out.returncode == 2 and out.stderr.startswith("error: sweep_dir: s3://bkt/runs/../debug"), (
+        out.stderr
+    )
+    assert cli("validate", str(DEBUG), "--output", "gs://bkt/runs").returncode == 2
+
+
+def test_a_place_is_named_once_whatever_slashes_it_is_given_with() -> None:
+    from tuner.sweepdir import place_for, place_of
+
+    a = place_for("s3://bkt/runs/", "debug")
+    for same in (
+        place_of("s3://bkt/runs/debug/"),
+        place_of("s3://bkt/runs/debug"),
+        place_for("s3://bkt/runs", "debug"),
+    ):
+        assert (same.uri, same.local, same.ray_storage()[0::2]) == (a.uri, a.local, a.ray_storage()[0::2])
+    assert a.uri == "s3://bkt/runs/debug" and a.ray_storage()[0::2] == ("bkt/runs", "debug")
+    with pytest.raises(ConfigError, match="not one directory name"):
+        place_for("s3://bkt/runs", "../x")
+    with pytest.raises(ConfigError, match="not the bucket itself"):
+        place_of("s3://bkt/")
+
+
+def test_a_reader_beside_the_driver_never_touches_the_driver_s_working_copy(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44 item 15: `tuner report` (or load_best) of an s3 sweep while its driver ended
+    pulled the bucket into the driver's own working copy: a record the driver had just
+    written there (TERMINATED, its upload not yet done) went back to the bucket's RUNNING,
+    and a later resume ran the finished trial again."""
+    from tuner.config import settled, to_yaml
+    from tuner.view import analysis
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
+    bucket = s3_env.make_bucket("beside")
+    client = s3_env.client()
+    text = to_yaml(settled(debug_config(tmp_path, output=f"s3://{bucket}/runs", name="busy"))[0])
+    running = json.dumps({"trial_id": "t1", "status": "RUNNING", "config": {}})
+    client.put_object(Bucket=bucket, Key="runs/busy/sweep.yaml", Body=text.encode())
+    client.put_object(Bucket=bucket, Key="runs/busy/t1/tuner_trial.json", Body=running.encode())
+    client.put_object(Bucket=bucket, Key="runs/busy/t1/metrics.jsonl", Body=b'{"epoch": 1, "val_acc": 0.5}\n')
+    # The driver's working copy (tuner.sweepdir.remote: <cache>/s3/<bucket>/<key>), its
+    # record of t1 just written, not yet pushed.
+    driver = cache / "s3" / bucket / "runs" / "busy"
+    (driver / "t1").mkdir(parents=True)
+    (driver / "sweep.yaml").write_text(text)
+    ended = json.dumps({"trial_id": "t1", "status": "TERMINATED", "config": {}, "ended": 1.0})
+    (driver / "t1" / "tuner_trial.json").write_text(ended)
+    before = sorted(str(p.relative_to(driver)) for p in driver.rglob("*"))
+    data = analysis.load(f"s3://{bucket}/runs/busy")
+    assert [t.status for t in data.records] == ["RUNNING"]  # the reader sees the bucket as it is
+    assert (driver / "t1" / "tuner_trial.json").read_text() == ended
+    assert sorted(str(p.relative_to(driver)) for p in driver.rglob("*")) == before
+    assert not (driver / "t1" / "metrics.jsonl").exists()

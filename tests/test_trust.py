@@ -18,7 +18,7 @@ from tuner.config import ConfigError
 from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
-from tuner.sweepdir import LOCK_FILE, claim, resolve
+from tuner.sweepdir import LOCK_FILE, Place, resolve
 
 pytestmark = pytest.mark.slow
 TRIALS = 3
@@ -210,7 +210,7 @@ def test_an_empty_sweep_yaml_from_an_older_run_is_explained(tmp_path: Path) -> N
 
 def test_sweep_yaml_is_replaced_whole(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
-    with claim(str(sweep), new=True, command="sweep") as held:
+    with Place(str(sweep)).claim(new=True, command="sweep") as held:
         held.write_config("name: first\n")
         held.write_config("name: second\n")
         assert sorted(p.name for p in sweep.iterdir()) == [LOCK_FILE, "sweep.yaml"]

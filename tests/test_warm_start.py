@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import debug_config
 from tuner.config import ConfigError
 from tuner.search import algorithms, warm
+from tuner.sweepdir import place_of
 
 NEW_LR = {"type": "loguniform", "low": 1e-2, "high": 1e-1}  # the upper half (in log) of debug's
 
@@ -51,7 +52,7 @@ def _inside(earlier: Path) -> list[dict[str, Any]]:
 
 def _plan(cfg, sweep_dir: Path):
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    prior = warm.attach(cfg, None, str(sweep_dir))
+    prior = warm.attach(cfg, None, place_of(str(sweep_dir)))
     plan = algorithms.build(
         cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
     )
@@ -122,7 +123,7 @@ def test_auto_takes_the_sweeps_of_the_same_task_in_output(earlier, tmp_path) -> 
     shutil.copytree(earlier, out / "other")
     (out / "other" / "code.json").write_text(json.dumps(code))
     cfg = _new(out, "optuna", "auto")
-    assert warm.sources(cfg, str(out / "new")) == [str(out / "earlier")]
+    assert [p.uri for p in warm.sources(cfg, place_of(str(out / "new")))] == [str(out / "earlier")]
 
 
 @pytest.mark.slow

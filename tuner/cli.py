@@ -20,7 +20,7 @@ from tuner.cluster.connect import add_runtime_flags, runtime_from
 from tuner.config import ConfigError, SweepConfig, json_schema, load_sweep, reference_markdown
 from tuner.config.flags import add_overrides, add_resume_flag, overrides_from
 from tuner.config.schedule import webhook_url
-from tuner.errors import EXIT_HELP, DiskFull, ExitCode
+from tuner.errors import EXIT_HELP, DiskFull, ExitCode, StorageUnavailable
 from tuner.results import Outcome, number
 from tuner.sweepdir import EXPORT_FILES, NEVER_STARTED
 
@@ -52,7 +52,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from tuner.driver.notify import Notifying
     from tuner.driver.sweep import AlreadyFinished, locate, run_sweep, sweep_or_resume
 
-    where = locate(cfg.output, cfg.name)[1] or cfg.output
+    where = locate(cfg.output, cfg.name).uri
     go = sweep_or_resume if args.resume_if_exists else run_sweep
     try:
         with Notifying(cfg.notify.webhook, cfg.name, where) as note, _resume_hint_on_interrupt(where):
@@ -68,30 +68,29 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.driver.sweep import resume_sweep
 
     again = args.retry_failed
-    return _continue(args, lambda runtime: resume_sweep(args.sweep_dir, runtime, retry_failed=again))
+    return _continue(args, lambda place, runtime: resume_sweep(place, runtime, retry_failed=again))
 
 
 def cmd_extend(args: argparse.Namespace) -> int:
     from tuner.driver.sweep import extend_sweep
 
-    return _continue(args, lambda runtime: extend_sweep(args.sweep_dir, args.num_samples, runtime))
+    return _continue(args, lambda place, runtime: extend_sweep(place, args.num_samples, runtime))
 
 
-def _continue(args: argparse.Namespace, go: Callable[[Any], Any]) -> int:
+def _continue(args: argparse.Namespace, go: Callable[[Any, Any], Any]) -> int:
     """resume and extend: a sweep directory run on, notifying its webhook (or --notify's)."""
     from tuner.driver.notify import Notifying
     from tuner.driver.sweep import AlreadyFinished
-    from tuner.sweepdir import read_config, refuse_if_held, remote
+    from tuner.sweepdir import place_of
 
-    if remote.is_s3(args.sweep_dir):
-        cfg = read_config(remote.readable(args.sweep_dir))
-    else:
-        refuse_if_held(os.path.abspath(args.sweep_dir))  # another run's: say so before anything else
-        cfg = read_config(args.sweep_dir)  # a ConfigError (exit 2) if it is no sweep directory
-    notifying = Notifying(_webhook(args, cfg), cfg.name, args.sweep_dir)
+    place = place_of(args.sweep_dir, "sweep_dir")
+    place.check()  # (object storage: reachable, in one line)
+    place.refuse_if_held()  # another run's: say so before anything else
+    cfg = place.config()  # a ConfigError (exit 2) if it holds no sweep
+    notifying = Notifying(_webhook(args, cfg), cfg.name, place.uri)
     try:
-        with notifying as note, _resume_hint_on_interrupt(args.sweep_dir):
-            outcome = go(runtime_from(args))
+        with notifying as note, _resume_hint_on_interrupt(place.uri):
+            outcome = go(place, runtime_from(args))
             note.done(outcome.summary)
     except AlreadyFinished as done:
         print(done)
@@ -352,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None, watch: bool = False) -> int:
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             return ExitCode.USAGE
-        except DiskFull as err:  # stopped like an interrupt: resumable
+        except (DiskFull, StorageUnavailable) as err:  # stopped like an interrupt: resumable
             print(f"error: {err}", file=sys.stderr)
             return ExitCode.INTERRUPTED
 
@@ -379,16 +378,16 @@ def _settle(args: argparse.Namespace, code: int, notified: bool) -> int:
     table, how to continue; the exit code."""
     from tuner.driver.notify import Notifying
     from tuner.driver.sweep import locate, settle
-    from tuner.sweepdir import read_config, remote
+    from tuner.sweepdir import place_of
 
     note = Notifying(None, "", "")
     try:
         if args.command == "sweep":
             cfg = _load(args)
-            where = locate(cfg.output, cfg.name)[1] or f"{cfg.output.rstrip('/')}/{cfg.name}"
+            where = locate(cfg.output, cfg.name).uri
         else:
             where = args.sweep_dir
-            cfg = read_config(remote.readable(where))
+            cfg = place_of(where, "sweep_dir").config()
         note = Notifying(None if notified else _webhook(args, cfg), cfg.name, where)
         outcome = settle(where)
         if outcome is None:

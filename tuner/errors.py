@@ -62,6 +62,45 @@ class DiskFull(Exception):
         )
 
 
+class StorageUnavailable(Exception):
+    """The sweep's object storage did not answer (or refused the credentials) for longer than
+    tuner waits for it: the sweep stops as if interrupted, to be resumed."""
+
+    def __init__(self, why: str, waited: float, where: str = ""):
+        self.why, self.waited, self.where = why, waited, where
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        at = f"{self.where}: " if self.where else ""
+        again = (
+            f" with: python -m tuner resume {self.where}" if self.where else " with `python -m tuner resume`"
+        )
+        return (
+            f"{at}{self.why} for {self.waited:.0f} s; the sweep stopped. Kept: every finished trial "
+            f"and each unfinished trial's newest checkpoint in the store. Once it answers, continue{again}"
+        )
+
+    def at(self, where: str) -> StorageUnavailable:
+        """The same, saying which sweep."""
+        return StorageUnavailable(self.why, self.waited, where)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (raised in a trial, it crosses Ray pickled)
+        return (StorageUnavailable, (self.why, self.waited, self.where))
+
+
+def storage_unavailable(err: BaseException) -> Optional[StorageUnavailable]:
+    """The StorageUnavailable that `err` is, or was caused by (raised in a Tune callback, it
+    reaches the driver wrapped by Ray)."""
+    seen: set[int] = set()
+    cur: Optional[BaseException] = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, StorageUnavailable):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"[Errno {errno.ENOSPC}]")
 

@@ -34,6 +34,7 @@ from tuner.config.population import perturbed
 from tuner.config.resources import ResourcesSection
 from tuner.config.schedule import NotifySection, ScheduleSection, TrackingSection
 from tuner.config.schedulers import Scheduler, check_pair
+from tuner.config.storage import checked_output
 from tuner.config.task import TaskSection
 from tuner.errors import ConfigError
 from tuner.space.conditions import grid_configs
@@ -360,16 +361,10 @@ class SweepConfig(Section):
     @field_validator("output")
     @classmethod
     def _a_directory(cls, value: str) -> str:
-        # s3:// is read back through tuner's mirror (sweepdir/remote.py); other URIs trained
-        # their trials and then reported nothing (issue 26 item 5): refused until they are too.
-        scheme = value.split("://")[0] if "://" in value else None
-        if scheme is not None and scheme != "s3":
-            raise ConfigError(
-                "output",
-                f"storage URIs other than s3:// are not supported yet ({scheme}://...): use s3:// "
-                "(any S3-compatible store), a local directory, or one every node mounts",
-            )
-        return value
+        # s3:// is read back through tuner's handle of the place (sweepdir/place.py); other
+        # URIs trained their trials and then reported nothing (issue 26 item 5): refused, as
+        # is a key with `..` in it (config/storage.py).
+        return checked_output(value)
 
     @field_validator("name")
     @classmethod

@@ -23,7 +23,7 @@ from tuner.config import SweepConfig, TrainingSection
 from tuner.driver import resources
 from tuner.search import warm
 from tuner.space.params import Fixed
-from tuner.sweepdir import remote
+from tuner.sweepdir.place import Place, cache_root
 
 CACHE_FILE = "autotune.json"  # under the cache root ($TUNER_CACHE_DIR, else ~/.cache/tuner)
 # Seconds the task may take beyond the budget: starting its process, building the last arm,
@@ -32,7 +32,7 @@ SLACK_S = 600
 
 
 def cache_path() -> str:
-    return os.path.join(remote.cache_root(), CACHE_FILE)
+    return os.path.join(cache_root(), CACHE_FILE)
 
 
 def searched(cfg: SweepConfig) -> list[str]:
@@ -46,20 +46,13 @@ def plan(cfg: SweepConfig) -> autotune.SizePlan:
     return autotune.plan_sizes(cfg.hyperparameters(), cfg.search.constraints, by)
 
 
-def for_sweep(
-    cfg: SweepConfig,
-    res: resources.TrialResources,
-    sweep_dir: Optional[str],
-    mirror: Optional[remote.Mirror] = None,
-) -> Optional[dict[str, Any]]:
+def for_sweep(cfg: SweepConfig, res: resources.TrialResources, place: Place) -> Optional[dict[str, Any]]:
     """The table every trial applies (tuner.autotune.Table as JSON), or None when
-    training.autotune is off. An s3:// sweep keeps autotune.json in its mirror and the bucket."""
+    training.autotune is off. The sweep keeps autotune.json in its place."""
     if not cfg.training.autotune:
         return None
-    local = mirror.local if mirror is not None else sweep_dir
-    table = settle(cfg, res, local, cfg.training.autotune)
-    if mirror is not None:
-        mirror.push(os.path.join(mirror.local, sweepdir.AUTOTUNE_FILE))
+    table = settle(cfg, res, place.local, cfg.training.autotune)
+    place.push(os.path.join(place.local, sweepdir.AUTOTUNE_FILE))
     return table.to_json()
 
 
@@ -71,8 +64,8 @@ def settle(
     cache: Optional[str] = None,
 ) -> autotune.Table:
     """The settings the sweep's trials run with: autotune.json's when the sweep has one, else
-    measured (or cached) now and written there. `sweep_dir`: the local directory (an s3://
-    sweep's mirror); None keeps nothing."""
+    measured (or cached) now and written there. `sweep_dir`: the sweep's working copy (its
+    place's `local`); None keeps nothing."""
     if sweep_dir:
         found = sweepdir.read_autotune(sweep_dir)
         if found is not None:

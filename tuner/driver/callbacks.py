@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -14,7 +15,7 @@ from typing import Any, Optional, TextIO
 from ray.tune import Callback
 
 from tuner.driver.stopping import INTERRUPTED
-from tuner.errors import DiskFull
+from tuner.errors import DiskFull, StorageUnavailable
 from tuner.results import Outcome, clock, number
 from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
@@ -30,7 +31,7 @@ from tuner.sweepdir import (
     trial_disk_full,
     write_record,
 )
-from tuner.sweepdir.remote import Mirror
+from tuner.sweepdir.place import Place
 from tuner.trial.frame import tb
 
 STATUS_FILE_SUFFIX = ".tuner-status"
@@ -57,20 +58,25 @@ def trial_dir(trial: Any) -> Optional[str]:
 
 
 class _Places:
-    """Where the driver writes a trial's files: its directory; for a sweep in object storage
-    (`mirror`), the mirror's copy of it, each file written then uploaded (the driver's own
-    files only: the trial uploads the rest)."""
+    """Where the driver writes a trial's files: the place's working copy of its directory,
+    each file written then pushed to the place (the driver's own files only: a trial of a
+    remote place uploads the rest itself)."""
 
-    def __init__(self, mirror: Optional[Mirror] = None):
-        self.mirror = mirror
+    def __init__(self, place: Optional[Place] = None):
+        self.place = place
 
     def trial(self, trial: Any) -> Optional[str]:
         path = trial_dir(trial)
-        return self.mirror.local_path(path) if path and self.mirror else path
+        return self.place.trial(path) if path and self.place is not None else path
 
     def saved(self, *paths: str) -> None:
-        if self.mirror is not None:
-            self.mirror.push(*paths)
+        if self.place is not None:
+            self.place.push(*paths)
+
+    def pulled(self, path: str) -> None:
+        """A trial's own files (its traceback, its journal) into the working copy."""
+        if self.place is not None:
+            self.place.pull(only=os.path.basename(path.rstrip("/")))
 
 
 def trial_name(trial: Any) -> str:
@@ -95,11 +101,11 @@ class TrialRecordCallback(Callback):
     def __init__(
         self,
         resources: Optional[dict[str, Any]] = None,
-        mirror: Optional[Mirror] = None,
+        place: Optional[Place] = None,
         handed: Optional[dict[str, str]] = None,
     ):
         self.resources = resources or {}  # per trial, as resolved for this cluster
-        self.places = _Places(mirror)
+        self.places = _Places(place)
         # Tune trial id -> its configuration's origin, filled by the searcher as it hands
         # each out (SearchPlan.handed): recorded with the trial, not reconstructed later.
         self.handed = handed if handed is not None else {}
@@ -121,7 +127,12 @@ class TrialRecordCallback(Callback):
         self._end(trial, "TERMINATED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        lost = _storage_lost(trial)
+        if lost is not None:  # not the trial's fault either, as a full disk below
+            raise lost
         path = self.places.trial(trial)
+        if path:
+            self.places.pulled(path)
         if path and trial_disk_full(path):
             # Not the trial's fault: it stays unfinished, and the sweep stops to be resumed.
             raise DiskFull(os.path.dirname(path.rstrip("/")), "No space left on device")
@@ -157,6 +168,20 @@ class TrialRecordCallback(Callback):
         }
 
 
+def _storage_lost(trial: Any) -> Optional[StorageUnavailable]:
+    """The trial's object storage stopped answering for longer than tuner waits (its error, as
+    Tune keeps it on the driver, is tuner's StorageUnavailable): the sweep stops to be resumed,
+    the trial unfinished."""
+    path = getattr(trial, "error_file", None)
+    try:
+        with open(path) as f:  # type: ignore[arg-type]
+            text = f.read()
+    except (OSError, TypeError):
+        return None
+    found = re.search(r"StorageUnavailable: (.+?) for (\d+) s; the sweep stopped", text)
+    return None if found is None else StorageUnavailable(found.group(1), float(found.group(2)))
+
+
 def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
     """Domains for TensorBoard's HParams: a list of values, or a (low, high) interval."""
     domains: dict[str, Any] = {}
@@ -180,14 +205,13 @@ class HParamsCallback(Callback):
 
     def __init__(
         self,
-        sweep_dir: str,
+        place: Place,
         domains: dict[str, Any],
         metrics: Sequence[str],
-        mirror: Optional[Mirror] = None,
         first: Optional[dict[str, tuple[str, str]]] = None,
     ):
-        self.sweep_dir, self.domains, self.metrics = sweep_dir, domains, list(metrics)
-        self.places = _Places(mirror)
+        self.sweep_dir, self.domains, self.metrics = place.local, domains, list(metrics)
+        self.places = _Places(place)
         self.first = dict(first or {})  # columns before the reported ones: tag -> (header, description)
         self._started: set[str] = set()
         self._described = False

@@ -38,7 +38,7 @@ from tuner.driver.stopping import INTERRUPTED
 from tuner.driver.verdicts import STOPPER
 from tuner.history import SweepHistory, descriptions, replay
 from tuner.results import Outcome, TrialRecord, best_of, best_row_of, record, records
-from tuner.sweepdir import SWEEP_RUN, finite, read_metrics
+from tuner.sweepdir import SWEEP_RUN, Place, finite, read_metrics
 from tuner.trial.frame import tb
 
 # A trial's scalars written by the driver (HParams columns).
@@ -61,11 +61,12 @@ def columns(objectives: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 class EventFile:
     """A TensorBoard event file the driver appends to: each write opens the file, appends and
-    closes it. No writer thread per trial (a sweep may hold hundreds of paused trials), and
-    nothing waits in a buffer when the driver is killed. One per run directory and driver."""
+    closes it, then pushes it to the sweep's place (a remote one keeps it in step). No writer
+    thread per trial (a sweep may hold hundreds of paused trials), and nothing waits in a
+    buffer when the driver is killed. One per run directory and driver."""
 
-    def __init__(self, logdir: str, suffix: str):
-        self.logdir = logdir
+    def __init__(self, logdir: str, suffix: str, place: Optional[Place] = None):
+        self.logdir, self.place = logdir, place
         self.name = f"events.out.tfevents.{time.time():.0f}.{socket.gethostname()}.{os.getpid()}{suffix}"
         self.described: set[str] = set()  # tags written with their description already
 
@@ -91,6 +92,8 @@ class EventFile:
         os.makedirs(self.logdir, exist_ok=True)
         with open(path, "ab") as f:
             f.write(buf.getvalue())
+        if self.place is not None:
+            self.place.push(path)
 
 
 @dataclass
@@ -110,12 +113,13 @@ class Dashboard(Callback):
     Comes after TrialRecordCallback and SweepLimits among the callbacks: a trial's end is read
     back from the record they write."""
 
-    def __init__(self, sweep_dir: str, objectives: Sequence[tuple[str, str]], max_epochs: int):
-        self.sweep_dir, self.objectives, self.max_epochs = sweep_dir, list(objectives), max_epochs
+    def __init__(self, place: Place, objectives: Sequence[tuple[str, str]], max_epochs: int):
+        self.place, self.sweep_dir = place, place.local
+        self.objectives, self.max_epochs = list(objectives), max_epochs
         self.metric, self.mode = self.objectives[0]
         self.live: dict[str, _Live] = {}  # by Tune's trial id
         self.history = SweepHistory(self.objectives)
-        self.run = EventFile(os.path.join(sweep_dir, SWEEP_RUN), ".sweep")
+        self.run = EventFile(os.path.join(place.local, SWEEP_RUN), ".sweep", place)
 
     def setup(self, **info: Any) -> None:
         # What earlier runs of this sweep finished (resume, extend): the points go on from there.
@@ -124,9 +128,10 @@ class Dashboard(Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         path = trial_dir(trial)
         if path:
+            path = self.place.trial(path)  # (its working copy's, for a remote place)
             self.history.started(_name(path))
             if trial.trial_id not in self.live:
-                self.live[trial.trial_id] = _Live(path, EventFile(path, ".tuner-best"))
+                self.live[trial.trial_id] = _Live(path, EventFile(path, ".tuner-best", self.place))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         live = self.live.get(trial.trial_id)
@@ -155,9 +160,10 @@ class Dashboard(Callback):
         self._end(trial)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        # Trials the sweep's target stopped get no completion (SweepLimits records them).
+        # Trials the sweep's target stopped get no completion (SweepLimits records them); and
+        # a remote place's trials whose journals were not uploaded yet when they completed.
         for trial in trials:
-            self._end(trial)
+            self._end(trial, last=True)
 
     def _fold(self, live: _Live, row: dict[str, Any]) -> None:
         live.epochs = max(live.epochs, int(row["epoch"]))
@@ -167,14 +173,18 @@ class Dashboard(Callback):
             if found is not None:
                 live.best[name] = {name: float(found[name]), "epoch": int(found["epoch"])}
 
-    def _end(self, trial: Any) -> None:
+    def _end(self, trial: Any, last: bool = False) -> None:
         """The trial's last values, and the sweep's point, from its record as summary.json
-        reads it; nothing for a trial that never started here or has not finished."""
+        reads it; nothing for a trial that never started here or has not finished. A trial
+        of a remote place uploads its journal as its actor stops, after Tune completed it:
+        one whose journal is behind its results is written at the experiment's end (`last`),
+        once every actor has stopped."""
         live = self.live.get(trial.trial_id)
         if live is None or live.ended:
             return
+        self.place.pull(only=_name(live.path))
         done = record(live.path, self.metric, self.mode, self.max_epochs, [])
-        if done.outcome is Outcome.UNFINISHED:
+        if done.outcome is Outcome.UNFINISHED or (done.epochs < live.epochs and not last):
             return
         live.ended = True
         self._write_trial(live, done)

@@ -26,20 +26,21 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from tuner.driver.callbacks import trial_dir
-from tuner.sweepdir import error_line, recorded_failure
+from tuner.sweepdir import Place, error_file, error_line, recorded_failure
 
 
 class FailFast(Stopper, Callback):
-    def __init__(self, after: int):
-        self.after = after
+    def __init__(self, after: int, place: Optional[Place] = None):
+        self.after, self.place = after, place
         self.errors: list[Optional[str]] = []  # each trial that ended: its error's key, None if none
         self.error: Optional[str] = None  # the error they all ended with (the first's words), once stopped
         self._first: Optional[str] = None  # the first error's words
 
     @classmethod
-    def wanted(cls, after: int) -> Optional[FailFast]:
-        """A FailFast, or None when failure.fail_fast is 0 (off)."""
-        return cls(after) if after > 0 else None
+    def wanted(cls, after: int, place: Optional[Place] = None) -> Optional[FailFast]:
+        """A FailFast, or None when failure.fail_fast is 0 (off). `place`: the sweep's, whose
+        working copy holds the trials' files (pulled first when remote)."""
+        return cls(after, place) if after > 0 else None
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended(None)
@@ -48,7 +49,10 @@ class FailFast(Stopper, Callback):
         # A trial that recorded its own ending (timed out: its watchdog ended its process, so
         # Tune sees an error) ran; it is no error of the code's.
         path = trial_dir(trial)
-        self._ended(None if recorded_failure(path) else _error_of(trial))
+        if path and self.place is not None:  # (the trial's own files, where the sweep lives)
+            path = self.place.trial(path)
+            self.place.pull(only=os.path.basename(path.rstrip("/")))
+        self._ended(None if recorded_failure(path) else _error_of(trial, path))
 
     def _ended(self, error: Optional[str]) -> None:
         if len(self.errors) >= self.after:  # decided already, one way or the other
@@ -98,11 +102,14 @@ def same_error(line: str) -> str:
     return line
 
 
-def _error_of(trial: Any) -> str:
+def _error_of(trial: Any, path: Optional[str]) -> str:
     """The trial's error in one line, its own directory and id left out (a path inside it
-    differs from trial to trial, the error does not)."""
-    path = trial_dir(trial)
+    differs from trial to trial, the error does not). `path`: the trial's directory in the
+    working copy; Tune's own error file (kept on the driver) where the trial left none."""
     line = error_line(path) if path else "an error (see Ray's log)"
+    tune_file = getattr(trial, "error_file", None)
+    if path and not os.path.isfile(error_file(path)) and tune_file and os.path.isfile(tune_file):
+        line = error_line(os.path.dirname(tune_file))
     for own in (path.rstrip("/"), os.path.basename(path.rstrip("/"))) if path else ():
         line = line.replace(own, "<trial>")
     return line.replace(str(trial.trial_id), "<trial>")

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from tuner import environment, sweepdir, timeline
 from tuner.cluster import _ray_internals, join
@@ -21,12 +21,12 @@ from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
 from tuner.driver import autotune, resources, stopping
-from tuner.errors import DiskFull, ExitCode, disk_full, warn
+from tuner.errors import DiskFull, ExitCode, disk_full, storage_unavailable, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.space.params import allows
-from tuner.sweepdir import full_config, remote, remove_temporaries
+from tuner.sweepdir import Claim, Place, full_config, remove_temporaries
 
 
 @dataclass
@@ -43,73 +43,58 @@ class AlreadyFinished(Exception):
     """`resume` on a sweep that has nothing left to run."""
 
 
-def locate(output: str, name: str) -> tuple[str, Optional[str]]:
-    """(storage path or URI for Ray, local sweep directory or None for URIs).
-
-    Under `ray job submit` a relative path means the directory the job was submitted from.
-    """
-    if "://" in output:
-        return output, None
-    storage = os.path.abspath(os.path.expanduser(join.output_base(output)))
-    return storage, sweepdir.resolve(storage, name)
+def locate(output: str, name: str) -> Place:
+    """The place of the sweep `<output>/<name>`. Under `ray job submit` a relative path means
+    the directory the job was submitted from."""
+    return sweepdir.place_for(join.output_base(output), name)
 
 
 @dataclass
 class Start:
     """Where a run starts from: a new sweep, or the earlier trials of a resumed one."""
 
-    storage: str  # Ray's storage path (or URI): the sweep directory's parent
-    sweep_dir: Optional[str]  # None for URI storage
+    place: Place  # where the sweep lives (held by this run)
     prior: Optional[Prior] = None  # None: a new sweep
     resumed_dirs: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     done: int = 0  # trials finished before
     announce: Optional[str] = None  # a line printed once Ray is up
     config_text: Optional[str] = None  # a new sweep: its sweep.yaml, written once Ray is up
-    mirror: Optional[remote.Mirror] = None  # an s3:// sweep: the driver's local copy of it
     retried: list[str] = field(default_factory=list)  # failed trials to set aside and run afresh
 
 
 def run_sweep(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Run a sweep to the end (or until interrupted); returns where it is and how it went."""
     cfg, text = settled(cfg)  # what `resume` will read back from sweep.yaml, exactly
-    storage, sweep_dir = locate(cfg.output, cfg.name)
-    mirror = remote.new_sweep(storage, cfg.name) if sweep_dir is None else None
-    with sweepdir.claim(mirror.local if mirror else sweep_dir, new=True, command="sweep") as held:
-        start = Start(storage, sweep_dir, config_text=text, mirror=mirror)
-        return run(cfg, runtime or Runtime(), start, held)
+    place = locate(cfg.output, cfg.name)
+    place.check()  # (object storage: reachable with our credentials, before Ray starts)
+    with place.claim(new=True, command="sweep") as held:
+        return run(cfg, runtime or Runtime(), Start(place, config_text=text), held)
 
 
 def sweep_or_resume(cfg: SweepConfig, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """`sweep --resume-if-exists`, the command a retried job (a RayJob, a requeued batch job)
-    runs again: the sweep, new; or, when its directory already holds the same sweep (sweep.yaml
+    runs again: the sweep, new; or, when its place already holds the same sweep (sweep.yaml
     equal to the file and flags given, wherever the output was named from), continued as
-    `resume` continues it. A directory holding a different sweep is refused (ConfigError, that
+    `resume` continues it. A place holding a different sweep is refused (ConfigError, that
     names the first field that differs); a finished one raises AlreadyFinished."""
-    storage, sweep_dir = locate(cfg.output, cfg.name)
-    if sweep_dir is None:  # object storage (s3://: validation refuses other URIs)
-        remote.check_output(storage)
-        mirror = remote.Mirror(f"{storage.rstrip('/')}/{cfg.name}")
-        if not mirror.exists():
-            return run_sweep(cfg, runtime)
-        sweep_dir, local = mirror.uri, mirror.pull()
-    else:
-        if not sweepdir.holds_sweep(sweep_dir):
-            return run_sweep(cfg, runtime)
-        sweepdir.refuse_if_held(sweep_dir, "name")
-        local = sweep_dir
+    place = locate(cfg.output, cfg.name)
+    place.check()
+    if not place.exists():
+        return run_sweep(cfg, runtime)
+    place.refuse_if_held("name")
     ours = yamlfile.load(to_yaml(settled(cfg)[0]))  # both read back from YAML, the same way
-    theirs = yamlfile.load(to_yaml(sweepdir.read_config(local)))
+    theirs = yamlfile.load(to_yaml(place.config()))
     changed = sweepdir.difference(theirs, ours)
     if changed:
         raise ConfigError(
             "name",
-            f"{sweep_dir} holds a different sweep ({changed}); choose another --name or --output",
+            f"{place.uri} holds a different sweep ({changed}); choose another --name or --output",
         )
-    return resume_sweep(sweep_dir, runtime, tracking=cfg.tracking)
+    return resume_sweep(place, runtime, tracking=cfg.tracking)
 
 
 def resume_sweep(
-    sweep_dir: str,
+    sweep: Union[str, Place],
     runtime: Optional[Runtime] = None,
     tracking: Optional[TrackingSection] = None,
     retry_failed: bool = False,
@@ -119,61 +104,43 @@ def resume_sweep(
     result) proposes the rest, so the sweep ends with exactly its planned number of trials.
     With `retry_failed`, the trials that failed (error, oom, timeout, diverged) run again from
     scratch, with their configurations and under their own names; their first runs are kept
-    in `retried/` (sweepdir.set_aside) and the searcher is not told their results.
+    in `retried/` (sweepdir.set_aside) and the searcher is not told their results. A sweep in
+    object storage is planned from the store; its unfinished trials continue from their
+    newest checkpoints there, on whichever node they land (trial/frame/stored.py).
 
     Raises AlreadyFinished (changing nothing, unless summary.json was damaged) when every
     planned trial has finished (and, with `retry_failed`, none failed). `tracking`: the
     sweep's own, as its file gives it (with the credentials sweep.yaml does not keep).
     """
-    if remote.is_s3(sweep_dir):
-        return _resume_stored(sweep_dir, runtime, tracking, retry_failed)
-    sweep_dir = os.path.abspath(sweep_dir)
-    sweepdir.refuse_if_held(sweep_dir)
-    cfg = sweepdir.read_config(sweep_dir)
-    if tracking is not None:
-        cfg.tracking = tracking
-    _plan_left(cfg, sweep_dir, retry_failed)  # a finished sweep is left as it is, its lock file included
-    with sweepdir.claim(sweep_dir, new=False, command="resume") as held:
+    place = sweep if isinstance(sweep, Place) else sweepdir.place_of(sweep)
+    place.check()
+    place.refuse_if_held()
+    seen = place.reader()  # (a finished sweep is left as it is, its lock file included)
+    cfg = _with_tracking(sweepdir.read_config(seen.readable()), tracking)
+    _plan_left(cfg, seen, retry_failed, rewrite=False)
+    with place.claim(new=False, command="resume") as held:
+        cfg = _with_tracking(sweepdir.read_config(place.local), tracking)
         # (again: the holder before us may have ended it)
-        finished, unfinished = _plan_left(cfg, sweep_dir, retry_failed)
-        start = _resumed(cfg, sweep_dir, finished, unfinished, retry_failed=retry_failed)
+        finished, unfinished = _plan_left(cfg, place, retry_failed)
+        start = _resumed(cfg, place, finished, unfinished, retry_failed=retry_failed)
         return run(cfg, runtime or Runtime(), start, held)
 
 
-def _resume_stored(
-    uri: str, runtime: Optional[Runtime], tracking: Optional[TrackingSection], retry_failed: bool
-) -> SweepOutcome:
-    """`resume_sweep` of an s3:// sweep: planned from the bucket (through the mirror, whose lock
-    keeps a second run on this machine out); its unfinished trials continue from their newest
-    checkpoints in the bucket, on whichever node they land (trial/frame/stored.py)."""
-    remote.check_output(uri)
-    mirror = remote.Mirror(uri)
-    local = mirror.pull()
-    cfg = sweepdir.read_config(local)
+def _with_tracking(cfg: SweepConfig, tracking: Optional[TrackingSection]) -> SweepConfig:
     if tracking is not None:
         cfg.tracking = tracking
-    _plan_left(cfg, local, retry_failed)  # AlreadyFinished when it is done
-    with sweepdir.claim(local, new=False, command="resume") as held:
-        finished, unfinished = _plan_left(cfg, local, retry_failed)
-        start = _resumed(cfg, local, finished, unfinished, retry_failed=retry_failed)
-        start.storage, start.sweep_dir, start.mirror = uri.rsplit("/", 1)[0], None, mirror
-        return run(cfg, runtime or Runtime(), start, held)
+    return cfg
 
 
-def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
+def extend_sweep(sweep: Union[str, Place], more: int, runtime: Optional[Runtime] = None) -> SweepOutcome:
     """Add `more` trials to a sweep (finished, interrupted or ended by its budget or target):
     sweep.yaml's num_samples grows by `more`, then it runs on as `resume` does, its searcher
     rebuilt from every earlier result, unfinished trials continued from their checkpoints.
-    Grid search has nothing to add: a ConfigError. An s3:// sweep is extended through its
-    mirror, its new sweep.yaml uploaded."""
-    mirror = None
-    if remote.is_s3(sweep_dir):
-        remote.check_output(sweep_dir)
-        mirror = remote.Mirror(sweep_dir)
-        sweep_dir = mirror.pull()
-    sweep_dir = os.path.abspath(sweep_dir)
-    sweepdir.refuse_if_held(sweep_dir)
-    cfg = sweepdir.read_config(sweep_dir)
+    An algorithm that cannot be extended (grid search) has nothing to add: a ConfigError."""
+    place = sweep if isinstance(sweep, Place) else sweepdir.place_of(sweep)
+    place.check()
+    place.refuse_if_held()
+    cfg = place.config()
     if cfg.algorithm.no_extend:
         why = cfg.algorithm.no_extend
         raise ConfigError("--num-samples", f"a {cfg.search.algorithm} sweep {why}: nothing to add")
@@ -188,16 +155,13 @@ def extend_sweep(sweep_dir: str, more: int, runtime: Optional[Runtime] = None) -
     total = cfg.search.num_samples + more
     if total > MAX_TRIALS:
         raise ConfigError("--num-samples", f"the sweep would plan {total} trials; at most {MAX_TRIALS}")
-    with sweepdir.claim(sweep_dir, new=False, command="extend") as held:
-        cfg = sweepdir.read_config(sweep_dir)  # again, under the lock
+    with place.claim(new=False, command="extend") as held:
+        cfg = sweepdir.read_config(place.local)  # again, under the lock
         cfg.search.num_samples += more
         cfg, text = settled(cfg)
         held.write_config(text, cfg.code_dirs)
-        finished, unfinished = _split(_records(cfg, sweep_dir))
-        start = _resumed(cfg, sweep_dir, finished, unfinished, doing=f"extending to {total} trials")
-        if mirror is not None:
-            mirror.push(*sweepdir.config_files(sweep_dir))
-            start.storage, start.sweep_dir, start.mirror = mirror.uri.rsplit("/", 1)[0], None, mirror
+        finished, unfinished = _split(_records(cfg, place.local))
+        start = _resumed(cfg, place, finished, unfinished, doing=f"extending to {total} trials")
         return run(cfg, runtime or Runtime(), start, held)
 
 
@@ -205,49 +169,44 @@ def settle(where: str) -> Optional[SweepOutcome]:
     """summary.json of a sweep whose driver died under it (its Ray killed by the same signal:
     driver/stopping.py's `watched`), from the trials' own records as `resume` reads them;
     None where there is no sweep (the driver died before writing sweep.yaml)."""
-    mirror = None
-    if remote.is_s3(where):
-        mirror = remote.Mirror(where)
-        if not mirror.exists():
-            return None
-        local = mirror.pull()
-    else:
-        local = os.path.abspath(where)
-        if not sweepdir.holds_sweep(local):
-            return None
-    cfg = sweepdir.read_config(local)
-    with sweepdir.claim(local, new=False, command="resume"):
-        return finish(cfg, local, mirror=mirror)
+    place = sweepdir.place_of(where)
+    if not place.exists():
+        return None
+    with place.claim(new=False, command="resume"):
+        return finish(sweepdir.read_config(place.local), place)
 
 
 def _plan_left(
-    cfg: SweepConfig, sweep_dir: str, retry_failed: bool = False
+    cfg: SweepConfig, place: Place, retry_failed: bool = False, rewrite: bool = True
 ) -> tuple[list[TrialRecord], list[TrialRecord]]:
-    """(finished, unfinished) trials; AlreadyFinished when nothing is left to run (with
-    `retry_failed`: nor any failed trial to run again). A refusal with failed trials names
-    `--retry-failed`, the way on."""
-    finished, unfinished = _split(_records(cfg, sweep_dir))
+    """(finished, unfinished) trials of the place's working copy; AlreadyFinished when nothing
+    is left to run (with `retry_failed`: nor any failed trial to run again). A refusal with
+    failed trials names `--retry-failed`, the way on. A summary.json a crash cut short is
+    rewritten from the trials' own records (`rewrite`: the caller holds the sweep), else left
+    for the caller that will."""
+    finished, unfinished = _split(_records(cfg, place.local))
     failed = _failed(finished)
-    status = _status(sweep_dir) if not unfinished else None
+    status = _status(place.local) if not unfinished else None
     if retry_failed and failed:
         return finished, unfinished
     if not unfinished and (len(finished) >= cfg.expected_trials() or status == TARGET):
         if status is None:  # cut short by a crash: rewritten from the trials' own records
+            if not rewrite:
+                return finished, unfinished
             what = (
                 "damaged summary.json is rewritten"
-                if sweepdir.has_summary(sweep_dir)
+                if sweepdir.has_summary(place.local)
                 else ("summary.json (the driver stopped before it) is written")
             )
-            with sweepdir.claim(sweep_dir, new=False, command="resume"):
-                status = f"{finish(cfg, sweep_dir).summary['status']}; its {what}"
+            status = f"{finish(cfg, place).summary['status']}; its {what}"
         again = (
             f"; {len(failed)} of them failed: fix the cause, then run them again with "
-            f"`python -m tuner resume {sweep_dir} --retry-failed`"
+            f"`python -m tuner resume {place.uri} --retry-failed`"
             if failed
             else ""
         )
         raise AlreadyFinished(
-            f"{sweep_dir}: all {len(finished)} trials finished (status {status}); nothing to resume{again}"
+            f"{place.uri}: all {len(finished)} trials finished (status {status}); nothing to resume{again}"
         )
     return finished, unfinished
 
@@ -275,7 +234,7 @@ def _status(sweep_dir: str) -> Optional[str]:
 
 def _resumed(
     cfg: SweepConfig,
-    sweep_dir: str,
+    place: Place,
     finished: list[TrialRecord],
     unfinished: list[TrialRecord],
     doing: str = "resuming",
@@ -298,8 +257,7 @@ def _resumed(
     )
     again = f", {len(retried)} failed to run again from scratch" if retried else ""
     return Start(
-        storage=os.path.dirname(sweep_dir),
-        sweep_dir=sweep_dir,
+        place=place,
         prior=prior,
         resumed_dirs=[(full_config(t.path), os.path.basename(t.path)) for t in unfinished],
         retried=[os.path.basename(t.path) for t in retried],
@@ -310,18 +268,10 @@ def _resumed(
     )
 
 
-def _set_aside(sweep_dir: str, trial: str, mirror: Optional[remote.Mirror]) -> None:
-    """A failed trial's first run moved to `retried/`, in the bucket too for an s3:// sweep
-    (where a trial continues from what the bucket holds under its name)."""
-    moved = sweepdir.set_aside(sweep_dir, trial)
-    if mirror is None:
-        return
-    src, dst = f"{mirror.key}/{trial}", f"{mirror.key}/{moved}"
-    keys = mirror.fs.find(src)  # (object by object: a prefix is no directory to move)
-    for key in keys:
-        mirror.fs.copy(key, dst + key[len(src) :])
-    if keys:
-        mirror.fs.rm(keys)
+def _set_aside(place: Place, trial: str) -> None:
+    """A failed trial's first run moved to `retried/`, in the place too (a trial of a sweep in
+    object storage continues from what the bucket holds under its name)."""
+    place.moved(trial, sweepdir.set_aside(place.local, trial))
 
 
 def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord]:
@@ -344,15 +294,16 @@ def _in_space(cfg: SweepConfig, finished: list[TrialRecord]) -> list[TrialRecord
     return [t for t, _ in inside]
 
 
-def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) -> SweepOutcome:
-    """The one way a sweep runs, new or resumed, in a sweep directory this run holds."""
+def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: Claim) -> SweepOutcome:
+    """The one way a sweep runs, new or resumed, in a place this run holds."""
+    place = start.place
     resources.precheck_local(cfg, runtime)
     mlflow = cfg.tracking.mlflow
-    if mlflow is not None and (start.sweep_dir or start.mirror):  # its store answers, before Ray starts
+    if mlflow is not None:  # its store answers, before Ray starts
         from tuner.driver import mlflow_store
 
         mlflow_store.check(mlflow.uri, mlflow.experiment or cfg.name)
-    start.prior = warm.attach(cfg, start.prior, start.sweep_dir)  # (search.warm_start: before Ray)
+    start.prior = warm.attach(cfg, start.prior, place)  # (search.warm_start: before Ray)
     env = {**environment.describe(cfg.code_dirs), "started": time.time()}
     quiet_ray(runtime.verbose)
     timeline.mark("ray_init")
@@ -362,14 +313,14 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
     preload.join()  # (before anything here imports from Ray Tune itself)
     timeline.mark("preloaded")
     env["gpus"] = _cluster_gpus()
-    warn_unshared(start.storage)
+    warn_unshared(place.storage)
     if start.announce:
         print(start.announce, flush=True)
     tuned: list[Optional[dict[str, Any]]] = []  # (training.autotune's table, made once)
 
     def tune(trial: resources.TrialResources) -> Optional[dict[str, Any]]:
         if not tuned:
-            tuned.append(autotune.for_sweep(cfg, trial, start.sweep_dir, start.mirror))
+            tuned.append(autotune.for_sweep(cfg, trial, place))
         return tuned[0]
 
     # A refused sweep leaves no directory: claim removes it. `pack` tunes first, then probes
@@ -384,21 +335,18 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: sweepdir.Claim) 
         res.max_concurrent,
         start.prior,
         objectives=cfg.objectives,
-        place=start.mirror or start.sweep_dir,
+        place=place,
     )  # so is one whose constraints the search cannot keep (search.constraints)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
-        if start.mirror is not None:
-            start.mirror.push(*sweepdir.config_files(start.mirror.local))
-    _record_environment(env, start)
-    local = start.mirror.local if start.mirror else start.sweep_dir
+    _record_environment(env, place)
     for trial in start.retried:  # (nothing refused the run: their first runs make way)
-        _set_aside(str(local), trial, start.mirror)
-    with _disk_full_stops(start.sweep_dir):
+        _set_aside(place, trial)
+    with _stops_resumably(place):
         progress = None if runtime.verbose else _progress(cfg, start)
         ended = _launch(cfg, res, start, plan, runtime.verbose, tune(res), progress)  # (training.autotune)
         timeline.mark("fit_done")
-        outcome = finish(cfg, start.sweep_dir or start.storage, ended, start.mirror)
+        outcome = finish(cfg, place, ended)
         timeline.mark("finished")
         if progress is not None:  # (its last line: what the table under it says)
             progress.close(outcome.summary)
@@ -418,19 +366,14 @@ def _cluster_gpus() -> dict[str, int]:
     return environment.gpu_kinds(n["Resources"] for n in ray.nodes() if n.get("Alive"))
 
 
-def _record_environment(env: dict[str, Any], start: Start) -> None:
+def _record_environment(env: dict[str, Any], place: Place) -> None:
     """environment.json gains this run's environment; a resumed sweep that now runs on another
     one (an upgrade, another commit of its code) says what changed, once."""
-    local = start.mirror.local if start.mirror is not None else start.sweep_dir
-    if local is None:
-        return
-    earlier = sweepdir.read_environments(local)
+    earlier = sweepdir.read_environments(place.local)
     changed = environment.differences(earlier[-1], env) if earlier else []
     if changed:
         warn(f"this run's environment differs from the sweep's last run: {'; '.join(changed)}")
-    path = sweepdir.add_environment(local, env)
-    if start.mirror is not None:
-        start.mirror.push(path)
+    place.push(sweepdir.add_environment(place.local, env))
 
 
 # What the launch imports (seconds of Python on 2 cores), besides the search's own library
@@ -473,23 +416,29 @@ class _NothingPreloaded:
     def join(self) -> None: ...
 
 
-class _disk_full_stops:
-    """A full disk stops the sweep like an interrupt (DiskFull: one line, exit 130, resumable)
-    instead of a crash: half-written temporaries are removed, the rest is kept."""
+class _stops_resumably:
+    """A full disk, or object storage that stopped answering, stops the sweep like an interrupt
+    (DiskFull, StorageUnavailable: one line, exit 130, resumable) instead of a crash:
+    half-written temporaries are removed, the rest is kept."""
 
-    def __init__(self, sweep_dir: Optional[str]):
-        self.sweep_dir = sweep_dir
+    def __init__(self, place: Place):
+        self.place = place
 
     def __enter__(self) -> None: ...
 
     def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
-        cause = disk_full(err) if err is not None and self.sweep_dir else None
-        if cause is None or self.sweep_dir is None:
+        if err is None:
             return
-        remove_temporaries(self.sweep_dir)
+        lost = storage_unavailable(err)
+        if lost is not None:
+            raise lost.at(self.place.uri) from None
+        cause = disk_full(err)
+        if cause is None:
+            return
+        remove_temporaries(self.place.local)
         if isinstance(err, DiskFull):
             raise err
-        raise DiskFull(self.sweep_dir, cause) from None
+        raise DiskFull(self.place.uri, cause) from None
 
 
 class TrialNames:
@@ -553,47 +502,42 @@ def _launch(
     _ray_internals.skip_callback_usage_tag()
     keep_credentials_home()  # (the AWS_* names Tune would hand every trial actor, and Ray log)
 
-    storage, sweep_dir = start.storage, start.sweep_dir
-    spec = replace(resources.trial_spec(cfg, res, storage, sweep_dir), autotune=tuned)
+    place = start.place
+    spec = replace(resources.trial_spec(cfg, res, place.storage, place.trials_write_here), autotune=tuned)
     per_trial = {
         "workers": res.workers,
         "cpus_per_worker": res.cpus_per_worker,
         "gpus_per_worker": res.gpus_per_worker,
     }
-    mirror = start.mirror
-    records = TrialRecordCallback(per_trial, mirror, plan.handed)
+    objectives = [n for n, _ in cfg.objectives]
+    records = TrialRecordCallback(per_trial, place, plan.handed)
     # (first: the callbacks after it see the scheduler's judgement of each result in it)
-    judged = verdicts.Verdicts.wanted(plan.scheduler, mirror)
+    judged = verdicts.Verdicts.wanted(plan.scheduler, place)
     callbacks: list[Any] = [c for c in (judged,) if c is not None]
     callbacks += [JsonLoggerCallback(), CSVLoggerCallback(), records]
-    if sweep_dir or mirror:
-        root = sweep_dir or mirror.local  # type: ignore[union-attr]
-        objectives = [n for n, _ in cfg.objectives]
-        # (no Dashboard in object storage)
-        first = {**dashboard.columns(objectives), **verdicts.columns(plan.scheduler)} if sweep_dir else None
-        callbacks.append(HParamsCallback(root, hparam_domains(cfg.search.params), objectives, mirror, first))
+    first = {**dashboard.columns(objectives), **verdicts.columns(plan.scheduler)}
+    callbacks.append(HParamsCallback(place, hparam_domains(cfg.search.params), objectives, first))
     if progress is not None:
         progress.explain = judged.why if judged is not None else None
         callbacks.append(progress)
-    if sweep_dir or mirror:  # tracking.mlflow, tracking.wandb
-        from tuner.driver import tracking
+    from tuner.driver import tracking
 
-        callbacks += tracking.callbacks(cfg, sweep_dir or mirror.local)  # type: ignore[union-attr]
+    callbacks += tracking.callbacks(cfg, place)  # tracking.mlflow, tracking.wandb
     limits = SweepLimits.wanted(cfg.objective, cfg.direction, cfg.schedule.time_budget, cfg.schedule.stop_at)
     if limits is not None:
         callbacks.append(limits)
-    fail_fast = FailFast.wanted(cfg.failure.fail_fast)
+    fail_fast = FailFast.wanted(cfg.failure.fail_fast, place)
     if fail_fast is not None:
         callbacks.append(fail_fast)
     if cfg.trial_mode.shares_start_dir:  # trials writing relative outputs into one directory
         from tuner.driver.workdir import SharedWrites
 
-        callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), sweep_dir))
-    if sweep_dir:  # (after TrialRecordCallback and SweepLimits: it reads the records they write)
-        callbacks.append(dashboard.Dashboard(sweep_dir, cfg.objectives, cfg.schedule.max_epochs))
+        callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), place.trials_write_here))
+    # (After TrialRecordCallback and SweepLimits: it reads the records they write.)
+    callbacks.append(dashboard.Dashboard(place, cfg.objectives, cfg.schedule.max_epochs))
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
-    storage_path, storage_fs = (storage, None) if sweep_dir else remote.ray_storage(storage)
+    storage_path, storage_fs, name = place.ray_storage()
     names = TrialNames(start.resumed_dirs, plan.names)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
@@ -612,14 +556,14 @@ def _launch(
             trial_dirname_creator=names,
         ),
         run_config=tune.RunConfig(
-            # The directory's own name: a resumed copy of a sweep writes into itself, never
-            # into the sweep its sweep.yaml was first written for.
-            name=os.path.basename(sweep_dir or (mirror.uri if mirror else cfg.name)),
+            # The place's own name: a resumed copy of a sweep writes into itself, never into
+            # the sweep its sweep.yaml was first written for.
+            name=name,
             storage_path=storage_path,
             storage_filesystem=storage_fs,
             # In object storage, what a trial writes in its (node-local) directory is uploaded
             # with each checkpoint and at its end.
-            sync_config=tune.SyncConfig(sync_artifacts=sweep_dir is None),
+            sync_config=tune.SyncConfig(sync_artifacts=place.remote),
             callbacks=callbacks,
             # Trials keep their own checkpoints (tuner.trial.frame.checkpoint); these settings
             # matter only for checkpoints handed to Tune with URI storage.
@@ -630,10 +574,9 @@ def _launch(
             verbose=2 if verbose else 0,
         ),
     )
-    where = sweep_dir or storage
     print(
         f"[tuner] {cfg.name}: {plan.description}, {cfg.expected_trials()} trials of up to "
-        f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {where}",
+        f"{cfg.schedule.max_epochs} epochs, {res.describe()} each -> {place.uri}",
         flush=True,
     )
     timeline.mark("fit")
@@ -648,34 +591,27 @@ def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
     return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
 
 
-def _keeps_best(
-    cfg: SweepConfig, trials: list[TrialRecord], best: Any, mirror: Optional[remote.Mirror]
-) -> bool:
+def _keeps_best(cfg: SweepConfig, trials: list[TrialRecord], best: Any, place: Place) -> bool:
     """Whether the sweep's best trial left something for best/: its best weights (tuner's
     loop, your loop), or its best epoch's checkpoint directory (your script's, when it wrote
-    one, on a local or shared filesystem)."""
+    one, into a sweep it writes itself: one in object storage keeps its checkpoints there)."""
     mode = cfg.trial_mode
     if mode.keeps_weights:
         return True
-    if not mode.best_checkpoint or mirror is not None:
+    if not mode.best_checkpoint or place.remote:
         return False
     paths = [t.path for t in trials if t.trial_id == str(best)]
     return bool(paths) and sweepdir.read_best_checkpoint(paths[0]) is not None
 
 
-def finish(
-    cfg: SweepConfig, sweep_dir: str, ended: Optional[str] = None, mirror: Optional[remote.Mirror] = None
-) -> SweepOutcome:
-    """Read the sweep directory back, write summary.json and best/, decide the exit code. `ended`:
-    why the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`,
-    `results.FAILED`), if it did. An s3:// sweep (`mirror`) is read from the bucket, and what is
-    written here goes back to it."""
-    if mirror is not None:
-        sweep_dir = mirror.pull()
-    trials: list[TrialRecord] = []
-    if "://" not in sweep_dir:
-        sweepdir.remove_empty_dirs(sweep_dir)
-        trials = _records(cfg, sweep_dir)
+def finish(cfg: SweepConfig, place: Place, ended: Optional[str] = None) -> SweepOutcome:
+    """Read the sweep back, write summary.json and best/, decide the exit code. `ended`: why
+    the sweep ended before its planned trials (`results.BUDGET`, `results.TARGET`,
+    `results.FAILED`), if it did. A remote place is read from the store into its working
+    copy, and what is written here goes back to it."""
+    local = place.pull()
+    sweepdir.remove_empty_dirs(local)
+    trials = _records(cfg, local)
     summary = summarize(
         trials,
         name=cfg.name,
@@ -685,25 +621,17 @@ def finish(
         algorithm=cfg.search.algorithm,
         expected_trials=cfg.expected_trials(),
         ended=ended,
-        environment=(sweepdir.read_environments(sweep_dir) or [None])[-1] if "://" not in sweep_dir else None,
+        environment=(sweepdir.read_environments(local) or [None])[-1],
     )
-    if "://" not in sweep_dir:
-        warm.mark_origins(cfg, sweep_dir, summary)
-    if "://" not in sweep_dir:
-        sweepdir.write_summary(sweep_dir, summary)
-        if summary["best"] is not None and _keeps_best(cfg, trials, summary["best"]["trial_id"], mirror):
-            from tuner.view.export import write_best
+    warm.mark_origins(cfg, local, summary)
+    place.push(sweepdir.write_summary(local, summary))
+    if summary["best"] is not None and _keeps_best(cfg, trials, summary["best"]["trial_id"], place):
+        from tuner.view.export import write_best
 
-            if mirror is not None:  # the best trial's weights, uploaded by the trial
-                mirror.pull_best(str(summary["best"]["trial_id"]))
-            write_best(sweep_dir)  # <sweep>/best/: the best trial's best weights
-        if mirror is not None:
-            written = (sweepdir.SUMMARY_FILE, sweepdir.BEST_DIR)
-            mirror.push(*(os.path.join(sweep_dir, name) for name in written))
-            sweep_dir = mirror.uri
+        write_best(place)  # <sweep>/best/: the best trial's best weights
     code = ExitCode.OK
     if summary["status"] == "interrupted":
         code = ExitCode.INTERRUPTED
     elif any(r.status == "ERROR" for r in trials) or summary["best"] is None:
         code = ExitCode.ERRORS
-    return SweepOutcome(sweep_dir, summary, leaderboard(trials, cfg.objectives), int(code))
+    return SweepOutcome(place.uri, summary, leaderboard(trials, cfg.objectives), int(code))

@@ -26,7 +26,8 @@ from ray.tune import Callback
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite, write_atomic
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite
+from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
@@ -41,14 +42,14 @@ _TUNE_KEYS = {
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 
 
-def callbacks(cfg: SweepConfig, sweep_dir: str) -> list[Callback]:
-    """A tracker for each one the sweep's `tracking` section names; `sweep_dir`: the sweep's
-    local directory (an s3:// sweep's mirror)."""
+def callbacks(cfg: SweepConfig, place: Place) -> list[Callback]:
+    """A tracker for each one the sweep's `tracking` section names; `place`: where the sweep
+    lives (its tracker ids are kept there)."""
     found: list[Callback] = []
     for field, build in TRACKERS.items():
         section = getattr(cfg.tracking, field)
         if section is not None:
-            found.append(build(section, cfg.name, sweep_dir))
+            found.append(build(section, cfg.name, place))
     return found
 
 
@@ -79,8 +80,9 @@ class Tracking(Callback):
     field = "tracking"  # the sweep file's field, as warnings name it
     product = "the tracker"
 
-    def __init__(self, sweep_name: str, sweep_dir: str):
-        self.sweep_name, self.sweep_dir = sweep_name, sweep_dir
+    def __init__(self, sweep_name: str, place: Place):
+        self.sweep_name, self.place = sweep_name, place
+        self.sweep_dir = place.local  # its working copy (a tracker's own local files go there)
         self.runs: dict[str, Any] = {}  # Tune trial id -> the tracker's run
         self.failed = False
 
@@ -166,17 +168,14 @@ class Tracking(Callback):
         self.end(interrupted=bool(unfinished))
 
 
-def sweep_key(sweep_dir: str, name: str, new: Callable[[], str]) -> tuple[str, bool]:
-    """(the sweep's id with a tracker, kept in the sweep directory's file `name`, whether it was
-    there before); `new()` makes one for a sweep that has none yet."""
-    path = os.path.join(sweep_dir, name)
-    if os.path.isfile(path):
-        with open(path) as f:
-            found = f.read().strip()
-        if found:
-            return found, True
+def sweep_key(place: Place, name: str, new: Callable[[], str]) -> tuple[str, bool]:
+    """(the sweep's id with a tracker, kept in the sweep's file `name`, whether it was there
+    before); `new()` makes one for a sweep that has none yet."""
+    found = (place.read(name) or "").strip()
+    if found:
+        return found, True
     key = new()
-    write_atomic(path, key + "\n")
+    place.write(name, key + "\n")
     return key, False
 
 
@@ -193,8 +192,8 @@ class MLflowTracking(Tracking):
 
     field, product = "tracking.mlflow", "MLflow"
 
-    def __init__(self, uri: str, experiment: str, sweep_name: str, sweep_dir: str):
-        super().__init__(sweep_name, sweep_dir)
+    def __init__(self, uri: str, experiment: str, sweep_name: str, place: Place):
+        super().__init__(sweep_name, place)
         self.uri, self.experiment = uri, experiment
 
     @property
@@ -223,11 +222,11 @@ class MLflowTracking(Tracking):
 
         def new() -> str:
             run = self.client.create_run(
-                self.experiment_id, run_name=self.sweep_name, tags={SWEEP_TAG: self.sweep_dir}
+                self.experiment_id, run_name=self.sweep_name, tags={SWEEP_TAG: self.place.uri}
             )
             return str(run.info.run_id)
 
-        self.parent, earlier = sweep_key(self.sweep_dir, MLFLOW_RUN_FILE, new)
+        self.parent, earlier = sweep_key(self.place, MLFLOW_RUN_FILE, new)
         if earlier:
             self.client.update_run(self.parent, status="RUNNING")
 
@@ -287,8 +286,8 @@ class WandbTracking(Tracking):
 
     field, product = "tracking.wandb", "W&B"
 
-    def __init__(self, section: Any, sweep_name: str, sweep_dir: str):
-        super().__init__(sweep_name, sweep_dir)
+    def __init__(self, section: Any, sweep_name: str, place: Place):
+        super().__init__(sweep_name, place)
         self.section = section
 
     def start(self) -> None:
@@ -297,7 +296,7 @@ class WandbTracking(Tracking):
         import wandb
 
         self.wandb = wandb
-        self.prefix, _ = sweep_key(self.sweep_dir, WANDB_RUN_FILE, lambda: uuid.uuid4().hex[:8])
+        self.prefix, _ = sweep_key(self.place, WANDB_RUN_FILE, lambda: uuid.uuid4().hex[:8])
         wanted = {
             "console": "off",
             "disable_git": True,
@@ -347,9 +346,9 @@ class WandbTracking(Tracking):
         self.wandb.teardown()  # W&B's service process ends with the sweep's run
 
 
-def _mlflow(section: Any, sweep_name: str, sweep_dir: str) -> Tracking:
-    return MLflowTracking(section.uri, section.experiment or sweep_name, sweep_name, sweep_dir)
+def _mlflow(section: Any, sweep_name: str, place: Place) -> Tracking:
+    return MLflowTracking(section.uri, section.experiment or sweep_name, sweep_name, place)
 
 
 # The sweep file's `tracking.<field>` -> its tracker, built when a sweep that asks for it runs.
-TRACKERS: dict[str, Callable[[Any, str, str], Tracking]] = {"mlflow": _mlflow, "wandb": WandbTracking}
+TRACKERS: dict[str, Callable[[Any, str, Place], Tracking]] = {"mlflow": _mlflow, "wandb": WandbTracking}

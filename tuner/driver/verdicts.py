@@ -21,7 +21,7 @@ from ray.tune import Callback
 
 from tuner.driver.callbacks import _Places
 from tuner.sweepdir import append_verdict
-from tuner.sweepdir.remote import Mirror
+from tuner.sweepdir.place import Place
 
 STOPPER = "stopper/"  # result keys and TensorBoard tags of a judgement's numbers
 
@@ -39,13 +39,13 @@ def judged(scheduler: Any) -> dict[str, str]:
 class Verdicts(Callback):
     """Keeps and shows the scheduler's judgements (see the module)."""
 
-    def __init__(self, scheduler: Any, mirror: Optional[Mirror] = None):
+    def __init__(self, scheduler: Any, place: Optional[Place] = None):
         self.scheduler = scheduler
-        self.places = _Places(mirror)
+        self.places = _Places(place)
 
     @classmethod
-    def wanted(cls, scheduler: Any, mirror: Optional[Mirror] = None) -> Optional[Verdicts]:
-        return cls(scheduler, mirror) if judged(scheduler) else None
+    def wanted(cls, scheduler: Any, place: Optional[Place] = None) -> Optional[Verdicts]:
+        return cls(scheduler, place) if judged(scheduler) else None
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         verdict = self.scheduler.verdicts.get(trial.trial_id)

@@ -336,7 +336,7 @@ def build(
     `max_concurrent`: trials running at once (None: as many as resources allow).
     `prior`: the earlier run of a resumed sweep (None: a new sweep).
     `objectives`: (metric, mode) of each when there are several (`metric`, `mode`: the first).
-    `place`: where the sweep lives (its directory, or an s3:// sweep's mirror), for a scheduler
+    `place`: where the sweep lives (tuner.sweepdir.place.Place), for a scheduler
     that reads its trials' files (a population).
     """
     try:

@@ -46,8 +46,9 @@ class Place:
     the bucket, where the trials' checkpoints are)."""
 
     def __init__(self, where: Any):
-        self.mirror = where if where is not None and hasattr(where, "push") else None
-        self.root: Optional[str] = self.mirror.local if self.mirror is not None else where
+        # `where`: the sweep's place (tuner.sweepdir.place.Place), or None (nowhere).
+        self.mirror = where if where is not None and where.remote else None
+        self.root: Optional[str] = where.local if where is not None else None
 
     def write_lineage(self, name: str, lineage: dict[str, Any]) -> None:
         if self.root is None:

@@ -101,5 +101,5 @@ class SearchRequest:
     algorithm: Optional[Algorithm] = None  # search.algorithm's record
     scheduler: Optional[Scheduler] = None  # the scheduler the sweep runs with (its record)
     # Where the sweep lives, for a scheduler that reads or writes its trials' files (a
-    # population): its directory, or an s3:// sweep's sweepdir.remote.Mirror; None: nowhere.
+    # population): its place (tuner.sweepdir.place.Place); None: nowhere.
     place: Any = None

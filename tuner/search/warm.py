@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from tuner.config.fingerprint import difference
 from tuner.errors import ConfigError
@@ -24,6 +24,7 @@ from tuner.space import conditions
 from tuner.space.constraints import allows
 from tuner.space.params import Fixed, ParamT, values_of
 from tuner.sweepdir.files import WARM_FILE
+from tuner.sweepdir.place import Place, place_of
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
@@ -37,13 +38,13 @@ def fingerprint(cfg: SweepConfig) -> dict[str, Any]:
     return cfg.fingerprint
 
 
-def recorded_fingerprint(sweep_dir: str) -> Optional[dict[str, Any]]:
+def recorded_fingerprint(sweep: Union[str, Place]) -> Optional[dict[str, Any]]:
     from tuner.sweepdir.files import CODE_FILE
 
+    place = sweep if isinstance(sweep, Place) else place_of(sweep)
     try:
-        with open(os.path.join(sweep_dir, CODE_FILE)) as f:
-            found = json.load(f).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
+        found = json.loads(place.read(CODE_FILE) or "").get("fingerprint")
+    except (ValueError, AttributeError):
         return None
     return found if isinstance(found, dict) else None
 
@@ -64,62 +65,49 @@ class Source:
         return f"{len(self.used)} of {self.trials} trials of {self.sweep} ({self.dropped} outside this space)"
 
 
-def sources(cfg: SweepConfig, sweep_dir: Optional[str]) -> list[str]:
-    """The earlier sweep directories to start from: those named (each refused in one line if
-    it is no sweep directory, or its fingerprint differs, unless warm_start_force), or with
-    `auto` every sweep beside this one in output/ with the same fingerprint. A resumed sweep
-    reads the list its first run resolved."""
-    recorded = _recorded_sources(sweep_dir)
+def sources(cfg: SweepConfig, place: Place) -> list[Place]:
+    """The earlier sweeps to start from: those named (each refused in one line if it holds no
+    sweep, or its fingerprint differs, unless warm_start_force), or with `auto` every sweep
+    beside this one in output with the same fingerprint (each once, however many links lead
+    to it). A resumed sweep reads the list its first run resolved."""
+    recorded = _recorded_sources(place)
     if recorded is not None:
         return recorded
     wanted, ours = cfg.search.warm_start, fingerprint(cfg)
     if wanted == AUTO:
-        base = os.path.dirname(sweep_dir) if sweep_dir else os.path.abspath(cfg.output)
-        here = [os.path.join(base, d) for d in sorted(os.listdir(base))] if os.path.isdir(base) else []
-        return [
-            d
-            for d in here
-            if d != sweep_dir and _is_sweep(d) and difference(ours, recorded_fingerprint(d)) is None
-        ]
+        return [s for s in place.siblings() if difference(ours, recorded_fingerprint(s)) is None]
     out = []
     for i, d in enumerate(wanted or []):
-        path = os.path.abspath(os.path.expanduser(d))
-        if not _is_sweep(path):
+        there = place_of(d, f"search.warm_start.{i}")
+        if not there.exists():
             raise ConfigError(f"search.warm_start.{i}", f"{d}: not a sweep directory (no sweep.yaml there)")
-        why = difference(ours, recorded_fingerprint(path))
+        why = difference(ours, recorded_fingerprint(there))
         if why and not cfg.search.warm_start_force:
             raise ConfigError(
                 f"search.warm_start.{i}",
                 f"{d} is another task: {why} (search.warm_start_force: true uses it anyway)",
             )
-        out.append(path)
+        out.append(there)
     return out
 
 
-def _is_sweep(path: str) -> bool:
-    from tuner.sweepdir.files import CONFIG_FILE
-
-    return os.path.isfile(os.path.join(path, CONFIG_FILE))
-
-
-def _recorded_sources(sweep_dir: Optional[str]) -> Optional[list[str]]:
-    if not sweep_dir:
-        return None
+def _recorded_sources(place: Place) -> Optional[list[Place]]:
     try:
-        with open(os.path.join(sweep_dir, WARM_FILE)) as f:
-            return [s["sweep"] for s in json.load(f)["sources"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        return [place_of(s["sweep"]) for s in json.loads(place.read(WARM_FILE) or "")["sources"]]
+    except (ValueError, KeyError, TypeError, ConfigError):
         return None
 
 
-def load(cfg: SweepConfig, dirs: list[str]) -> list[Source]:
-    """Each earlier sweep's finished trials, mapped into this sweep's space."""
+def load(cfg: SweepConfig, places: list[Place]) -> list[Source]:
+    """Each earlier sweep's finished trials, mapped into this sweep's space (read from a
+    reader's copy of each)."""
     from tuner.results import records
     from tuner.sweepdir.files import full_config, read_config
 
     params, constraints = cfg.hyperparameters(), cfg.search.constraints
     out = []
-    for d in dirs:
+    for place in places:
+        d = place.reader().readable()
         theirs = read_config(d, standins=True)
         done = [
             t
@@ -128,13 +116,13 @@ def load(cfg: SweepConfig, dirs: list[str]) -> list[Source]:
             )
             if t.finished and t.history
         ]
-        source = Source(d, trials=len(done))
+        source = Source(place.uri, trials=len(done))
         for t in done:
             mapped = into_space(params, constraints, full_config(t.path))
             if mapped is None:
                 source.dropped += 1
             else:
-                source.used.append(PriorTrial(mapped, t.history, t.status == "ERROR", origin=d))
+                source.used.append(PriorTrial(mapped, t.history, t.status == "ERROR", origin=place.uri))
         out.append(source)
     return out
 
@@ -164,26 +152,23 @@ def into_space(
     return {n: out[n] for n in params if n in out}
 
 
-def write_record(sweep_dir: str, used: list[Source]) -> None:
+def write_record(place: Place, used: list[Source]) -> None:
     """warm_start.json: the sources and how many of their trials were used. (Which trials
     ran an earlier sweep's configuration is each trial's `origin`, recorded when the searcher
     handed it out.)"""
-    from tuner.sweepdir.files import write_atomic
-
     rows = [{"sweep": s.sweep, "trials": s.trials, "used": len(s.used), "dropped": s.dropped} for s in used]
-    write_atomic(os.path.join(sweep_dir, WARM_FILE), json.dumps({"sources": rows}, indent=2, default=str))
+    place.write(WARM_FILE, json.dumps({"sources": rows}, indent=2, default=str))
 
 
-def attach(cfg: SweepConfig, prior: Optional[Prior], sweep_dir: Optional[str]) -> Optional[Prior]:
+def attach(cfg: SweepConfig, prior: Optional[Prior], place: Place) -> Optional[Prior]:
     """The sweep's Prior with the earlier sweeps' trials (search.warm_start), their sources
     written to warm_start.json and announced; `prior` itself when there is no warm start."""
     if not cfg.search.warm_start:
         return prior
-    found = load(cfg, sources(cfg, sweep_dir))
+    found = load(cfg, sources(cfg, place))
     prior = prior or Prior()
     prior.earlier = [t for s in found for t in s.used]
-    if sweep_dir:
-        write_record(sweep_dir, found)
+    write_record(place, found)
     for s in found:
         print(f"[tuner] warm start: {s.line()}", flush=True)
     if not found:

@@ -16,8 +16,6 @@ Torch- and Ray-free. Modules of this package import each other directly, never t
 """
 
 from tuner.sweepdir.claim import (
-    Claim,
-    claim,
     config_files,
     difference,
     holds_sweep,
@@ -102,6 +100,7 @@ from tuner.sweepdir.files import (
     write_record,
     write_summary,
 )
+from tuner.sweepdir.place import Claim, Place, claim, place_for, place_of
 
 __all__ = [
     "AUTOTUNE_FILE",
@@ -124,6 +123,7 @@ __all__ = [
     "STOPPED_ITSELF",
     "STOPPER_FILE",
     "NEVER_STARTED",
+    "Place",
     "RECORD_FILE",
     "RETRIED_DIR",
     "SCRIPT_REPORTS",
@@ -187,4 +187,6 @@ __all__ = [
     "write_lineage",
     "write_record",
     "write_summary",
+    "place_for",
+    "place_of",
 ]

@@ -17,12 +17,10 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Optional
 
 from tuner.errors import ConfigError
-from tuner.sweepdir.files import CODE_FILE, CONFIG_FILE, LOCK_FILE, empty_config_message, write_atomic
+from tuner.sweepdir.files import CODE_FILE, CONFIG_FILE, LOCK_FILE, empty_config_message
 
 
 def resolve(storage: str, name: str) -> str:
@@ -33,62 +31,7 @@ def resolve(storage: str, name: str) -> str:
     return path
 
 
-class Claim:
-    """A locked sweep directory; `write_config` puts sweep.yaml in it atomically."""
-
-    def __init__(self, path: Optional[str]):
-        self.path = path
-        self.config_written = False
-
-    def write_config(
-        self, text: str, code_dirs: Optional[list[str]] = None, fingerprint: Optional[dict] = None
-    ) -> None:
-        """sweep.yaml, and beside it (first) where the sweep imports its own modules from and
-        its task fingerprint (tuner.search.warm; kept from the file when not given)."""
-        if self.path is None:  # storage URI: Ray writes there, not tuner
-            return
-        if code_dirs is not None:
-            code = {"import_from": code_dirs}
-            if fingerprint is None:
-                fingerprint = _recorded(os.path.join(self.path, CODE_FILE)).get("fingerprint")
-            if fingerprint is not None:
-                code["fingerprint"] = fingerprint
-            write_atomic(os.path.join(self.path, CODE_FILE), json.dumps(code))
-        target = os.path.join(self.path, CONFIG_FILE)
-        tmp = os.path.join(self.path, f".{CONFIG_FILE}.tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)  # readers see the old file or the whole new one, never a part
-        self.config_written = True
-
-
-@contextmanager
-def claim(path: Optional[str], new: bool, command: str) -> Iterator[Claim]:
-    """Hold `path` for this run. `new`: create it (a sweep), refusing one that holds a sweep;
-    else it must exist (resume). A new directory that never got its sweep.yaml (the run was
-    refused before it started) is removed again on the way out. `path` None: nothing to hold.
-    """
-    if path is None:
-        yield Claim(None)
-        return
-    created = _make(path) if new else False
-    fd = _lock(path, "name" if new else "", command)
-    try:
-        if new:
-            refuse_existing(path)
-        held = Claim(path)
-        try:
-            yield held
-        finally:
-            if created and not held.config_written:
-                _remove_unstarted(path)
-    finally:
-        os.close(fd)
-
-
-def _make(path: str) -> bool:
+def make(path: str) -> bool:
     """Create the directory; True if this call created it. Errors name the field at fault."""
     parent = os.path.dirname(path)
     existing = parent
@@ -121,7 +64,12 @@ def held_for(pid: int) -> None:
     _command_pid = pid
 
 
-def _lock(path: str, field: str, command: str) -> int:
+def holder_pid() -> int:
+    """The pid a lock (or a lease in object storage) names as its holder."""
+    return _command_pid or os.getpid()
+
+
+def lock(path: str, field: str, command: str) -> int:
     lock = os.path.join(path, LOCK_FILE)
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -134,7 +82,7 @@ def _lock(path: str, field: str, command: str) -> int:
         os.close(fd)
         raise error from None
     os.ftruncate(fd, 0)
-    pid = _command_pid or os.getpid()
+    pid = holder_pid()
     note = {"pid": pid, "host": socket.gethostname(), "command": command, "since": time.time()}
     os.pwrite(fd, json.dumps(note).encode(), 0)
     return fd
@@ -178,11 +126,16 @@ def refuse_existing(path: str) -> None:
     if empty:
         raise ConfigError("name", f"{empty}; or choose another --name")
     if set(os.listdir(path)) - {LOCK_FILE}:
-        raise ConfigError(
-            "name",
-            f"{path} already holds a sweep; continue it with `python -m tuner resume {path}` "
-            "(`--retry-failed` also runs its failed trials again), or choose another --name or --output",
-        )
+        raise already_held(path)
+
+
+def already_held(where: str) -> ConfigError:
+    """The refusal of a new sweep where one is already (a directory, or an s3:// prefix)."""
+    return ConfigError(
+        "name",
+        f"{where} already holds a sweep; continue it with `python -m tuner resume {where}` "
+        "(`--retry-failed` also runs its failed trials again), or choose another --name or --output",
+    )
 
 
 def config_files(path: str) -> list[str]:
@@ -220,7 +173,8 @@ def _first_difference(a: object, b: object, at: str) -> Optional[str]:
     return f"{at}: {json.dumps(a, default=str)} there, {json.dumps(b, default=str)} here"
 
 
-def _remove_unstarted(path: str) -> None:
+def remove_unstarted(path: str) -> None:
+    """A new sweep directory that never got its sweep.yaml: removed, if nothing else is in it."""
     try:
         os.remove(os.path.join(path, LOCK_FILE))
         os.rmdir(path)  # only if nothing else appeared in it
@@ -228,7 +182,7 @@ def _remove_unstarted(path: str) -> None:
         pass
 
 
-def _recorded(path: str) -> dict:
+def recorded(path: str) -> dict:
     try:
         with open(path) as f:
             found = json.load(f)

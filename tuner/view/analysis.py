@@ -21,13 +21,12 @@ from tuner.space.conditions import conditions
 from tuner.space.params import Fixed, ParamT, to_optuna
 from tuner.sweepdir import (
     CONFIG_FILE,
-    check_sweep_dir,
     full_config,
     has_summary,
     read_config,
-    remote,
     resources_of,
 )
+from tuner.sweepdir.place import reading
 from tuner.trial.script import command
 
 MIN_IMPORTANCE_TRIALS = 5  # fANOVA on fewer trials says more about noise than about parameters
@@ -57,9 +56,9 @@ class SweepData:
 
 
 def load(sweep_dir: str) -> SweepData:
-    """Read a sweep directory (finished, running or interrupted); an s3:// sweep through its
-    local mirror (where a report of it is then written)."""
-    sweep_dir = check_sweep_dir(remote.readable(sweep_dir))
+    """Read a sweep directory (finished, running or interrupted); a sweep in object storage
+    through a reader's working copy (where a report of it is then written)."""
+    sweep_dir = reading(sweep_dir).readable()
     cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
     trials = records(

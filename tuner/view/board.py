@@ -18,7 +18,7 @@ from typing import Any, Union
 from tuner.cluster.join import LOOPBACK
 from tuner.config import ConfigError
 from tuner.errors import ExitCode
-from tuner.sweepdir import check_sweep_dir, remote
+from tuner.sweepdir.place import reading
 
 
 def tensorboard_flags(sweep_dirs: Union[str, list[str]], bind_all: bool = False, port: int = 0) -> list[str]:
@@ -68,9 +68,10 @@ def serve(sweep_dirs: Union[str, list[str]], bind_all: bool = False, port: int =
     """Serve until interrupted (Ctrl-C or SIGTERM); prints the URL first. Returns the exit code."""
     if not 0 <= port <= 65535:
         raise ConfigError("--port", f"must be 0 (a free port) to 65535, got {port}")
-    # An s3:// sweep is served from its mirror, as it is now (run the command again for more).
+    # A sweep in object storage is served from a reader's copy, as it is now (run the command
+    # again for more).
     given = [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs
-    paths = [check_sweep_dir(remote.readable(d)) for d in given]
+    paths = [reading(d).readable() for d in given]
     path = ", ".join(paths)
     url = start(paths, bind_all, port)
     if bind_all:

@@ -32,7 +32,7 @@ import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from tuner.config import ConfigError, SweepConfig
 from tuner.results import TrialRecord, ranked, records, weights_schedule
@@ -40,15 +40,14 @@ from tuner.sweepdir import (
     BEST_DIR,
     BEST_RECORD,
     EXPORT_FILES,
-    check_sweep_dir,
     check_writable,
     full_config,
     json_default,
     read_best_checkpoint,
     read_best_record,
     read_config,
-    remote,
 )
+from tuner.sweepdir.place import Place, reading
 from tuner.version import __version__
 
 FORMATS = tuple(EXPORT_FILES)  # state_dict, torchscript, onnx
@@ -90,10 +89,12 @@ class Chosen:
         return row
 
 
-def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
-    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not. An
-    s3:// sweep is read through its mirror, with the chosen trial's weights."""
-    path = check_sweep_dir(remote.readable(sweep_dir))
+def choose(sweep: Union[str, Place], trial_id: Optional[str] = None) -> Chosen:
+    """The best trial's best epoch (or trial `trial_id`'s); a ConfigError saying why not. A
+    sweep in object storage is read through a working copy, with the chosen trial's weights."""
+    place = reading(sweep)
+    sweep_dir = place.uri
+    path = place.readable()
     cfg = read_config(path, standins=True)
     trials = records(path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
     if trial_id is None:
@@ -107,8 +108,7 @@ def choose(sweep_dir: str, trial_id: Optional[str] = None) -> Chosen:
             known = ", ".join(t.trial_id for t in trials[:8]) or "none"
             raise ConfigError("--trial", f"{sweep_dir} has no trial {trial_id!r} (trials: {known})")
         trial = found[0]
-    if remote.is_s3(sweep_dir):
-        remote.Mirror(sweep_dir).pull_best(os.path.basename(trial.path))
+    place.pull_best(os.path.basename(trial.path))
     best = read_best_record(trial.path)
     if best is None and cfg.trial_mode.best_checkpoint:
         best = read_best_checkpoint(trial.path)  # a script's: its own checkpoint directory
@@ -126,40 +126,43 @@ def _why_none(cfg: SweepConfig) -> str:
 
 
 def export(
-    sweep_dir: str, trial_id: Optional[str] = None, fmt: str = "state_dict", output: Optional[str] = None
+    sweep: Union[str, Place],
+    trial_id: Optional[str] = None,
+    fmt: str = "state_dict",
+    output: Optional[str] = None,
 ) -> str:
     """Write an export directory (see the module's doc); returns its path. Default: the sweep's
-    best trial into `<sweep>/best/`; `trial_id`: that trial into `<sweep>/exports/<id>/`."""
+    best trial into `<sweep>/best/`; `trial_id`: that trial into `<sweep>/exports/<id>/`
+    (pushed to the sweep's place when that is remote)."""
     if fmt not in FORMATS:
         raise ConfigError("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "onnx":
         _need_onnx()
-    chosen = choose(sweep_dir, trial_id)
-    mirror = remote.Mirror(sweep_dir) if remote.is_s3(sweep_dir) else None
+    place = reading(sweep)
+    chosen = choose(place, trial_id)
     where = output or os.path.join(
-        check_sweep_dir(mirror.local if mirror else sweep_dir),
-        BEST_DIR if trial_id is None else os.path.join("exports", trial_id),
+        place.local, BEST_DIR if trial_id is None else os.path.join("exports", trial_id)
     )
     _refuse_foreign(where, output is not None)
     check_writable(os.path.dirname(os.path.abspath(where)), "--output")
     built = None if fmt == "state_dict" else rebuild(chosen)
     written = _write_dir(where, chosen, fmt, built)
-    if mirror is not None and output is None:  # the sweep's own: back into the bucket
-        mirror.push(written)
+    if output is None:  # the sweep's own: into its place
+        place.push(written)
     return written
 
 
-def write_best(sweep_dir: str) -> Optional[str]:
+def write_best(sweep: Union[str, Place]) -> Optional[str]:
     """`<sweep>/best/` from the sweep's best trial (when a sweep ends); None, with a warning
     saying why, when there is nothing to write."""
     from tuner.errors import warn
 
     try:
-        return export(sweep_dir)
+        return export(sweep)
     except ConfigError as err:
         warn(f"no {BEST_DIR}/ written: {err.message}")
     except OSError as err:  # the summary is written: the sweep's result stands without best/
-        warn(f"no {BEST_DIR}/ written: {err} (python -m tuner export {sweep_dir} writes it)")
+        warn(f"no {BEST_DIR}/ written: {err} (python -m tuner export {sweep} writes it)")
     return None
 
 

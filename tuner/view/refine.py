@@ -21,7 +21,8 @@ from tuner.config.load import to_yaml
 from tuner.config.yamlfile import dump, load
 from tuner.results import ranked, records
 from tuner.space.params import Choice, Fixed, Grid, LogRandInt, LogUniform, ParamT, RandInt, Uniform
-from tuner.sweepdir import check_sweep_dir, full_config, read_config, remote
+from tuner.sweepdir import full_config, read_config
+from tuner.sweepdir.place import reading
 
 TOP_FRACTION = 0.25  # of the trials with a result: the best region
 TOP_MIN = 3
@@ -32,7 +33,7 @@ MIN_SPAN = 0.1  # of the old span, when the top trials all have one value
 def refine(sweep_dir: str, output: Optional[str] = None) -> tuple[str, dict[str, Any]]:
     """Write the refined sweep file (default `<name>_refined.yaml` here); (its path, the
     new `search.params`)."""
-    local = check_sweep_dir(remote.readable(sweep_dir))
+    local = reading(sweep_dir).readable()
     cfg = read_config(local, standins=True)
     trials = records(local, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
     best = ranked(trials, cfg.direction)

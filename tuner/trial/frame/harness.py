@@ -68,7 +68,9 @@ def guarded(
     gpu = make_gpu(device) if device is not None else NoGpu()
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
-    watchdog = make_watchdog(spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log)
+    watchdog = make_watchdog(
+        spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log, before_exit=session.persist_now
+    )
     session.held = watchdog.held  # a wait in the report for the driver is no epoch's time
     try:
         # The training settings, typed, once; with training.autotune's choice for this size.

@@ -45,6 +45,10 @@ class Session:
     held: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     _reported: bool = False
 
+    def persist_now(self) -> None:
+        """The trial's journal and log where the sweep lives, at once (before its watchdog
+        ends the process): nothing to do where the trial writes into the sweep itself."""
+
     @property
     def is_main(self) -> bool:
         return self.rank == 0
@@ -161,6 +165,7 @@ class TuneSession(Session):
         self.own = DirCheckpoints(self.trial_dir, keep) if sweep_dir is not None else None
         # Object storage: its earlier files back in its working directory, its newest checkpoint.
         self.stored = continue_from_storage(storage, self.trial_dir) if sweep_dir is None else None
+        self.storage = storage if sweep_dir is None else ""
         # In the trial's directory: the sweep's, or with URI storage its working directory,
         # which Ray uploads with each checkpoint: the best weights reach the bucket from the
         # node that made them.
@@ -168,6 +173,12 @@ class TuneSession(Session):
 
     def device(self, use_gpu: bool) -> torch.device:
         return ray_actor_device(use_gpu)
+
+    def persist_now(self) -> None:
+        from tuner.trial.frame.stored import upload_now
+
+        if self.storage and self.trial_dir:
+            upload_now(self.storage, self.trial_dir)
 
     def load_checkpoint(self, map_location: Any) -> Optional[dict[str, Any]]:
         if self.own is not None:

@@ -15,6 +15,7 @@ import re
 import shutil
 from typing import Any, Optional
 
+from tuner.config.storage import is_uri
 from tuner.sweepdir import (
     BEST_RECORD,
     CHECKPOINT_FILE,
@@ -23,28 +24,36 @@ from tuner.sweepdir import (
     read_best_record,
     read_metrics,
 )
-from tuner.sweepdir.remote import is_s3, ray_storage
+from tuner.sweepdir.patience import patient
+from tuner.sweepdir.place import place_of
 
 _CHECKPOINT_DIR = re.compile(r"^(checkpoint_\d{6})/")  # Ray's, in the trial's directory
 _BROUGHT_BACK = (METRICS_FILE, BEST_RECORD, TRIAL_LOG)  # the trial's own history
+
+
+def _trial_place(storage: str) -> tuple[Any, str]:
+    """(the sweep's place, the trial's key prefix in it), inside a trial of a Tune run whose
+    storage is the remote place whose parent is `storage`."""
+    from ray import tune
+
+    ctx = tune.get_context()
+    place = place_of(f"{storage}/{ctx.get_experiment_name()}")
+    return place, f"{place.key}/{os.path.basename(ctx.get_trial_dir().rstrip('/'))}"
 
 
 def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
     """For s3:// storage: bring the trial's earlier files into `trial_dir` (its working
     directory; those already there are kept) and return its newest checkpoint in the bucket
     (a ray.tune.Checkpoint), or None. Other storage: None, nothing done."""
-    if not is_s3(storage):
+    if not is_uri(storage):
         return None
     import json
 
-    import s3fs
     from ray import tune
 
-    ctx = tune.get_context()
-    path, filesystem = ray_storage(storage)
-    remote = f"{path}/{ctx.get_experiment_name()}/{os.path.basename(ctx.get_trial_dir().rstrip('/'))}"
-    fs = s3fs.S3FileSystem()
-    found = fs.find(remote, detail=True)
+    place, remote = _trial_place(storage)
+    fs = place.fs
+    found = patient(place.uri, lambda: fs.find(remote, detail=True), announce=False)
     for key in found:
         rel = key[len(remote) :].lstrip("/")
         if rel in _BROUGHT_BACK and not os.path.exists(os.path.join(trial_dir, rel)):
@@ -58,7 +67,20 @@ def continue_from_storage(storage: str, trial_dir: str) -> Optional[Any]:
     newest = newest_checkpoint(remote, found)
     if newest is None:
         return None
-    return tune.Checkpoint(path=f"{remote}/{newest}", filesystem=filesystem)
+    return tune.Checkpoint(path=f"{remote}/{newest}", filesystem=place.ray_storage()[1])
+
+
+def upload_now(storage: str, trial_dir: str) -> None:
+    """For s3:// storage: the trial's journal and log into the bucket at once. Its watchdog
+    ends the process when it times out, before Ray's next upload: without this the bucket
+    never learnt that the trial timed out (it was recorded as an error)."""
+    if not is_uri(storage):
+        return
+    place, remote = _trial_place(storage)
+    for name in (METRICS_FILE, TRIAL_LOG):
+        path = os.path.join(trial_dir, name)
+        if os.path.isfile(path):
+            patient(place.uri, lambda p=path, n=name: place.fs.put_file(p, f"{remote}/{n}"), announce=False)
 
 
 def newest_checkpoint(remote: str, found: dict[str, dict[str, Any]]) -> Optional[str]:

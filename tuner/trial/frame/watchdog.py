@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Optional
 
@@ -49,9 +49,11 @@ class Watchdog(NoWatchdog):
         metric: str,
         worst: float,
         log: Optional[logging.Logger] = None,
+        before_exit: Optional[Callable[[], None]] = None,
     ):
         self.timeout_s, self.trial_dir, self.metric, self.worst = timeout_s, trial_dir, metric, worst
         self.log = log or logging.getLogger(__name__)
+        self.before_exit = before_exit  # the journal and log where the sweep lives (object storage)
         self._deadline = time.monotonic() + timeout_s
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tuner-watchdog", daemon=True)
@@ -95,16 +97,26 @@ class Watchdog(NoWatchdog):
         self.log.error("timeout: %s\n%s", detail, _stacks())
         for handler in self.log.handlers:
             handler.flush()
+        if self.before_exit is not None:
+            try:
+                self.before_exit()
+            except Exception:  # noqa: BLE001 - the store out too: the trial ends all the same
+                self.log.exception("timeout: the journal could not be uploaded")
         os._exit(1)  # the hung thread cannot be stopped from here; the trial's process can
 
 
 def make_watchdog(
-    timeout_s: Optional[float], trial_dir: Optional[str], metric: str, worst: float, log: Any = None
+    timeout_s: Optional[float],
+    trial_dir: Optional[str],
+    metric: str,
+    worst: float,
+    log: Any = None,
+    before_exit: Optional[Callable[[], None]] = None,
 ) -> NoWatchdog:
     """A watchdog for the trial's main rank when a timeout is set, else one that does nothing."""
     if not timeout_s or not trial_dir:
         return NoWatchdog()
-    return Watchdog(timeout_s, trial_dir, metric, worst, log)
+    return Watchdog(timeout_s, trial_dir, metric, worst, log, before_exit)
 
 
 def _stacks() -> str:
