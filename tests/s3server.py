@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-# CreateUser, CreateAccessKey, PutUserPolicy: unauthenticated; every call after them is checked.
-_SETUP_CALLS = 3
+# CreateUser, CreateAccessKey, PutUserPolicy, for tuner's user and an administrator's:
+# unauthenticated; every call after them is checked.
+_SETUP_CALLS = 6
 _POLICY = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'
+_DENY = '{"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": "s3:*", "Resource": "*"}]}'
+_ADMIN = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
 REGION = "us-east-1"
 
 
@@ -32,6 +35,7 @@ class S3Server:
     proc: subprocess.Popen
     key_id: str = ""
     secret: str = ""
+    admin: tuple[str, str] = ("", "")  # an administrator's key (IAM): refuse() and allow()
 
     @property
     def endpoint(self) -> str:
@@ -68,6 +72,26 @@ class S3Server:
         under its key: for the message of an assertion that a sweep succeeded."""
         keys = [k for k in self.keys(bucket) if k.endswith("error.txt")]
         return "".join(f"\n--- {k}:\n{self.read(bucket, k).decode()[-3000:]}" for k in keys)
+
+    def refuse(self) -> None:
+        """From now on the server refuses tuner's credentials (AccessDenied), as a policy
+        changed under a running sweep; `allow()` takes it back."""
+        self._iam().put_user_policy(UserName="tuner", PolicyName="s3", PolicyDocument=_DENY)
+
+    def allow(self) -> None:
+        self._iam().put_user_policy(UserName="tuner", PolicyName="s3", PolicyDocument=_POLICY)
+
+    def _iam(self) -> Any:
+        import boto3
+
+        key, secret = self.admin
+        return boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -121,6 +145,10 @@ def start(host: str = "127.0.0.1", log: Optional[Path] = None) -> S3Server:
         key = iam.create_access_key(UserName="tuner")["AccessKey"]
         iam.put_user_policy(UserName="tuner", PolicyName="s3", PolicyDocument=_POLICY)
         server.key_id, server.secret = key["AccessKeyId"], key["SecretAccessKey"]
+        iam.create_user(UserName="admin")
+        key = iam.create_access_key(UserName="admin")["AccessKey"]
+        iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=_ADMIN)
+        server.admin = (key["AccessKeyId"], key["SecretAccessKey"])
     except BaseException:
         server.stop()
         raise

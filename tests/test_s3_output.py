@@ -256,3 +256,90 @@ def test_a_reader_beside_the_driver_never_touches_the_driver_s_working_copy(
     assert (driver / "t1" / "tuner_trial.json").read_text() == ended
     assert sorted(str(p.relative_to(driver)) for p in driver.rglob("*")) == before
     assert not (driver / "t1" / "metrics.jsonl").exists()
+
+
+def test_warm_start_auto_finds_the_sweeps_beside_one_in_object_storage(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: with `output: s3://...`, `search.warm_start: auto` found nothing (it listed the
+    local directory `abspath("s3://...")`) and said nothing of it."""
+    from tuner.config import settled, to_yaml
+    from tuner.search import warm
+    from tuner.sweepdir import place_for
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = s3_env.make_bucket("warm")
+    client = s3_env.client()
+    cfg = debug_config(tmp_path, output=f"s3://{bucket}/runs", name="new", search__warm_start="auto")
+    for name, fp in (
+        ("earlier", warm.fingerprint(cfg)),
+        ("other", {**warm.fingerprint(cfg), "modules": {"m": "0"}}),
+    ):
+        text = to_yaml(settled(debug_config(tmp_path, output=f"s3://{bucket}/runs", name=name))[0])
+        client.put_object(Bucket=bucket, Key=f"runs/{name}/sweep.yaml", Body=text.encode())
+        code = {"import_from": cfg.code_dirs, "fingerprint": fp}
+        client.put_object(Bucket=bucket, Key=f"runs/{name}/code.json", Body=json.dumps(code).encode())
+        rows = "".join(json.dumps({"epoch": e, "val_acc": 0.5 + e / 10}) + "\n" for e in (1, 2, 3))
+        record = {
+            "trial_id": "t1",
+            "status": "TERMINATED",
+            "config": {"lr": 0.01, "optimizer": "adam", "width": 9},
+        }
+        client.put_object(Bucket=bucket, Key=f"runs/{name}/t1/metrics.jsonl", Body=rows.encode())
+        client.put_object(
+            Bucket=bucket, Key=f"runs/{name}/t1/tuner_trial.json", Body=json.dumps(record).encode()
+        )
+    found = warm.sources(cfg, place_for(cfg.output, cfg.name))
+    assert [p.uri for p in found] == [f"s3://{bucket}/runs/earlier"]
+    (source,) = warm.load(cfg, found)
+    assert (source.trials, len(source.used)) == (1, 1)
+
+
+def test_one_driver_per_sweep_in_object_storage_wherever_the_drivers_run(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44 item 12: a second driver (another machine: another cache) on an s3 sweep ran
+    beside the first. The lease in the bucket refuses it in one line; a holder that died on
+    this machine, or whose lease went stale, is taken over."""
+    import socket
+    import subprocess
+    import sys
+
+    from tuner.sweepdir import LOCK_FILE, lease, place_for
+
+    bucket = s3_env.make_bucket("one-driver")
+
+    def place(cache: str):
+        monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / cache))
+        return place_for(f"s3://{bucket}/runs", "x")
+
+    first, second = place("here"), place("there")
+    with first.claim(new=True, command="sweep"):
+        for attempt in (lambda: second.claim(new=True, command="sweep").__enter__(), second.refuse_if_held):
+            with pytest.raises(ConfigError) as err:
+                attempt()
+            said = str(err.value)
+            assert f"s3://{bucket}/runs/x is in use by another tuner run (`sweep`, pid {os.getpid()}" in said
+            assert "\n" not in said
+        assert f"runs/x/{LOCK_FILE}" in s3_env.keys(bucket, "runs/x/")
+    assert f"runs/x/{LOCK_FILE}" not in s3_env.keys(bucket, "runs/x/")  # released at the end
+    # A holder gone: a process of this machine that is no more; a lease not renewed for long.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    for note, stale in (
+        (dict(host=socket.gethostname(), pid=int(gone.stdout)), None),
+        (dict(host="elsewhere", pid=1), -1.0),
+    ):
+        body = json.dumps({**note, "command": "sweep", "since": 0}).encode()
+        s3_env.client().put_object(Bucket=bucket, Key=f"runs/x/{LOCK_FILE}", Body=body)
+        if stale is None:
+            with second.claim(new=True, command="sweep"):
+                pass
+        else:
+            with pytest.raises(ConfigError, match="in use by another tuner run"):
+                second.refuse_if_held()
+            monkeypatch.setattr(lease, "LEASE_STALE_S", stale)
+            second.refuse_if_held()
+            with second.claim(new=True, command="sweep"):
+                pass

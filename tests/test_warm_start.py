@@ -122,6 +122,9 @@ def test_auto_takes_the_sweeps_of_the_same_task_in_output(earlier, tmp_path) -> 
     code["fingerprint"]["modules"] = {"somewhere": "0" * 64}  # another task's copy, beside it
     shutil.copytree(earlier, out / "other")
     (out / "other" / "code.json").write_text(json.dumps(code))
+    # Two more names for the same sweep (issue 44 item 17: it counted once per name).
+    (out / "a-link").symlink_to(out / "earlier")
+    (out / "z-link").symlink_to(out / "earlier")
     cfg = _new(out, "optuna", "auto")
     assert [p.uri for p in warm.sources(cfg, place_of(str(out / "new")))] == [str(out / "earlier")]
 

@@ -1,5 +1,6 @@
-"""The sweep directory: its file names and every read and write of them (files), and who may
-write it: a name that stays inside output, one run at a time under a lock (claim).
+"""The sweep directory: its file names and every read and write of them (files), where it
+lives, a directory or object storage, as one handle (place, remote), and who may write it: a
+name that stays inside output, one run at a time under a lock (claim, lease).
 
     <output>/<name>/            sweep.yaml  code.json  summary.json  best/  .tuner.lock  (Ray Tune's state)
                                 autotune.json (training.autotune)  environment.json

@@ -1,12 +1,12 @@
-"""A sweep directory's ground rules, in one place: where it is, who writes it, how sweep.yaml
-appears.
+"""A sweep directory's ground rules on this machine, in one place:
 
 - `<output>/<name>` is a child of output (a name is one path component, never `.` or `..`),
   checked once the path is resolved;
-- one tuner run at a time writes a sweep directory: `claim` creates it and takes an exclusive
-  lock (`flock` on `.tuner.lock`, which names the holder) before Ray starts, and a second
-  run is refused in one line; the kernel drops the lock when its holder exits, however it ends;
-- sweep.yaml is written whole or not at all (a temporary file, then `os.replace`).
+- one tuner run at a time writes a sweep (or a working copy of one in object storage): the
+  place's `claim` (tuner.sweepdir.place) creates it and takes an exclusive lock here (`flock`
+  on `.tuner.lock`, which names the holder) before Ray starts, and a second run is refused in
+  one line; the kernel drops the lock when its holder exits, however it ends;
+- which sweep a directory holds: its sweep.yaml, compared field by field (`difference`).
 """
 
 from __future__ import annotations

@@ -181,6 +181,18 @@ class S3Place(Place):
     def check(self) -> None:
         check_output(self.uri)
 
+    def _held_sweep(self) -> None:
+        if not self.exists():
+            raise ConfigError("", f"{self.uri} is not a sweep (it has no {CONFIG_FILE})")
+
+    def readable(self) -> str:
+        self._held_sweep()  # (said of the bucket, not of the copy)
+        return super().readable()
+
+    def config(self, standins: bool = False) -> Any:
+        self._held_sweep()
+        return super().config(standins)
+
     def read(self, name: str) -> Optional[str]:
         def call() -> Optional[str]:
             try:
