@@ -159,6 +159,7 @@ class S3Place(Place):
         # files, nor their temporaries (a report beside a finishing driver reverted its records).
         self.local = os.path.join(cache_root(), role, where.bucket, *where.key.split("/"))
         self._fs: Any = None
+        self._client: Any = None  # botocore's, for the lease (conditional writes)
         self._lease: Optional[Lease] = None
 
     @property
@@ -168,7 +169,7 @@ class S3Place(Place):
         return self._fs
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_lease": None}
+        return {**self.__dict__, "_fs": None, "_client": None, "_lease": None}
 
     def _patient(self, call: Callable[[], T]) -> T:
         return patient(self.uri, call)
@@ -238,7 +239,9 @@ class S3Place(Place):
             lease.release()
 
     def _lease_of(self, command: str) -> Lease:
-        return Lease(self.uri, self.where.bucket, self.where.key, _client(self.uri, timeout=None), command)
+        if self._client is None:
+            self._client = _client(self.uri, timeout=None)
+        return Lease(self.uri, self.where.bucket, self.where.key, self._client, command)
 
     def refuse_if_held(self, field: str = "") -> None:
         super().refuse_if_held(field)
