@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import DEBUG, cli, debug_config, run_cli
 from tests.wandbread import offline_runs
-from tuner.sweepdir import read_metrics
+from tuner.sweepdir import Place, read_metrics
 
 NO_MLFLOW = "the mlflow extra is not installed (pip install 'tuner[mlflow]')"
 NO_WANDB = "the wandb extra is not installed (pip install 'tuner[wandb]')"
@@ -181,7 +181,7 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_DIR", raising=False)
-    tracker = WandbTracking(WandbSection(), "s", str(tmp_path))
+    tracker = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
     tracker.setup()
     a, b, c = (_trial(tmp_path, t, lr=0.1) for t in ("a_1", "b_2", "c_3"))
     for t in (a, b, c):
@@ -207,7 +207,7 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
     assert "val_acc" not in failed.history[0]  # (NaN is not logged; the journal has it)
     (cut,) = runs[f"{prefix}-c_3"]
     assert cut.summary["tuner_status"] == "killed"
-    again = WandbTracking(WandbSection(), "s", str(tmp_path))
+    again = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
     again.setup()
     assert again.prefix == prefix
     again.on_experiment_end([])
@@ -224,7 +224,7 @@ def test_a_tracker_that_fails_is_one_warning_and_tracking_stops(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # (no ~/.netrc: no credentials)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
-    tracker = WandbTracking(WandbSection(mode="online"), "s", str(tmp_path))
+    tracker = WandbTracking(WandbSection(mode="online"), "s", Place(str(tmp_path)))
     tracker.setup()
     a, b = _trial(tmp_path, "a_1"), _trial(tmp_path, "b_2")
     tracker.on_trial_start(0, [], a)
