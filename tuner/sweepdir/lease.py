@@ -41,13 +41,16 @@ class Lease:
         self.etag: Optional[str] = None
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
+        self.since = time.time()
+        self.beats = 0  # renewals: each write differs, so that its ETag does
 
     def _note(self) -> bytes:
         note = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "command": self.command,
-            "since": time.time(),
+            "since": self.since,
+            "beats": self.beats,
         }
         return json.dumps(note).encode()
 
@@ -150,6 +153,7 @@ class Lease:
 
     def _renew(self) -> None:
         while not self._stop.wait(LEASE_BEAT_S):
+            self.beats += 1
             try:
                 etag = self._put(wait=False, IfMatch=self.etag or "")
             except Exception:  # noqa: BLE001 - the store is out: the next beat tries again
