@@ -292,13 +292,14 @@ def _journals(root: Path, summary: dict[str, Any]) -> dict[str, list[tuple[int, 
 
 
 # Left out of the comparison, by design: Ray's own state files of the driver (named by the
-# time it started) and of a trial; how checkpoints are kept (a local trial's own files, Tune's
+# time it started) and of a trial (its loggers' files, there or not as a kill caught them:
+# tuner reads none of them); how checkpoints are kept (a local trial's own files, Tune's
 # directories in object storage); the local lock file (the bucket's lease is removed at the
 # end); the report, which a reader writes beside its own copy of a sweep in object storage
 # (where its user opens it), never into the bucket (readers do not write the sweep).
 _NOT_COMPARED = re.compile(
     r"^(experiment_state|basic-variant-state|search_gen_state|searcher-state)-.*|tuner\.pkl|\.validate_storage_marker"
-    r"|^report\.(html|md)$|^[a-z_]+\.png$"
+    r"|^report\.(html|md)$|^[a-z_]+\.png$|(^|/)(params\.json|params\.pkl|progress\.csv|result\.json)$"
 )
 _CHECKPOINTS = re.compile(r"(^|/)(checkpoint_e\d{6}\.pt|checkpoint_\d{6}(/.*)?)$")
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\.[^/]+?(\.\d+)?(\.[a-z-]+)?$")
@@ -309,7 +310,7 @@ def _tree(root: Path, summary: dict[str, Any]) -> list[str]:
     out = set()
     for p in root.rglob("*"):
         rel = str(p.relative_to(root))
-        if not p.is_file() or _NOT_COMPARED.match(rel) or _CHECKPOINTS.search(rel) or rel == ".tuner.lock":
+        if not p.is_file() or _NOT_COMPARED.search(rel) or _CHECKPOINTS.search(rel) or rel == ".tuner.lock":
             continue
         first, _, rest = rel.partition("/")
         rel = f"<{named[first]}>/{rest}" if first in named else rel
