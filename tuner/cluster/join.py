@@ -383,7 +383,7 @@ def output_base(output: str) -> str:
     warn(
         f"output '{output}' is relative and this job came from {where}: results stay in the "
         "job's temporary copy of its working directory, which Ray deletes with the cluster; "
-        "use an absolute path on shared storage or a storage URI (s3://, gs://)"
+        "use an absolute path on shared storage or object storage (s3://)"
     )
     return output
 
@@ -400,7 +400,7 @@ def storage_warning(storage: str, nodes: list[dict[str, Any]]) -> Optional[str]:
         f"{len(away)} of {len(alive)} nodes are on other machines and output {storage} is a "
         "local path: Ray (>= 2.7) does not copy trial results between nodes, so trials that "
         "run there leave their results there unless the path is shared by every node; use "
-        "a storage URI (s3://, gs://) or a shared file system"
+        "object storage (s3://) or a shared file system"
     )
 
 

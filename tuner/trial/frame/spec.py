@@ -53,7 +53,8 @@ class TrialSpec:
     # Directory user modules ("pkg.mod:fn") are imported from: where the sweep was started.
     search_path: Optional[str] = None  # where user modules are imported from (os.pathsep-joined)
     start_dir: Optional[str] = None  # the driver's working directory (task.command runs there)
-    # Where the sweep is stored: an absolute local/shared path or a URI (s3://, gs://).
+    # Where the sweep's parent is (tuner.sweepdir.place: Place.storage): an absolute local or
+    # shared path, or an s3:// URI.
     storage: str = ""
     # The same as a local directory when storage is a path; None for URIs.
     sweep_dir: Optional[str] = None
