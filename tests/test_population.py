@@ -332,12 +332,12 @@ def _left_by_a_kill(tmp_path: Path, reached: int) -> tuple[Any, Path]:
 
     from tuner.search.algorithms import random_todo
     from tuner.search.plan import Prior, SearchRequest
-    from tuner.sweepdir import checkpoint_name, write_record
+    from tuner.sweepdir import Place, checkpoint_name, write_record
 
     cfg = _cfg(**{"search.num_samples": 4, "schedule.pbt.interval": 1})
     sweep = tmp_path / "pop"
     r = SearchRequest(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_acc", "max", None, Prior())
-    r.place = str(sweep)
+    r.place = Place(str(sweep))
     for i, (config, _) in enumerate(random_todo(r)[:reached]):
         d = sweep / f"t{i}"
         write_record(str(d), {"trial_id": d.name, "config": config, "status": "RUNNING", "started": float(i)})
