@@ -200,6 +200,7 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     finally:
         driver.kill()  # kill -9
         driver.wait(timeout=60)
+    _unheld(place)
     for line in refused:
         assert line.startswith("2 error: ") and "is in use by another tuner run" in line, refused
         assert len(line.splitlines()) == 1, line
@@ -215,6 +216,25 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
         (place.files() / t / "trial.log").read_text() for t in seen.pop("trial_ids")
     )
     return seen
+
+
+def _unheld(place: Place, within_s: float = 120) -> None:
+    """Wait until no run holds the place: `python -m tuner` killed with -9 takes its driver (a
+    child process, tuner/driver/stopping.py) down with it, a moment later (conftest.unheld)."""
+    from tuner.config import ConfigError
+    from tuner.sweepdir import place_of
+
+    deadline = time.monotonic() + within_s  # (a hang guard)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in place.env.items():
+            mp.setenv(k, v)
+        while True:
+            try:
+                place_of(place.uri).refuse_if_held()
+                return
+            except ConfigError:
+                assert time.monotonic() < deadline, "the killed driver still holds the place"
+                time.sleep(0.05)
 
 
 def _read_back(place: Place, project: Path) -> dict[str, Any]:

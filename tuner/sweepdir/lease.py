@@ -17,6 +17,7 @@ import time
 from typing import Any, Optional
 
 from tuner.errors import ConfigError, warn
+from tuner.sweepdir.claim import holder_pid
 from tuner.sweepdir.files import LOCK_FILE
 from tuner.sweepdir.patience import patient
 
@@ -30,10 +31,10 @@ class Lease:
     """The hold of one driver on a sweep in object storage: LOCK_FILE in the bucket, written
     only where there is none (S3's conditional write, `If-None-Match: *`), naming its holder,
     renewed every LEASE_BEAT_S while held (`If-Match`: only while still ours), removed at the
-    end. A holder is gone when its lease names this machine and a process that no longer
-    exists (a driver killed here), or when the store's clock says its lease was last renewed
-    LEASE_STALE_S ago (a driver that died elsewhere); its lease is then taken over, again
-    only if unchanged since read."""
+    end. A holder is gone when its lease names this machine and a driver process that no
+    longer exists (killed here, or ended under the command that settles what it left), or
+    when the store's clock says its lease was last renewed LEASE_STALE_S ago (a driver that
+    died elsewhere); its lease is then taken over, again only if unchanged since read."""
 
     def __init__(self, uri: str, bucket: str, key: str, client: Any, command: str):
         self.uri, self.bucket, self.client, self.command = uri, bucket, client, command
@@ -46,7 +47,8 @@ class Lease:
 
     def _note(self) -> bytes:
         note = {
-            "pid": os.getpid(),
+            "pid": holder_pid(),  # the command the user started (the one it can stop)
+            "driver": os.getpid(),  # the process that holds it (a child of that command's)
             "host": socket.gethostname(),
             "command": self.command,
             "since": self.since,
@@ -130,9 +132,10 @@ class Lease:
     def _gone(self, note: dict[str, Any], age: float) -> bool:
         if age > LEASE_STALE_S:
             return True
-        if note.get("host") == socket.gethostname() and isinstance(note.get("pid"), int):
+        driver = note.get("driver", note.get("pid"))
+        if note.get("host") == socket.gethostname() and isinstance(driver, int):
             try:
-                os.kill(note["pid"], 0)
+                os.kill(driver, 0)
             except ProcessLookupError:
                 return True
             except PermissionError:

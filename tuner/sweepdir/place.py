@@ -10,8 +10,9 @@ optuna's `BaseStorage` and syne-tune's `TrialBackend`):
 - `local`: its working copy, where its files are read and written: the directory itself, or
   a mirror of the bucket under the cache (`$TUNER_CACHE_DIR`, else ~/.cache/tuner);
 - `exists()`: it holds a sweep (its sweep.yaml);
-- `claim(new, command)`: the lock, one run at a time wherever the runs are, and for an
-  existing sweep its working copy brought up to date under it (sweepdir/claim.py);
+- `claim(new, command)`: one run at a time wherever the runs are (the lock on this machine:
+  sweepdir/claim.py; a lease in the bucket: sweepdir/lease.py), and for an existing sweep its
+  working copy brought up to date under it;
 - `pull()`, `push(paths)`, `write(path, text)`: the working copy and the place kept in step
   (a write is atomic, and uploaded when the place is remote);
 - `ray_storage()`: Ray's storage triple (storage_path, storage_filesystem, name);
@@ -29,7 +30,7 @@ import importlib
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from tuner.config.storage import is_uri, parse_uri
@@ -163,8 +164,8 @@ class Place:
         """A new sweep: refuse a place that holds one already (results are the user's)."""
         local_lock.refuse_existing(self.local)
 
-    def claim(self, new: bool, command: str) -> Any:
-        """Hold the sweep for this run (a context manager giving a sweepdir.claim.Claim)."""
+    def claim(self, new: bool, command: str) -> AbstractContextManager[Claim]:
+        """Hold the sweep for this run (see `claim`)."""
         return claim(self, new, command)
 
     def unstarted(self, created: bool) -> None:
