@@ -41,16 +41,20 @@ from tests.conftest import DEBUG, ROOT, cli, log_tail
 from tuner.search.plan import key
 
 TRIALS, EPOCHS = 3, 3
+HELD_LR = 0.002  # the trial held at its second epoch (see _sweep_file)
 LOCAL, S3 = "local", "s3"
 
 
 def _sweep_file(project: Path, mlflow: Path) -> Path:
     """debug.yaml on best_task's data (an accuracy computed outside tuner), every trial to
-    its last epoch (no early stopping: the same trials run wherever the sweep lives), epochs
-    of a few tenths of a second, the earlier sweeps of its task told to its searcher."""
+    its last epoch (no early stopping: the same trials run wherever the sweep lives), the
+    earlier sweeps of its task told to its searcher."""
     raw = yaml.safe_load(DEBUG.read_text())
     raw["name"] = "c"
-    raw["task"].update(data="best_task:flipped", data_args={"sleep_s": 0.3})
+    # One trial (lr 0.002: the earlier sweep's, run first) waits at its second epoch while
+    # the gate is there: the driver is killed then, whatever the machine's speed.
+    gate = {"gate": str(project / "gate"), "hold_lr": HELD_LR, "num_classes": 2}
+    raw["task"].update(data="best_task:held", data_args=gate)
     raw["training"]["batch_size"] = 16
     raw["search"].update(num_samples=TRIALS, warm_start="auto")
     raw["schedule"].update(max_epochs=EPOCHS, early_stopping=False)
@@ -75,7 +79,7 @@ def _earlier(project: Path, sweep_file: Path) -> dict[str, bytes]:
     finally:
         os.chdir(old)
     files = {"sweep.yaml": text.encode(), "code.json": json.dumps(code).encode()}
-    for i, (lr, acc) in enumerate([(0.05, 0.9), (0.002, 0.6)]):
+    for i, (lr, acc) in enumerate([(0.05, 0.9), (HELD_LR, 0.6)]):
         config = {"lr": lr, "optimizer": "adam", "width": 16, "depth": 1}
         files[f"e{i}/tuner_trial.json"] = json.dumps(
             {"trial_id": f"e{i}", "status": "TERMINATED", "config": config}
@@ -172,6 +176,8 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     slash = "/" if place.kind == S3 else ""  # the two spellings, each place one of each
     unslash = "" if slash else "/"
     first = [str(sweep_file), "--output", place.output + slash, "--resume-if-exists"]
+    gate = project / "gate"
+    gate.touch()
     log = open(place.tmp / "driver.log", "w")
     driver = subprocess.Popen(
         [sys.executable, "-m", "tuner", "sweep", *first],
@@ -179,7 +185,7 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     )  # fmt: skip
     refused: list[str] = []
     try:
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + 600  # (a hang guard)
         while True:
             states = place.states()
             done = [s for s in states.values() if s[0] == "TERMINATED"]
@@ -191,15 +197,16 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
                         "sweep", str(sweep_file), "--output", place.output, *extra, env=other, cwd=project
                     )
                     refused.append(f"{again.returncode} {again.stderr.strip()}")
-            if done and midway:
+            if len(done) == TRIALS - 1 and midway:  # (the held one, its first epoch kept)
                 break
             if driver.poll() is not None or time.monotonic() > deadline:
-                why = "the sweep ended (or never got) before a trial finished and another was mid-way"
+                why = "the sweep ended (or never got) before two trials finished and the third waited"
                 pytest.fail(f"{why}: {states}\n{log_tail(place.tmp / 'driver.log')}")
             time.sleep(0.2)
     finally:
         driver.kill()  # kill -9
         driver.wait(timeout=60)
+        gate.unlink()
     _unheld(place)
     for line in refused:
         assert line.startswith("2 error: ") and "is in use by another tuner run" in line, refused
