@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +36,7 @@ class S3Server:
     key_id: str = ""
     secret: str = ""
     admin: tuple[str, str] = ("", "")  # an administrator's key (IAM): refuse() and allow()
+    _client: Any = field(default=None, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -51,10 +52,17 @@ class S3Server:
         }
 
     def client(self, **overrides: str) -> Any:
+        """A boto3 client of the server (tuner's key, or `overrides`'): made once for tuner's
+        key, as a test polling the bucket would otherwise make one per call (CPU-seconds each)."""
         import boto3
 
+        if not overrides and self._client is not None:
+            return self._client
         kw = {"aws_access_key_id": self.key_id, "aws_secret_access_key": self.secret, **overrides}
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **kw)
+        made = boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **kw)
+        if not overrides:
+            self._client = made
+        return made
 
     def make_bucket(self, name: str) -> str:
         self.client().create_bucket(Bucket=name)

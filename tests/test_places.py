@@ -219,8 +219,9 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     grown = _tuner(place, project, "extend", place.uri + unslash, "--num-samples", "1")
     assert grown.returncode == 0, grown.stdout[-3000:] + grown.stderr[-3000:]
     seen = _read_back(place, project)
+    root = place.files()
     seen["continued"] = "resumed at epoch" in "".join(
-        (place.files() / t / "trial.log").read_text() for t in seen.pop("trial_ids")
+        (root / t / "trial.log").read_text() for t in seen.pop("trial_ids")
     )
     return seen
 

@@ -155,6 +155,27 @@ def test_a_failed_trial_set_aside_in_s3_leaves_its_name_empty_in_the_bucket(
     assert not (Path(mirror.local) / "t1").exists()
 
 
+def test_a_place_reaches_the_store_its_environment_names_not_one_an_earlier_place_used(
+    s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsspec hands back the file system made before with the same arguments, whose client
+    kept the endpoint and key of the environment it was first used in: in one process, a
+    place made after they changed reached the old store (CI: another test's server, 'The
+    specified bucket does not exist'). Here the earlier place's key is one the store refuses."""
+    from tuner.errors import StorageUnavailable
+    from tuner.sweepdir import place_of
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNER_S3_PATIENCE_S", "0")  # (a refused key: at once, not retried)
+    bucket = s3_env.make_bucket(f"moved-{uuid.uuid4().hex[:8]}")
+    s3_env.client().put_object(Bucket=bucket, Key="runs/s/sweep.yaml", Body=b"name: s\n")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTKNOWNHERE0000")
+    with pytest.raises(StorageUnavailable):
+        place_of(f"s3://{bucket}/runs/s").exists()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_env.key_id)
+    assert place_of(f"s3://{bucket}/runs/s").exists()
+
+
 def test_a_key_leading_outside_the_sweep_is_never_written_outside_the_cache(
     s3_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,11 @@ class PatientS3FileSystem(s3fs.S3FileSystem):
     """s3fs that waits out an outage of the store (see the module). Pickles (to every node)
     with its patience and without credentials: each node reads its own environment."""
 
+    # Made anew each time, never fsspec's instance made before with the same arguments: that
+    # one's client kept the endpoint and credentials of the environment it was first used in
+    # (a place made after they changed reached the old store).
+    cachable = False
+
     def __init__(self, *args: Any, patience_s: float = PATIENCE_S, **kwargs: Any):
         self.patience_s = patience_s
         super().__init__(*args, **kwargs)
