@@ -10,9 +10,10 @@ spelling could matter:
   beside it, reached by two names on a directory: counted once), `tracking.mlflow`, the
   TensorBoard best columns and the sweep's run; a second driver started beside it (another
   cache: another machine, as far as the place can tell) is refused in one line;
-- killed with -9 mid-way, then `resume` of its place named with a slash at the end: the
-  unfinished trials continue from their checkpoints, in the sweep;
-- `sweep --resume-if-exists` again: nothing to resume; `extend` by one trial;
+- killed with -9 mid-way, then `resume` of its place named with a slash at the end, from
+  another cache: the unfinished trials continue from their checkpoints, in the sweep;
+- `sweep --resume-if-exists` again (the first cache): nothing to resume; `extend` by one
+  trial; one MLflow run for the sweep through all of it;
 - read back by `report`, `export`, `load_best` (the model scores what its trial recorded),
   and a warm start that names it by path.
 
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import yaml
@@ -163,10 +164,12 @@ class Place:
         return (Path(self.uri) / rel).read_bytes()
 
 
-def _tuner(place: Place, project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _tuner(
+    place: Place, project: Path, *args: str, env: Optional[dict[str, str]] = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=project, env=place.env, capture_output=True, text=True,
-        timeout=timeout,
+        [sys.executable, "-m", "tuner", *args], cwd=project, env=env or place.env, capture_output=True,
+        text=True, timeout=timeout,
     )  # fmt: skip
 
 
@@ -211,7 +214,10 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     for line in refused:
         assert line.startswith("2 error: ") and "is in use by another tuner run" in line, refused
         assert len(line.splitlines()) == 1, line
-    resumed = _tuner(place, project, "resume", place.uri + slash)
+    # Resumed from another cache (another machine, as far as the place can tell): what it needs
+    # of the sweep (the MLflow run's id included) comes from the place, not a working copy.
+    elsewhere = {**place.env, "TUNER_CACHE_DIR": str(place.tmp / "resume-cache")}
+    resumed = _tuner(place, project, "resume", place.uri + slash, env=elsewhere)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"-> {place.uri}\n" in resumed.stdout, resumed.stdout
     again = cli("sweep", *first, env=place.env, cwd=project)
@@ -396,6 +402,7 @@ def test_every_feature_gives_the_same_on_every_place(s3, tmp_path: Path) -> None
     assert local["continued"] and remote["continued"]  # from checkpoints, after the kill
     assert len(local["summary"]["trials"]) == TRIALS + 1
     assert [s["sweep"] for s in local["warm_start"]] == ["earlier"]  # once, with its link
+    assert local["mlflow"]["parents"] == 1  # one MLflow run for the sweep, through kill, resume, extend
     differ = {part: (local[part], remote[part]) for part in local if local[part] != remote[part]}
     (tmp_path / "differ.json").write_text(json.dumps(differ, indent=1, default=str))
     assert not differ, f"{sorted(differ)} differ (each place's in {tmp_path / 'differ.json'})"
