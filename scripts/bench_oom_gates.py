@@ -135,7 +135,8 @@ def main() -> None:
         print(
             f"{strategy:4} {preset[4] // micro} micro-batch(es): gated {on * 1e3:7.1f} ms, "
             f"without {off * 1e3:7.1f} ms; ratio of medians {on / off:.3f}, median pair "
-            f"{statistics.median(pairs):.3f} (quartiles {q1:.3f}-{q3:.3f}); {gates:.0f} gates a step"
+            f"{statistics.median(pairs):.3f} (quartiles {q1:.3f}-{q3:.3f}); {gates:.0f} gates a step, "
+            f"their round trips {gates * found['gate'] / off:.2%} of the step"
         )
 
 
