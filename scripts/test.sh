@@ -29,8 +29,13 @@ fi
 # The full tier's budget is a ratio that holds on any machine (issue 50): its wall against the
 # wall of one `tuner sweep search_spaces/debug.yaml` on the same machine, timed here first.
 sweep_s="$(.venv/bin/python scripts/sweep_wall.py)" || sweep_s=""
+# Each test file's seconds (tests/conftest.py): copied to tests/durations.json after a run that
+# passed, they order the next runs' files longest first.
+export TUNER_TEST_DURATIONS_OUT=test-artifacts/durations.json
+rm -f "$TUNER_TEST_DURATIONS_OUT"
 began="$(date +%s)"
 rc=0
 scripts/pytest_resuming.sh -q -ra --durations=25 "${workers[@]}" "$@" || rc=$?
 .venv/bin/python scripts/sweep_wall.py --ratio "$(($(date +%s) - began))" "$sweep_s"
+echo "[test.sh] seconds per test file: $TUNER_TEST_DURATIONS_OUT (tests/durations.json orders runs by them)"
 exit "$rc"

@@ -67,6 +67,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    group = _group(report.nodeid)
+    _TOOK[group] = _TOOK.get(group, 0.0) + report.duration  # (setup, call and teardown)
     if getattr(report, "node", None) is not None:  # xdist's controller relays a worker's report
         return  # (the worker recorded it; a crashed worker's test is not done, and runs again)
     if report.failed:
@@ -114,14 +116,52 @@ def _group(nodeid: str) -> str:
 
 
 def _heavy_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The groups with the most tests that are not quick (Ray, a browser, slow) first, each in
-    its own order: the workers hand out groups in this order, and the long ones started last
-    would leave one worker running them alone at the end."""
+    """The longest groups first, each in its own order: the workers hand out groups in this
+    order, and a long one started last would leave one worker running it alone at the end.
+    A group's length is its seconds in a full run recorded in DURATIONS; without a record, its
+    tests that are not quick (Ray, a browser, slow) times the recorded seconds of such a test."""
     heavy: dict[str, int] = {}
     for item in items:
         heavy[_group(item.nodeid)] = heavy.get(_group(item.nodeid), 0) + (not tiers.quick(item))
-    rank = {group: i for i, group in enumerate(sorted(heavy, key=lambda g: -heavy[g]))}
+    took = _recorded()
+    rates = sorted(took[g] / heavy[g] for g in took if heavy.get(g))
+    rate = rates[len(rates) // 2] if rates else 1.0
+    cost = {g: took.get(g, n * rate) for g, n in heavy.items()}
+    rank = {group: i for i, group in enumerate(sorted(heavy, key=lambda g: (-cost[g], g)))}
     return sorted(items, key=lambda item: rank[_group(item.nodeid)])  # (stable: each group's order)
+
+
+# Seconds each group of tests took in a full run: the order of the next runs. `scripts/test.sh`
+# writes a full tier's into DURATIONS_ENV's file (test-artifacts/durations.json); copied to
+# DURATIONS after a run that passed, it orders the runs after it (a group it lacks is
+# estimated, see _heavy_groups_first).
+DURATIONS = ROOT / "tests" / "durations.json"
+DURATIONS_ENV = "TUNER_TEST_DURATIONS_OUT"
+_TOOK: dict[str, float] = {}
+
+
+def _recorded() -> dict[str, float]:
+    try:
+        took = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(g): float(s) for g, s in took.items()} if isinstance(took, dict) else {}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or the one process) adds this run's seconds per group to the file
+    DURATIONS_ENV names (a second process after a stall adds what it ran)."""
+    out = os.environ.get(DURATIONS_ENV)
+    if not out or hasattr(session.config, "workerinput") or not _TOOK:
+        return
+    try:
+        took = json.loads(Path(out).read_text())
+    except (OSError, ValueError):
+        took = {}
+    for group, seconds in _TOOK.items():
+        took[group] = round(took.get(group, 0.0) + seconds, 1)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(dict(sorted(took.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)
