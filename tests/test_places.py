@@ -7,20 +7,25 @@ One sweep per place exercises them all, each place's given in the other's spelli
 spelling could matter:
 
 - `sweep --resume-if-exists` with `search.warm_start: auto` (an earlier sweep of the same task
-  beside it, reached by two names on a directory: counted once), `tracking.mlflow`, the
-  TensorBoard best columns and the sweep's run; a second driver started beside it (another
-  cache: another machine, as far as the place can tell) is refused in one line;
+  beside it, reached by two names on a directory: counted once), `tracking.mlflow` and
+  `tracking.wandb` (offline), the TensorBoard best columns and the sweep's run; a second
+  driver started beside it (another cache: another machine, as far as the place can tell) is
+  refused in one line;
 - killed with -9 mid-way, then `resume` of its place named with a slash at the end, from
   another cache: the unfinished trials continue from their checkpoints, in the sweep;
 - `sweep --resume-if-exists` again (the first cache): nothing to resume; `extend` by one
-  trial; one MLflow run for the sweep through all of it;
+  trial; one MLflow run for the sweep through all of it, and one W&B prefix (each run's id
+  the sweep's, read back from the place by the resume elsewhere);
 - read back by `report`, `export`, `load_best` (the model scores what its trial recorded),
   and a warm start that names it by path.
 
 The two places' sweeps are then compared: summary.json, every trial's journal, the file tree
 (names made comparable: trial ids, timestamps), the HParams columns tuner writes, the sweep's
-run, warm_start.json, the MLflow runs, the export. What differs by design (Ray's own files, a
-local trial's checkpoints beside a remote trial's that Ray keeps) is named where it is left out.
+run, warm_start.json, the MLflow and W&B runs, the export; and no file either leaves (the
+place, every cache, Ray's session directories) holds a credential from the environment (the
+store's key, W&B's API key: Ray Tune hands them to every trial actor's runtime env, which
+Ray logs). What differs by design (Ray's own files, a local trial's checkpoints beside a
+remote trial's that Ray keeps, W&B's local files) is named where it is left out.
 """
 
 from __future__ import annotations
@@ -32,18 +37,20 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import yaml
 
-from tests.conftest import DEBUG, ROOT, cli, log_tail
+from tests.conftest import DEBUG, ROOT, cli, files_holding, log_tail
 from tuner.search.plan import key
 
 TRIALS, EPOCHS = 3, 3
 HELD_LR = 0.002  # the trial held at its second epoch (see _sweep_file)
 LOCAL, S3 = "local", "s3"
+WANDB_KEY = "places" + "9" * 31 + "key"  # W&B's API key in the environment (offline: never used)
 
 
 def _sweep_file(project: Path, mlflow: Path) -> Path:
@@ -59,7 +66,7 @@ def _sweep_file(project: Path, mlflow: Path) -> Path:
     raw["training"]["batch_size"] = 16
     raw["search"].update(num_samples=TRIALS, warm_start="auto")
     raw["schedule"].update(max_epochs=EPOCHS, early_stopping=False)
-    raw["tracking"] = {"mlflow": {"uri": f"sqlite:///{mlflow}"}}
+    raw["tracking"] = {"mlflow": {"uri": f"sqlite:///{mlflow}"}, "wandb": {}}
     path = project / "sweep.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -103,7 +110,12 @@ class Place:
         else:
             self.output = str(tmp / "out")
         self.uri = f"{self.output}/c"
-        self.env = {**os.environ, "TUNER_CACHE_DIR": str(tmp / "cache")}
+        self.ray_tmp = Path("/tmp") / f"tp{uuid.uuid4().hex[:8]}"  # short: Ray's socket paths fit 107 bytes
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+        self.env = {
+            **clean, "TUNER_CACHE_DIR": str(tmp / "cache"), "RAY_TMPDIR": str(self.ray_tmp),
+            "WANDB_MODE": "offline", "WANDB_API_KEY": WANDB_KEY,
+        }  # fmt: skip
         if kind == S3:
             for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
                 self.env.pop(name, None)
@@ -225,6 +237,9 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
     grown = _tuner(place, project, "extend", place.uri + unslash, "--num-samples", "1")
     assert grown.returncode == 0, grown.stdout[-3000:] + grown.stderr[-3000:]
     seen = _read_back(place, project)
+    secrets = [WANDB_KEY] + ([place.s3.key_id, place.s3.secret] if place.kind == S3 else [])
+    assert next(place.ray_tmp.glob("*/ray/session_*/logs/raylet.out"))  # (where its Rays were)
+    assert not files_holding(secrets, place.tmp, place.ray_tmp, project / f"mlflow-{place.kind}.db")
     root = place.files()
     seen["continued"] = "resumed at epoch" in "".join(
         (root / t / "trial.log").read_text() for t in seen.pop("trial_ids")
@@ -290,6 +305,7 @@ def _read_back(place: Place, project: Path) -> dict[str, Any]:
             for s in json.loads((root / "warm_start.json").read_text())["sources"]
         ],
         "mlflow": _mlflow(project / f"mlflow-{place.kind}.db"),
+        "wandb": _wandb(place, summary),
         "export": _untimed(json.loads((exported / "metrics.json").read_text())),
         "best": _untimed(json.loads((root / "best" / "metrics.json").read_text())),
         "warm_by_path": used,
@@ -330,10 +346,12 @@ def _journals(root: Path, summary: dict[str, Any]) -> dict[str, list[tuple[int, 
 # tuner reads none of them); how checkpoints are kept (a local trial's own files, Tune's
 # directories in object storage); the local lock file (the bucket's lease is removed at the
 # end); the report, which a reader writes beside its own copy of a sweep in object storage
-# (where its user opens it), never into the bucket (readers do not write the sweep).
+# (where its user opens it), never into the bucket (readers do not write the sweep); W&B's own
+# files, in the driver's working copy (compared as runs: _wandb).
 _NOT_COMPARED = re.compile(
     r"^(experiment_state|basic-variant-state|search_gen_state|searcher-state)-.*|tuner\.pkl|\.validate_storage_marker"
     r"|^report\.(html|md)$|^[a-z_]+\.png$|(^|/)(params\.json|params\.pkl|progress\.csv|result\.json)$"
+    r"|^wandb/"
 )
 _CHECKPOINTS = re.compile(r"(^|/)(checkpoint_e\d{6}\.pt|checkpoint_\d{6}(/.*)?)$")
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\.[^/]+?(\.\d+)?(\.[a-z-]+)?$")
@@ -368,6 +386,22 @@ def _board(root: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _wandb(place: Place, summary: dict[str, Any]) -> dict[str, Any]:
+    """The W&B offline runs, by their ids (W&B's file names: run-<id>.wandb, a part per
+    driver that opened the run) in the driver's working copies (in object storage: both
+    caches', the killed driver's and the resume's elsewhere; W&B's files are not uploaded)."""
+    parts: dict[str, int] = {}
+    for f in place.tmp.rglob("wandb/offline-run-*/run-*.wandb"):
+        run_id = f.stem[len("run-") :]
+        parts[run_id] = parts.get(run_id, 0) + 1
+    named = _named(summary)
+    ids = [run_id.split("-", 1) for run_id in parts]  # (the sweep's prefix, the trial's name)
+    return {
+        "prefixes": len({prefix for prefix, _ in ids}),
+        "runs": sorted((named.get(name, name), parts[f"{prefix}-{name}"]) for prefix, name in ids),
+    }
+
+
 def _mlflow(db: Path) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
@@ -392,17 +426,23 @@ def test_every_feature_gives_the_same_on_every_place(s3, tmp_path: Path) -> None
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(ROOT / "tests" / "best_task.py", project / "best_task.py")
+    pytest.importorskip("wandb", reason="the wandb extra is not installed")
     seen = {}
     for kind in (LOCAL, S3):
         base = tmp_path / kind
         base.mkdir()
         sweep_file = _sweep_file(project, project / f"mlflow-{kind}.db")
-        seen[kind] = _exercise(Place(kind, base, s3), project, sweep_file)
+        place = Place(kind, base, s3)
+        try:
+            seen[kind] = _exercise(place, project, sweep_file)
+        finally:
+            shutil.rmtree(place.ray_tmp, ignore_errors=True)
     local, remote = seen[LOCAL], seen[S3]
     assert local["continued"] and remote["continued"]  # from checkpoints, after the kill
     assert len(local["summary"]["trials"]) == TRIALS + 1
     assert [s["sweep"] for s in local["warm_start"]] == ["earlier"]  # once, with its link
     assert local["mlflow"]["parents"] == 1  # one MLflow run for the sweep, through kill, resume, extend
+    assert local["wandb"]["prefixes"] == 1 and len(local["wandb"]["runs"]) == TRIALS + 1, local["wandb"]
     differ = {part: (local[part], remote[part]) for part in local if local[part] != remote[part]}
     (tmp_path / "differ.json").write_text(json.dumps(differ, indent=1, default=str))
     assert not differ, f"{sorted(differ)} differ (each place's in {tmp_path / 'differ.json'})"

@@ -1,19 +1,19 @@
 """`output: s3://bucket/prefix` against a real S3-compatible server (moto's, tests/s3server.py):
 what cannot work is refused in one line naming the output and the cause, before Ray starts.
-(Whole sweeps into the server, read back from elsewhere: tests/test_cluster_s3.py.)"""
+(Whole sweeps into the server: tests/test_places.py, every feature on a directory and in S3,
+credentials in no file left; read back from elsewhere: tests/test_cluster_s3.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEBUG, debug_config, files_holding, run_cli
+from tests.conftest import debug_config
 from tuner.config import ConfigError
 from tuner.sweepdir import remote
 
@@ -93,44 +93,6 @@ def test_the_driver_checks_an_s3_output_before_ray_starts(
     with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist") as err:
         sweep.run_sweep(cfg)
     assert err.value.path == "output"
-
-
-@pytest.mark.ray  # (a `tuner sweep` in a process of its own)
-def test_a_sweep_into_s3_leaves_its_credentials_in_no_file(s3, tmp_path: Path) -> None:
-    """The credentials of an s3:// sweep reach its trials (they upload their files) but no file
-    it leaves holds them: not the bucket, not the driver's mirror, not its Ray's session
-    directory (Ray Tune handed them to every trial actor's runtime env, which Ray logged).
-    W&B tracks it too (tracking.wandb, offline): a run per trial in the mirror, and its API key
-    in no file either."""
-    pytest.importorskip("wandb", reason="the wandb extra is not installed")
-    from tests.wandbread import offline_runs
-
-    bucket = s3.make_bucket(f"keys-{uuid.uuid4().hex[:8]}")
-    ray_tmp = Path("/tmp") / f"tn{uuid.uuid4().hex[:8]}"  # short: Ray's socket paths must fit 107 bytes
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WANDB_"))}
-    wandb_key = "s3wandb" + "9" * 33 + "key"
-    env = {**clean, **s3.env(), "RAY_TMPDIR": str(ray_tmp), "TUNER_CACHE_DIR": str(tmp_path / "cache"),
-           "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-           "WANDB_MODE": "offline", "WANDB_API_KEY": wandb_key}  # fmt: skip
-    args = ["sweep", str(DEBUG), "--output", f"s3://{bucket}/runs", "--name", "keys"]
-    try:
-        args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2", "--set", "tracking.wandb={}"]
-        run = run_cli(*args, env=env, cwd=tmp_path)
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + s3.error_texts(bucket)
-        summary = json.loads(s3.read(bucket, "runs/keys/summary.json"))
-        assert summary["status"] == "completed" and len(summary["trials"]) == 2
-        keys = s3.keys(bucket)
-        assert any(k.endswith("/metrics.jsonl") for k in keys)  # uploaded by the trials themselves
-        for key in keys:
-            (tmp_path / "bucket" / key).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / "bucket" / key).write_bytes(s3.read(bucket, key))
-        assert not files_holding([s3.key_id, s3.secret, wandb_key], tmp_path, ray_tmp)
-        (wandb_dir,) = (tmp_path / "cache").rglob("keys/wandb")  # (the mirror's: not uploaded)
-        runs = offline_runs(wandb_dir)
-        assert sorted(r.name for (r,) in runs.values()) == sorted(t["trial_id"] for t in summary["trials"])
-        assert next(ray_tmp.glob("*/ray/session_*/logs/raylet.out"))  # (where its Ray was)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_a_failed_trial_set_aside_in_s3_leaves_its_name_empty_in_the_bucket(
