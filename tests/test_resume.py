@@ -18,6 +18,7 @@ from typing import Any, Optional
 import pytest
 
 from tests.conftest import DEBUG, ROOT, cli, marked, processes_left, run_cli, unheld
+from tests.terminal import CTRL_Z, Terminal
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
@@ -204,24 +205,25 @@ def test_resume_refuses_what_is_not_a_sweep(tmp_path: Path) -> None:
     assert out.returncode == 2 and "is not a sweep directory" in out.stderr and "Traceback" not in out.stderr
 
 
-def _ctrl_z_then_fg(proc: subprocess.Popen, mark: str, within_s: float) -> None:
+def _ctrl_z_then_fg(term: Terminal, mark: str, within_s: float) -> None:
     """Ctrl-Z (SIGTSTP for the terminal's foreground group: the command's) stops every process
-    of the sweep, its driver and that driver's Ray too, as before the driver ran in a group of
-    its own; `fg` (SIGCONT for the group) has them all go on. Each within `within_s` seconds."""
+    of the sweep: its driver, that driver's Ray and the trials in the groups Ray gives them;
+    `fg` (SIGCONT for the group) has them all go on. Each within `within_s` seconds."""
     import psutil
 
     def states() -> dict[int, str]:
         out = {}
-        for p in [*marked(mark), *_every_process_of(proc)]:  # (Ray's agents drop the mark)
+        for p in [*marked(mark), *_every_process_of(term.proc)]:  # (Ray's agents drop the mark)
             with contextlib.suppress(psutil.Error):
                 out[p.pid] = f"{p.name()} {p.status()} {os.getpgid(p.pid)}"
+        out.pop(term.proc.pid)  # (the shell: no job of its own)
         return out
 
-    for signum, stopped in ((signal.SIGTSTP, True), (signal.SIGCONT, False)):
-        os.killpg(proc.pid, signum)
+    for press, stopped in ((lambda: term.type(CTRL_Z), True), (term.fg, False)):
+        press()
         deadline = time.monotonic() + within_s  # (a hang guard)
         while wrong := {p: s for p, s in states().items() if (psutil.STATUS_STOPPED in s) != stopped}:
-            assert time.monotonic() < deadline, (signum, wrong)
+            assert time.monotonic() < deadline, (stopped, wrong)
             time.sleep(0.05)
         assert len(states()) > 3, states()  # the command, its driver and the driver's Ray
 
@@ -260,15 +262,16 @@ def _every_process_of(proc: subprocess.Popen) -> list:
 
 
 @pytest.mark.usefixtures("ray_session")  # the last resume runs in this process, on the session's Ray
-def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing(tmp_path: Path) -> None:
-    """Ctrl-Z and `fg` stop the whole sweep and have it go on. A terminal's hangup or `kill
-    -TERM -PGID` signals the command's process group; SLURM's
-    scancel signals every process of the job, its Ray's included. The first stops gracefully
-    (the driver's Ray is in a group of its own); after the second the sweep's Ray is gone, and
-    the command notices, writes summary.json (interrupted) from the trials' records and exits
-    130: sooner than it took to start the sweep (Ray 2.60 left the driver to exit 1 at once,
-    or after 60 s without its GCS), and notify.webhook hears of it. `resume` then continues
-    each time, losing nothing."""
+def test_ctrl_z_a_closed_terminal_or_scancel_then_resume_loses_nothing(tmp_path: Path) -> None:
+    """A sweep run from a shell on a terminal: Ctrl-Z and `fg` stop the whole sweep and have it
+    go on. Closing the terminal signals the command's process group (SIGHUP, as `kill -TERM
+    -PGID` would SIGTERM), and what the sweep writes after goes nowhere; SLURM's scancel
+    signals every process of the job, its Ray's included. The first stops gracefully (the
+    driver's Ray is in a group of its own); after the second the sweep's Ray is gone, and the
+    command notices, writes summary.json (interrupted) from the trials' records and exits 130:
+    sooner than it took to start the sweep (Ray 2.60 left the driver to exit 1 at once, or after
+    60 s without its GCS). notify.webhook hears each time that it was interrupted. `resume`
+    then continues each time, losing nothing."""
     sweep = tmp_path / "debug"
     mark = uuid.uuid4().hex
     env = {**os.environ, "TUNER_TEST_MARK": mark}
@@ -277,25 +280,26 @@ def test_sigterm_to_the_process_group_or_every_process_then_resume_loses_nothing
         log = open(tmp_path / "driver.log", "w")
         return subprocess.Popen(
             [sys.executable, "-m", "tuner", *words], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            # A process group of its own, as a job's, in this session as a shell's job is: a
-            # group no parent in its session has (start_new_session) is orphaned and the kernel
-            # ignores a stop signal for it, Ctrl-Z's.
-            env=env, process_group=0,
+            env=env, start_new_session=True,  # a process group of its own, as a job's
         )  # fmt: skip
 
     began = time.monotonic()
-    first = _start_args(tmp_path, "random", CTRL_C_SAMPLES)
-    proc = start(*first)
+    hook = _Webhook()
+    first = [sys.executable, "-m", "tuner", *_start_args(tmp_path, "random", CTRL_C_SAMPLES)]
+    term = Terminal([*first, "--notify", hook.url], tmp_path / "driver.log", cwd=ROOT, env=env)
+    proc = term.proc
     while not any(read_metrics(str(t)) for t in sweep.glob("*/") if t.is_dir()):
         assert proc.poll() is None and time.monotonic() - began < 240, (tmp_path / "driver.log").read_text()
         time.sleep(0.05)
     startup = time.monotonic() - began  # launch to the first epoch: imports, Ray up, a trial trained
-    _ctrl_z_then_fg(proc, mark, startup)  # (stopping takes less than starting)
-    _stop_when_caught_midway(proc, sweep, lambda: os.killpg(proc.pid, signal.SIGTERM))
-    log = (tmp_path / "driver.log").read_text()
+    _ctrl_z_then_fg(term, mark, startup)  # (stopping takes less than starting)
+    _stop_when_caught_midway(proc, sweep, term.hang_up)
+    log = (tmp_path / "driver.log").read_text()  # (what it showed until the terminal closed)
     assert proc.returncode == 130, log[-3000:]
-    assert json.loads((sweep / "summary.json").read_text())["status"] == "interrupted"
-    assert f"continue with: python -m tuner resume {sweep}" in log
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    # (its lines after the hangup failed: the driver ended with OSError, told "failed")
+    assert [(n["status"], n["counts"]) for n in hook.close()] == [("interrupted", summary["counts"])]
     assert not processes_left(mark)
     finished, midway = _snapshot(sweep)
 

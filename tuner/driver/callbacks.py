@@ -340,8 +340,7 @@ class Progress(Callback):
         now = time.monotonic()
         if self.live and now - self._last_draw > 0.5:
             self._last_draw = now
-            self.stream.write("\r\033[K" + self._fit(self.line(trials)))
-            self.stream.flush()
+            self._put("\r\033[K" + self._fit(self.line(trials)))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if INTERRUPTED.is_set() and not (trial.last_result or {}).get("done"):
@@ -369,7 +368,7 @@ class Progress(Callback):
             # Failures are news worth a line of their own; other endings show in the status.
             if last.get("failure"):
                 detail = last.get("failure_detail") or f"at epoch {last.get('epoch', 0)}"
-                self.stream.write(f"\r\033[K[tuner] trial {trial_name(trial)} {last['failure']}: {detail}\n")
+                self._put(f"\r\033[K[tuner] trial {trial_name(trial)} {last['failure']}: {detail}\n")
             return
         note = last.get("failure") or how
         epochs = last.get("epoch", 0)
@@ -382,16 +381,14 @@ class Progress(Callback):
         resumable = ", unfinished: resume continues it" if how == "stopped" else ""
         why = self.explain(trial, False) if self.explain is not None and not last.get("failure") else None
         because = "" if why is None else f" (stopped early: {why})"
-        self.stream.write(
+        self._put(
             f"[tuner] trial {trial_name(trial)} {note} after {epochs} epoch(s){resumable}: {value}"
             f"{because} · {self.line(trials, prefix=False, ending=trial)}\n"
         )
-        self.stream.flush()
 
     def say(self, line: str) -> None:
         """A line of its own (above the live status line on a terminal)."""
-        self.stream.write(("\r\033[K" if self.live else "") + line + "\n")
-        self.stream.flush()
+        self._put(("\r\033[K" if self.live else "") + line + "\n")
 
     def close(self, summary: dict[str, Any]) -> None:
         """The live line's last state, once the sweep has ended, from its summary (the table's
@@ -409,8 +406,14 @@ class Progress(Callback):
             len(trials) - unfinished, 0, 0, max(self.total - len(trials), 0), unfinished, failed, shown
         )
         parts.append(clock(time.monotonic() - self.t0))
-        self.stream.write("\r\033[K[tuner] " + " · ".join(parts) + "\n")
-        self.stream.flush()
+        self._put("\r\033[K[tuner] " + " · ".join(parts) + "\n")
+
+    def _put(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:  # a terminal that hung up: its SIGHUP is on the way (driver/stopping.py)
+            pass
 
     def line(self, trials: list, prefix: bool = True, ending: Any = None) -> str:
         counts: dict[str, int] = {}

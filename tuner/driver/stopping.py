@@ -60,6 +60,7 @@ def user_stops() -> Iterator[None]:
         return
     before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     again = before[signal.SIGINT] if callable(before[signal.SIGINT]) else signal.default_int_handler
+    ttys = on_a_terminal()
 
     def first(signum: int, frame: Any) -> None:
         INTERRUPTED.set()
@@ -70,6 +71,8 @@ def user_stops() -> Iterator[None]:
             pass
 
     def graceful(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            off_a_hung_up_terminal(ttys)
         if not INTERRUPTED.is_set():
             first(signum, frame)
 
@@ -88,6 +91,24 @@ def user_stops() -> Iterator[None]:
             os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
         else:
             os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = tune_handler
+
+
+def on_a_terminal() -> tuple[int, ...]:
+    """The standard streams (file descriptors) that are a terminal now."""
+    return tuple(fd for fd in (0, 1, 2) if os.isatty(fd))
+
+
+def off_a_hung_up_terminal(ttys: tuple[int, ...]) -> None:
+    """After a terminal's hangup (a SIGHUP): those of `ttys` that are a terminal no more now
+    read and write /dev/null, as under nohup. Writing to a hung-up terminal fails (EIO): the
+    driver's next line ended it with an OSError instead of the graceful stop SIGHUP asks for.
+    A stream still on a live terminal stays (a SIGHUP from `kill` is no hangup)."""
+    gone = [fd for fd in ttys if not os.isatty(fd)]
+    if gone:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in gone:
+            os.dup2(null, fd)
+        os.close(null)
 
 
 # ------------------------------------------------------------------ the driver watched
@@ -122,8 +143,11 @@ def watched(run: Callable[[], int], settle: Callable[[int, bool], int]) -> int:
     before = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGTSTP)}
     stopped: list[int] = []  # the stop signals this process had
     children: list[int] = []
+    ttys = on_a_terminal()
 
     def pass_on(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:  # (what this one prints after: the table of a settled sweep)
+            off_a_hung_up_terminal(ttys)
         stopped.append(signum)
         for child in children:
             with contextlib.suppress(ProcessLookupError):
