@@ -43,6 +43,11 @@ def _runs_tests(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if _runs_tests(config):
         stall.start()  # a test stuck in C code gets its native stacks printed (tests/stall.py)
+        # A run begun with SIGINT ignored (a background job of a shell without job control)
+        # would hand that on to every sweep it starts, and a sweep keeps an ignored stop signal
+        # ignored (driver/stopping.py): the tests that Ctrl-C one need it as a terminal gives it.
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # When the running test began (time.monotonic()): what it waits for to settle after its work

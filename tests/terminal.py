@@ -19,10 +19,12 @@ from typing import Any
 CTRL_Z = b"\x1a"
 
 # The shell: the terminal's controlling process; its job a process group of its own, in the
-# terminal's foreground.
+# terminal's foreground, begun with the signals' default dispositions.
 SHELL = """
 import fcntl, os, signal, subprocess, sys, termios
 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGTSTP):  # (whatever the tests had)
+    signal.signal(s, signal.SIG_DFL)
 job = subprocess.Popen(sys.argv[1:], process_group=0)
 os.tcsetpgrp(0, job.pid)
 

@@ -52,8 +52,9 @@ _to_watcher: list[int] = []  # in a watched driver: the pipe to its watcher
 @contextlib.contextmanager
 def user_stops() -> Iterator[None]:
     """Around Tune's fit(): the first SIGINT, SIGTERM or SIGHUP stops the sweep gracefully, a
-    second SIGINT at once. Outside the main thread (where no handler can be set) Python's
-    defaults stay."""
+    second SIGINT at once. One ignored when the command began stays ignored (`nohup`'s SIGHUP,
+    SIGINT for a background job of a shell without job control), as Python leaves an ignored
+    SIGINT. Outside the main thread (where no handler can be set) Python's defaults stay."""
     INTERRUPTED.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -61,10 +62,12 @@ def user_stops() -> Iterator[None]:
     before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     again = before[signal.SIGINT] if callable(before[signal.SIGINT]) else signal.default_int_handler
     ttys = on_a_terminal()
+    ours = [s for s in STOP_SIGNALS if before[s] != signal.SIG_IGN]
 
     def first(signum: int, frame: Any) -> None:
         INTERRUPTED.set()
-        signal.signal(signal.SIGINT, again)  # the next one stops at once
+        if signal.SIGINT in ours:
+            signal.signal(signal.SIGINT, again)  # the next one stops at once
         try:
             print(STOPPING, file=sys.stderr, flush=True)
         except (OSError, ValueError, RuntimeError):  # a closed stream, or one in mid-write
@@ -78,9 +81,8 @@ def user_stops() -> Iterator[None]:
 
     tune_handler = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    signal.signal(signal.SIGINT, first)
-    signal.signal(signal.SIGTERM, graceful)
-    signal.signal(signal.SIGHUP, graceful)
+    for s in ours:
+        signal.signal(s, first if s == signal.SIGINT else graceful)
     try:
         yield
     finally:
@@ -162,9 +164,10 @@ def watched(run: Callable[[], int], settle: Callable[[int, bool], int]) -> int:
             signal.signal(signal.SIGTSTP, suspend)
             _signal_groups(held | _groups_under(children), signal.SIGCONT)
 
-    for s in STOP_SIGNALS:  # (before the fork: none is lost in between)
-        signal.signal(s, pass_on)
-    signal.signal(signal.SIGTSTP, suspend)
+    ours = {**dict.fromkeys(STOP_SIGNALS, pass_on), signal.SIGTSTP: suspend}
+    for s, handler in ours.items():  # (before the fork: none is lost in between)
+        if before[s] != signal.SIG_IGN:  # (ignored when the command began: it stays so)
+            signal.signal(s, handler)
     child = os.fork()
     if child == 0:  # the driver
         for s, handler in before.items():
