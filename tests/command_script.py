@@ -54,6 +54,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--sleep", type=float, default=0.3)
     p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--hold", help="after epoch 2, wait (silent) until this file exists")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, _sigterm)
     if os.environ.get("RANK", "0") == "0":
@@ -96,6 +97,8 @@ def main() -> None:
             with open(os.path.join(save, "state.json"), "w") as f:
                 json.dump({"epoch": epoch}, f)
         tuner.report(epoch=epoch, **metrics)
+        while args.hold and epoch >= 2 and not os.path.exists(args.hold):
+            time.sleep(0.05)  # a test's moment, however fast the machine: released by the test
         if args.kind == "crash_once" and epoch == 2 and not restore:
             time.sleep(0.5)  # the report reaches the trial before the exit does
             sys.exit(3)

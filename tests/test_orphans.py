@@ -146,14 +146,17 @@ def test_resume_beside_an_earlier_run_of_a_script_keeps_one_writer(tmp_path: Pat
     """The driver killed with -9 while both scripts are silent mid-epoch: neither outlives it.
     Then a resume beside an earlier run of each trial's script, one this machine knows of."""
     raw = _silent_sweep(tmp_path, "fenced")
-    raw["search"]["params"]["sleep"] = 2.0
+    raw["search"]["params"]["sleep"] = 0.5
     raw["schedule"]["max_epochs"] = 5
+    go = tmp_path / "go"  # each script waits after its second epoch until the resume (not before:
+    raw["task"]["command"] = [*raw["task"]["command"], "--hold", str(go)]  # a slow start is no race)
 
     def both_mid_way(sweep: Path) -> bool:  # each has an epoch (and its checkpoint), and more to go
         epochs = [len(read_metrics(str(t))) for t in sweep.glob("*/") if (t / "trained.txt").exists()]
         return len(epochs) == 2 and all(1 <= n < 4 for n in epochs) and len(_scripts_of(sweep)) >= 2
 
     sweep = kill_9_when(raw, tmp_path, both_mid_way)
+    go.touch()
     _no_script_left(sweep)
     known, unknown = sorted(t for t in sweep.glob("*/") if (t / "trained.txt").exists())
     assert all(len(read_metrics(str(t))) < 5 for t in (known, unknown))  # both to be resumed
