@@ -1,12 +1,15 @@
 """tuner against the hand-written peers, measured side by side in one run on this machine.
 
 usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCHMARKS.md] [--smoke]
-                              [--address GCS]
+                              [--address GCS] [--against DIR]
 
 Sections (issues 7 and 16):
   fixed       issue 16's command (digits_mlp, random, 30 trials, <= 27 epochs, seed 1) against
-              the Optuna peer, whole processes alternating: wall, best, and our fixed cost
-              (start -> first epoch, last epoch -> results / summary / exit); bench_fixed.py
+              the Optuna peer, whole processes alternating: wall (ours / peer, pair by pair),
+              best, our fixed cost (start -> first epoch, last epoch -> results / summary /
+              exit), issue 50's figure of merit and where the seconds went, stage by stage
+              (scripts/timeline.py); with --against DIR, the tuner of another checkout too
+              (`git archive main | tar -x -C DIR`), a third party of each repeat; bench_fixed.py
   throughput  30-trial sweeps of digits_mlp (<= 27 epochs): wall time, epochs/s, best val_acc,
               ours (bohb, random, optuna) vs ../shared/peers or $TUNER_PEERS (Optuna in-process; Ray Tune with
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
@@ -382,7 +385,8 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
     lines = [f"## Run of {datetime.date.today().isoformat()} on {machine()}", ""]
     lines += [
         f"Command: `python scripts/bench.py --repeats {cfg.repeats}{' --smoke' if cfg.smoke else ''}"
-        f"{'' if cfg.only == DEFAULT_SECTIONS else ' --only ' + cfg.only}`"
+        f"{'' if cfg.only == DEFAULT_SECTIONS else ' --only ' + cfg.only}"
+        f"{' --against ' + str(cfg.against) if getattr(cfg, 'against', None) else ''}`"
         f" (all sections in one run, repeats alternating).",
         "",
     ]
@@ -493,12 +497,22 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="toy sizes: checks every section runs")
     p.add_argument("--keep", action="store_true", help="keep the sweep directories")
     p.add_argument(
+        "--against",
+        metavar="DIR",
+        type=Path,
+        help="fixed section: also run the tuner of this other checkout (e.g. main), alternating",
+    )
+    p.add_argument(
         "--address",
         metavar="GCS",
         help="run the sweeps on this running Ray cluster, not a Ray of their own (fixed cost excepted)",
     )
     cfg = p.parse_args()
     JOIN[:] = ["--address", cfg.address] if cfg.address else []
+    if cfg.against is not None:
+        cfg.against = cfg.against.resolve()
+        if not (cfg.against / "tuner" / "__main__.py").exists():
+            p.error(f"--against {cfg.against}: no checkout of tuner there")
     sizes = dict(
         trials=30,
         max_epochs=27,

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,27 @@ def test_without_peers_the_report_says_so_instead_of_inventing_ratios() -> None:
     assert float(_row(fixed, "start -> sweep header printed")[1]) == 1.0
 
 
+def test_against_another_checkout_the_fixed_report_pairs_each_run_with_its_neighbours() -> None:
+    """--against DIR: the other checkout's runs are a third row, their ratios to the peer and
+    to this tree's taken pair by pair (the runs beside each other), and both figures of merit."""
+    run = dict.fromkeys(("header", "first_start", "first_epoch", "to_results", "to_summary", "to_exit"), 1.0)
+
+    def runs(walls: list[float], merit: float) -> list[dict]:
+        return [{**run, "wall": w, "best": 0.95, "epochs": 60, "merit": merit} for w in walls]
+
+    res = {"ours": runs([10.0, 30.0], 1.4), "before": runs([20.0, 60.0], 2.9), "peer": runs([20.0, 20.0], 0)}
+    cfg = argparse.Namespace(trials=30, max_epochs=27, fixed_seed=1, against=Path("/tmp/before"))
+    fixed = "\n".join(bench_fixed.report(res, cfg))
+    assert _number(fixed, r"wall, ours / peer: \*\*([\d.]+)x") == statistics.median([0.5, 1.5])
+    assert _number(fixed, r"before, wall / peer: \*\*([\d.]+)x") == statistics.median([1.0, 3.0])
+    assert _number(fixed, r"this tree / before, pair by pair: wall \*\*([\d.]+)x") == statistics.median(
+        [0.5, 0.5]
+    )
+    assert _number(fixed, r"- figure of merit \(issue 50\).*?\*\*([\d.]+)x") == 1.4
+    assert _number(fixed, r"- before, figure of merit \(issue 50\).*?\*\*([\d.]+)x") == 2.9
+    assert _row(fixed, "tuner random, before")[1] == "40.0"
+
+
 def check_smoke_report(text: str) -> None:
     section = _sections(text)
     assert list(section) == [
@@ -139,6 +161,8 @@ def check_smoke_report(text: str) -> None:
     assert "| tuner optuna |" not in throughput  # (smoke: tuner's bohb and random only)
     assert "Best peer val_acc" in throughput
     assert _number(fixed, r"wall, ours / peer: \*\*([\d.]+)x") > 0
+    assert _number(fixed, r"figure of merit \(issue 50\).*?\*\*([\d.]+)x") > 0
+    assert _number(fixed, r"\| \*\*whole sweep\*\* \| \| ([\d.]+) \|") > 0  # (its timeline)
     _, wall, _, best, epochs = _row(fixed, "tuner random")
     assert float(wall) > 0 and 0 < float(best) <= 1 and 1 <= float(epochs) <= 3 * 2
     for step in ("start -> sweep header printed", "start -> first trial's first epoch"):
