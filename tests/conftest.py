@@ -273,6 +273,7 @@ class CliSweep:
     ray_logs: Path  # its Ray's log directory
     ray_tmp: Path  # its $RAY_TMPDIR: what its Ray left on disk is under it
     secrets: list[str]  # AWS credentials (made up) it had in its environment, as a user's shell may
+    marks: list[dict[str, Any]]  # the stages its processes passed (TUNER_TIMELINE: tuner/timeline.py)
 
 
 def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
@@ -317,7 +318,9 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
     args = ["sweep", str(DEBUG), "--output", str(out), "--name", "s"]
     args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2"]
     secrets = {name: f"{name.lower()}-{uuid.uuid4().hex}" for name in AWS_CREDENTIALS}
-    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp), **secrets}
+    marks = out / "timeline.jsonl"
+    env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp), "TUNER_TIMELINE": str(marks)}
+    env.update(secrets)
     try:
         run = subprocess.run(
             [sys.executable, "-c", CLI_PROBE, *args],
@@ -333,7 +336,8 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
         # (the driver's line first: `python -m tuner` watches its driver from a parent process,
         # which imports neither and reports after it)
         driver_modules = modules[0] if modules else []
-        yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, [*secrets.values()])
+        stages = [json.loads(line) for line in marks.read_text().splitlines()] if marks.exists() else []
+        yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, [*secrets.values()], stages)
     finally:
         import shutil
 

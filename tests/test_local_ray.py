@@ -40,7 +40,8 @@ hosts = sorted({ip for ip, _ in listening()})
 procs = psutil.Process().children(recursive=True)
 idle = [p.pid for p in procs if cmdline(p)[:1] == ["ray::IDLE"]]
 log_monitor = [p.pid for p in procs if "log_monitor.py" in " ".join(cmdline(p))]
-print(json.dumps({"hosts": hosts, "idle": idle, "log_monitor": log_monitor}))
+monitor = [p.pid for p in procs if "autoscaler/_private/monitor.py" in " ".join(cmdline(p))]
+print(json.dumps({"hosts": hosts, "idle": idle, "log_monitor": log_monitor, "monitor": monitor}))
 import ray
 ray.shutdown()
 """
@@ -89,6 +90,8 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
     # No idle worker started ahead for the driver (no trial actor could use one).
     assert probed["idle"] == [], probed
     assert bool(probed["log_monitor"]) == bool(fallbacks or verbose), probed
+    # Nor an autoscaler monitor: one node that never grows has nothing to scale.
+    assert bool(probed["monitor"]) == bool(fallbacks), probed
 
 
 def _first_time(log: Path) -> str:
@@ -109,6 +112,20 @@ def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last
     names = {p.name for p in logs.iterdir()}
     assert "raylet.out" in names and "dashboard.log" in names, names
     assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
+
+
+def test_every_stage_of_a_sweep_is_marked_in_its_timeline(cli_sweep: CliSweep) -> None:
+    """With TUNER_TIMELINE naming a file, the driver and each trial process append the stages
+    they pass (tuner/timeline.py), in order, each trial's from its start to its end: what
+    scripts/timeline.py and bench.py's fixed section read."""
+    assert cli_sweep.run.returncode == 0, cli_sweep.run.stdout + cli_sweep.run.stderr
+    stages = cli_sweep.marks
+    done = [m["what"] for m in stages if m["what"] not in ("trial", "loaded", "first_report", "trial_end")]
+    assert done == ["cli", "ray_init", "ray_up", "preloaded", "fit", "fit_done", "finished", "leave"], done
+    for what in ("trial", "loaded", "first_report", "trial_end"):  # both trials, each stage
+        assert len({m["trial"] for m in stages if m["what"] == what}) == 2, (what, stages)
+    fit, fit_done = (next(m["t"] for m in stages if m["what"] == w) for w in ("fit", "fit_done"))
+    assert all(fit < m["t"] < fit_done for m in stages if m["what"] == "trial"), stages
 
 
 def test_no_credential_of_the_environment_is_left_anywhere_and_rays_files_are_private(

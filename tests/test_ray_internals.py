@@ -40,6 +40,7 @@ PRIVATE = [
     ("ray._private.state", "state.get_cluster_config"),
     ("ray._private.node", "Node.start_api_server"),
     ("ray._private.node", "Node.start_log_monitor"),
+    ("ray._private.node", "Node.start_monitor"),
     ("ray._private.worker", "_global_node"),
     ("ray.air._internal.usage", "tag_callbacks"),
     ("ray.tune.execution.class_cache", "ENV_VARS_TO_PROPAGATE"),
@@ -123,6 +124,7 @@ def test_the_private_behaviour_relied_on_is_as_checked() -> None:
     assert "self._webui_url" in source  # what the deferred start of the API server sets
     assert "self.head = " in source and "self.all_processes: dict" in source  # read by node_process_ids
     assert "self.start_log_monitor()" in source  # the one start no_log_monitor skips
+    assert "self.start_monitor()" in source  # the one start no_autoscaler_monitor skips
     assert ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR == "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
     asha = AsyncHyperBandScheduler(metric="m", mode="max", max_t=9, grace_period=1, reduction_factor=3)
     milestones = [m for m, rung in _ray_internals.asha_rungs(asha) if isinstance(rung, dict)]
@@ -194,7 +196,7 @@ def test_the_gate_takes_the_fallbacks_on_another_ray_or_when_asked(monkeypatch: 
     assert _ray_internals.node_process_ids() == [] and _ray_internals.find_bootstrap_address() is None
     assert _ray_internals.autoscaler_node_groups() is None and not _ray_internals.imports_beside_init()
     assert list(_ray_internals.asha_rungs(object())) == []
-    with _ray_internals.api_server_after_init():
+    with _ray_internals.api_server_after_init(), _ray_internals.no_autoscaler_monitor():
         pass
     monkeypatch.setenv("RAY_AUTH_TOKEN", " t0ken \n")
     assert _ray_internals.ray_token() == "t0ken"

@@ -331,6 +331,27 @@ def no_log_monitor() -> Iterator[None]:
         node.Node.start_log_monitor = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def no_autoscaler_monitor() -> Iterator[None]:
+    """`ray.init` inside starts no autoscaler monitor (Ray 2.60: ray._private.node.Node.
+    start_monitor, called from start_head_processes unless RayParams.no_monitor, which
+    `ray start --no-monitor` sets and `ray.init` cannot). A private local Ray is one node
+    that never grows: it has nothing to scale, and no one asks what it reports (`ray
+    status`); started, the monitor imports Ray and polls the GCS for the whole sweep (~0.45
+    CPU-s of a sweep's start on 2 cores). Fallback: Ray starts it."""
+    if not checked():
+        yield
+        return
+    from ray._private import node
+
+    original = node.Node.start_monitor
+    node.Node.start_monitor = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        node.Node.start_monitor = original  # type: ignore[method-assign]
+
+
 def _start_and_stay(start: Any, head: Any, kwargs: dict[str, Any]) -> None:
     import logging
 

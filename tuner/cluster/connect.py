@@ -98,8 +98,9 @@ def connect(runtime: Runtime) -> str:
     # Train), and the API server process Ray starts anyway comes after the rest, not first:
     # seconds sooner.
     # Nor a log monitor unless the workers' output is to be shown (--verbose): ~1 s sooner.
+    # Nor an autoscaler monitor: one node that never grows has nothing to scale.
     quiet = contextlib.nullcontext() if runtime.verbose else _ray_internals.no_log_monitor()
-    with _ray_internals.api_server_after_init(), quiet:
+    with _ray_internals.api_server_after_init(), quiet, _ray_internals.no_autoscaler_monitor():
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
