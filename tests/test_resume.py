@@ -269,7 +269,7 @@ def test_ctrl_z_a_closed_terminal_or_scancel_then_resume_loses_nothing(tmp_path:
     signals every process of the job, its Ray's included. The first stops gracefully (the
     driver's Ray is in a group of its own); after the second the sweep's Ray is gone, and the
     command notices, writes summary.json (interrupted) from the trials' records and exits 130:
-    sooner than it took to start the sweep (Ray 2.60 left the driver to exit 1 at once, or after
+    within a few times what it took to start the sweep (Ray 2.60 left the driver to exit 1 at once, or after
     60 s without its GCS). notify.webhook hears each time that it was interrupted. `resume`
     then continues each time, losing nothing."""
     sweep = tmp_path / "debug"
@@ -315,7 +315,9 @@ def test_ctrl_z_a_closed_terminal_or_scancel_then_resume_loses_nothing(tmp_path:
     took = _stop_when_caught_midway(proc, sweep, scancel, epochs=trained)  # (once it trains again)
     log = (tmp_path / "driver.log").read_text()
     assert proc.returncode == 130, log[-3000:]
-    assert took < startup, (took, startup, log[-3000:])
+    # Ray 2.60's driver waited 60 s for its GCS: far above a few start-ups (both measured here,
+    # but at different moments: a load that changes between them must not fail the test).
+    assert took < 3 * startup, (took, startup, log[-3000:])
     assert "status interrupted" in log and f"continue with: python -m tuner resume {sweep}" in log
     summary = json.loads((sweep / "summary.json").read_text())
     assert summary["status"] == "interrupted"
