@@ -340,3 +340,26 @@ def test_a_command_trials_best_and_outcome_reach_its_run(ray_session, tmp_path: 
     assert last["api"]["best/val_loss"] == pytest.approx(trials["api"]["best_value"])
     assert last["api"][OUTCOME] == 0 and last["api"][EPOCHS] == 3
     assert last["crash"] == {OUTCOME: 6, EPOCHS: 0}  # exits 3 before any report
+
+
+def test_a_trial_finished_as_its_driver_was_killed_gets_its_end_on_resume(tmp_path: Path) -> None:
+    """A driver killed after a trial's record said it finished and before the trial's last
+    values reached TensorBoard left its outcome column at unfinished (7) for good: the trial
+    never runs again. The next driver of the sweep (resume, extend) writes its end; a trial
+    whose end is there already gets no file more."""
+    from tuner.driver.dashboard import Dashboard, EventFile
+    from tuner.sweepdir import Place, write_record
+
+    sweep = tmp_path / "s"
+    for name in ("cut", "whole"):
+        trial = sweep / name
+        write_record(str(trial), {"trial_id": name, "config": {"lr": 0.1}, "status": "TERMINATED"})
+        rows = [{"epoch": e, "val_acc": 0.1 * e} for e in (1, 2, 3)]
+        (trial / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        outcome = results.Outcome.UNFINISHED if name == "cut" else results.Outcome.COMPLETED
+        EventFile(str(trial), ".tuner-best").scalars({EPOCHS: 3, OUTCOME: outcome.code}, 3)
+    before = {p.name for p in sweep.rglob("*tuner-best")}
+    Dashboard(Place(str(sweep)), [("val_acc", "max")], max_epochs=3).setup()
+    assert tbread.scalars(sweep / "cut")[OUTCOME][-1] == results.Outcome.COMPLETED.code == 0
+    assert tbread.scalars(sweep / "cut")[BEST][-1] == pytest.approx(0.3)
+    assert {p.name for p in (sweep / "whole").glob("*tuner-best")} <= before

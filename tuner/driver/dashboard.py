@@ -123,7 +123,15 @@ class Dashboard(Callback):
 
     def setup(self, **info: Any) -> None:
         # What earlier runs of this sweep finished (resume, extend): the points go on from there.
-        self.history = replay(self._records(), self.objectives)
+        earlier = self._records()
+        self.history = replay(earlier, self.objectives)
+        # A trial that finished as the last driver was killed, after its record and before its
+        # last values here (a remote place's pull widens that moment): its columns would say
+        # unfinished for good, as it never runs again. Its end is written now.
+        for done in earlier:
+            path = os.path.join(self.sweep_dir, done.trial_id)
+            if done.outcome is not Outcome.UNFINISHED and _last_outcome(path) == Outcome.UNFINISHED.code:
+                self._write_trial(_Live(path, EventFile(path, ".tuner-best", self.place)), done)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         path = trial_dir(trial)
@@ -202,6 +210,32 @@ class Dashboard(Callback):
 
     def _records(self) -> list[TrialRecord]:
         return records(self.sweep_dir, self.metric, self.mode, self.max_epochs, [])
+
+
+def _last_outcome(trial_path: str) -> Optional[float]:
+    """The last `trial/outcome` the drivers wrote of a trial (its .tuner-best files, oldest
+    driver's first); None when there is none."""
+    # (the raw loader: EventFileLoader hands scalars back migrated into tensors)
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+
+    def started(name: str) -> tuple[int, float]:  # (events.out.tfevents.<time>.<host>.<pid>.tuner-best)
+        stamp = name.split(".")[3]
+        return int(stamp) if stamp.isdigit() else 0, os.path.getmtime(os.path.join(trial_path, name))
+
+    try:
+        names = [
+            n
+            for n in os.listdir(trial_path)
+            if n.startswith("events.out.tfevents.") and n.endswith(".tuner-best")
+        ]
+    except OSError:
+        return None
+    last = None
+    for name in sorted(names, key=started):
+        for raw in RawEventFileLoader(os.path.join(trial_path, name)).Load():
+            event = Event.FromString(raw)
+            last = next((v.simple_value for v in event.summary.value if v.tag == OUTCOME), last)
+    return last
 
 
 def _name(path: str) -> str:
