@@ -23,7 +23,7 @@ from tuner.config import load_sweep
 from tuner.search import algorithms
 from tuner.search.plan import key
 from tuner.search.simulate import simulate
-from tuner.sweepdir import full_config, read_metrics, read_verdicts
+from tuner.sweepdir import full_config, read_verdicts
 
 FIRST, MORE = 6, 3  # trials of the sweep, then of its extension
 
@@ -32,7 +32,7 @@ def _raw(output: Path, scheduler: str) -> dict[str, Any]:
     several = scheduler == "moasha"
     return {
         "name": scheduler,
-        "task": {"train": "benchmarks.tasks.conditional:train_both"},
+        "task": {"train": "tests.held_task:train_both_held"},  # (train_both, held at a moment)
         "metric": ["val_loss", "cost"] if several else "val_loss",
         "mode": ["min", "min"] if several else "min",
         "search": {
@@ -67,16 +67,21 @@ def _expected(raw: dict[str, Any], tmp_path: Path) -> dict[str, int]:
 
 @pytest.mark.parametrize("scheduler", ["curve", "median", "moasha"])
 def test_killed_resumed_and_extended_it_decides_as_the_one_that_ran_through(
-    scheduler: str, ray_session: Any, tmp_path: Path
+    scheduler: str, ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw = _raw(tmp_path / "out", scheduler)
     expected = _expected(raw, tmp_path)
     assert len(set(expected.values())) > 1  # it stops some trials, not others
 
-    def halfway(sweep: Path) -> bool:  # a few trials ended, one running
-        return sweep.is_dir() and sum(len(read_metrics(str(d))) for d in sweep.iterdir() if d.is_dir()) >= 10
-
-    sweep = kill_9_when(raw, tmp_path, halfway)
+    # Killed while the fourth trial waits before its first report: three ended, one running.
+    # (Not at any moment: killed between a trial's report and the scheduler's judgement of it,
+    # the judgement is lost, and the resumed trial trains on where the uninterrupted sweep
+    # stopped it; every scheduler's resume shares that gap, noted in issue 48's closing note.)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("TUNER_TEST_HOLD", f"{gate}:4")
+    sweep = kill_9_when(raw, tmp_path, lambda _: (gate / "waiting").exists())
+    (gate / "go").touch()
     resumed = cli("resume", str(sweep), on_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     grown = cli("extend", str(sweep), "--num-samples", str(MORE), on_session=True)

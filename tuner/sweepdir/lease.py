@@ -134,11 +134,13 @@ class Lease:
             return True
         driver = note.get("driver", note.get("pid"))
         if note.get("host") == socket.gethostname() and isinstance(driver, int):
-            try:
-                os.kill(driver, 0)
-            except ProcessLookupError:
+            import psutil
+
+            try:  # a zombie is a driver that died and was not yet reaped (its parent killed too)
+                return psutil.Process(driver).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
                 return True
-            except PermissionError:
+            except psutil.Error:
                 return False  # alive, another user's
         return False
 
