@@ -48,15 +48,15 @@ def test_the_arms_that_exist_on_cpu_run_and_the_fastest_within_the_guard_is_chos
     # The measured fastest, up to the gain a change must bring (MIN_GAIN, borne out by the
     # segments: an arm whose segments do not is "within the noise" and keeps the setting;
     # measured again beside the reference, the gain must hold).
-    # (An arm a later one overtook, where that later one was then not borne out measured again,
-    # is not measured again itself: the reference is kept, a known limit noted in algorithms.md.)
+    # Where the best arm was not borne out measured again, the reference is kept, and the arms
+    # judged against that best (overtaken by it, or within 3% of it) are not measured again: a
+    # known limit (docs/how-to/gpus.md).
     rate = chosen.measured.samples_per_s  # type: ignore[union-attr]
-    unproved = ["within the noise", "not borne out"]
-    if any(a.verdict.startswith("not borne out") for a in result.arms):
-        unproved.append("faster, then overtaken")
+    fell_back = any(a.verdict.startswith("not borne out") for a in result.arms)
+    assert not fell_back or chosen is result.arms[0], result.arms
     for a in passing:
         faster = a.measured.samples_per_s > rate * (1 + autotune.MIN_GAIN)  # type: ignore[union-attr]
-        assert a is chosen or not faster or a.verdict.startswith(tuple(unproved)), a
+        assert a is chosen or not faster or fell_back or a.verdict.startswith("within the noise"), a
     if chosen is not result.arms[0]:
         assert changes[4:] == ["reference, again", f"{chosen.change}, again"], changes
         again = [autotune.pooled(result.arms[0].measured, result.arms[4].measured)]  # type: ignore[arg-type]
