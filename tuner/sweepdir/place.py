@@ -33,9 +33,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+import tuner.sweepdir.claim as local_lock
 from tuner.config.storage import is_uri, parse_uri
 from tuner.errors import ConfigError
-from tuner.sweepdir import claim as local_lock
 from tuner.sweepdir.files import BEST_RECORD, CODE_FILE, CONFIG_FILE, check_sweep_dir, write_atomic
 
 if TYPE_CHECKING:
