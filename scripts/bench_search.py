@@ -603,14 +603,7 @@ def bench_pareto(seeds: list[int], schedulers: list[str]) -> list[str]:
             for name in ("fifo", scheduler):
                 over = {"search.num_samples": PARETO_TRIALS, "search.seed": seed, "schedule.scheduler": name}
                 cfg = load_sweep(ROOT / TASKS[1].sweep_file, {**over, **two})
-                plan = algorithms.build(
-                    cfg.search,
-                    cfg.schedule,
-                    cfg.hyperparameters(),
-                    cfg.objective,
-                    cfg.direction,
-                    objectives=cfg.objectives,
-                )
+                plan = algorithms.build_for(cfg)
                 trials = simulate(
                     plan, plan.num_samples, cfg.schedule.max_epochs, both, metric="val_loss", mode="min"
                 )

@@ -69,14 +69,7 @@ def test_an_allowed_pair_builds_its_scheduler(algorithm: str, scheduler: str) ->
 
     cfg = _cfg(algorithm, scheduler)
     assert cfg.scheduler is SCHEDULERS[scheduler]
-    plan = algorithms.build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.objective,
-        cfg.direction,
-        objectives=cfg.objectives,
-    )
+    plan = algorithms.build_for(cfg)
     if SCHEDULERS[scheduler].builds is None:
         assert plan.scheduler is None
     else:

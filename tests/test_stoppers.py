@@ -41,16 +41,7 @@ def _cfg(scheduler: str, n: int = 40, **over: Any) -> Any:
 
 
 def _plan(cfg: Any, prior: Any = None) -> Any:
-    return algorithms.build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.objective,
-        cfg.direction,
-        None,
-        prior,
-        objectives=cfg.objectives,
-    )
+    return algorithms.build_for(cfg, prior=prior)
 
 
 def _run(cfg: Any, **kw: Any) -> dict[str, Any]:

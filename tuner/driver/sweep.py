@@ -326,17 +326,8 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: Claim) -> SweepO
     # A refused sweep leaves no directory: claim removes it. `pack` tunes first, then probes
     # the configuration with the choice (resources.pack_probe).
     res = resources.resolve(cfg, tune)
-    plan = algorithms.build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.objective,
-        cfg.direction,
-        res.max_concurrent,
-        start.prior,
-        objectives=cfg.objectives,
-        place=place,
-    )  # so is one whose constraints the search cannot keep (search.constraints)
+    # (so is one whose constraints the search cannot keep: search.constraints)
+    plan = algorithms.build_for(cfg, res.max_concurrent, start.prior, place)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
     _record_environment(env, place)

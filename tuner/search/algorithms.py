@@ -318,6 +318,24 @@ def _budget(search: SearchSection, prior: Prior) -> int:
     return len(prior.resumed) + max(0, new)
 
 
+def build_for(
+    cfg: Any, max_concurrent: Optional[int] = None, prior: Optional[Prior] = None, place: Any = None
+) -> SearchPlan:
+    """`build` for a whole sweep file (a SweepConfig): its search, schedule, parameters and
+    objectives, read once here rather than by every caller."""
+    return build(
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.objective,
+        cfg.direction,
+        max_concurrent,
+        prior,
+        objectives=cfg.objectives,
+        place=place,
+    )
+
+
 def build(
     search: SearchSection,
     schedule: ScheduleSection,
