@@ -34,11 +34,19 @@ def wait_at_gate(gate: str) -> None:
 
 
 class Gate(TrainerCallback):
-    def __init__(self, gate: str):
-        self.gate = gate
+    """Waits before the second epoch, or with `step` after that training step instead (late
+    in an epoch: a stop then lands where the Trainer's end of epoch would still evaluate and
+    save)."""
+
+    def __init__(self, gate: str, step: int = 0):
+        self.gate, self.step = gate, step
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if round(state.epoch or 0) == 1:
+        if not self.step and round(state.epoch or 0) == 1:
+            wait_at_gate(self.gate)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.step and state.global_step == self.step:
             wait_at_gate(self.gate)
 
 
@@ -61,11 +69,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--lr", type=float)
     p.add_argument("--gate", default="")
+    p.add_argument("--gate-step", type=int, default=0)
     p.add_argument("--epochs", type=int)
     p.add_argument("--alone", type=float, nargs="*")
     args = p.parse_args()
     if args.alone is None:
-        hf_tiny.fit({"lr": args.lr}, args.epochs, None, [Gate(args.gate)])
+        hf_tiny.fit({"lr": args.lr}, args.epochs, None, [Gate(args.gate, args.gate_step)])
         return
     for lr in args.alone:
         epochs = Epochs()

@@ -85,10 +85,12 @@ def test_numbers_are_plain_floats() -> None:
 @pytest.mark.slow  # (each framework's import and a few epochs in a process: seconds)
 @pytest.mark.parametrize("task", ["lightning_task.py", "hf_task.py"])
 def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tmp_path: Path) -> None:
-    """SIGTERM, as a stopped trial's script gets it, while the script waits before its second
-    epoch: training ends at the next step with epoch 1 reported and checkpointed, and the
-    script exits 143 (Lightning's own handling exits 0, which read as the script ending its
-    training itself)."""
+    """SIGTERM, as a stopped trial's script gets it, while the script waits in its second
+    epoch (Lightning's before it; the Trainer's late in it, 13 steps of 16): training ends at
+    the next step with epoch 1 reported and checkpointed, and the script exits 143
+    (Lightning's own handling exits 0, which read as the script ending its training itself).
+    The Trainer's end of an epoch cut short evaluated and saved it, and the callback reported
+    that part-epoch as epoch 2 (1.8 rounds to 2), its checkpoint too."""
     import json
     import os
     import signal
@@ -103,6 +105,8 @@ def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tm
     env = {**os.environ, "TUNER_TRIAL_DIR": str(trial), "TUNER_REPORT_FILE": str(trial / "reports.jsonl"),
            "TUNER_CHECKPOINT_DIR": str(trial / "checkpoints")}  # fmt: skip
     argv = [sys.executable, str(root / "tests" / task), "--lr", "0.01", "--gate", str(gate), "--epochs", "3"]
+    if task == "hf_task.py":  # (512 samples, 32 a step: 16 steps an epoch)
+        argv += ["--gate-step", str(16 + 13)]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while not list(tmp_path.glob("gate.*")):
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""

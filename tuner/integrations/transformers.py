@@ -96,6 +96,15 @@ class TunerCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_evaluate = control.should_save = False
 
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # The epoch a stop cut short ends here too, and the Trainer's flow (its first callback)
+        # has just asked for an evaluation and a checkpoint: of part of an epoch, which would be
+        # reported as a whole one once past its half (`round(state.epoch)`).
+        if self._stop_asked.is_set():
+            control.should_evaluate = control.should_save = False
+
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
@@ -124,7 +133,7 @@ class TunerCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         epoch = int(round(state.epoch or 0))
-        if epoch <= self._reported:  # (a save that is not an epoch's end)
+        if epoch <= self._reported or self._stop_asked.is_set():  # (not an epoch's end)
             return
         save = self.bridge.checkpoint_dir()
         if save:
