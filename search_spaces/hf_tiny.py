@@ -107,7 +107,7 @@ def fit(
         train_dataset=Counting(512, seed=1),
         eval_dataset=Counting(128, seed=2),
         compute_metrics=accuracy,
-        callbacks=[tuned, stop, *callbacks],
+        callbacks=[stop, *callbacks, tuned],  # (tuned last: a stopped trial ends in its on_train_end)
     )
     trainer.train(resume_from_checkpoint=tuned.resume_from_checkpoint)
     return trainer

@@ -117,3 +117,43 @@ def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tm
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-3000:]
     rows = [json.loads(line) for line in (trial / "reports.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1] and os.path.isdir(rows[0]["checkpoint"]), rows
+
+
+class StoppingCtx(Ctx):
+    """A task.train trial's ctx whose scheduler stops the trial at its first report: `report`
+    raises SystemExit(0) there, as Ray's report does when the scheduler stopped the trial."""
+
+    def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]] = None) -> None:
+        super().report(metrics, state)
+        raise SystemExit(0)
+
+
+@pytest.mark.slow  # (transformers' import and an epoch of the example: seconds)
+def test_a_function_trial_stopped_at_its_report_ends_through_the_trainers_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler's stop at a task.train trial's report (ctx.report does not return) ends the
+    Trainer as its own early stopping does: no further step, evaluation or checkpoint, then its
+    end of training (the best weights loaded, every callback's on_train_end, a user's W&B run
+    finished there), and only then the stop goes on out of `trainer.train()`. It went straight
+    through the Trainer from the callback's on_save, and no on_train_end ran."""
+    pytest.importorskip("transformers")
+    from transformers import TrainerCallback
+
+    from tests.hf_task import hf_tiny
+
+    monkeypatch.chdir(tmp_path)
+
+    ended: list[tuple[int, bool]] = []
+
+    class Ended(TrainerCallback):
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            ended.append((state.global_step, control.should_training_stop))
+
+    ctx = StoppingCtx(tmp_path / "trial")
+    with pytest.raises(SystemExit) as stop:
+        hf_tiny.fit({"lr": 0.01}, 3, ctx, [Ended()])
+    assert stop.value.code == 0
+    assert [m["epoch"] for m, _ in ctx.reports] == [1] and ctx.reports[0][1] is not None
+    assert ended == [(16, True)]  # (512 samples, 32 a step)
+    assert sorted(p.name for p in (tmp_path / "trial" / OUTPUTS).glob("checkpoint-*")) == ["checkpoint-16"]

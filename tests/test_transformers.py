@@ -6,9 +6,14 @@ downloaded; tests/hf_task.py runs it), on real Ray.
   second epoch; `tuner resume` continues each from the Trainer's own checkpoint, and every
   epoch equals the same code run alone, exactly. The Trainer's outputs are in each trial's
   directory.
-- task.train, 2 trials at once: every epoch equals the same code run alone, and the trials keep
-  their best epoch's weights: best/, and `tuner.load_best` gives them back into the example's
-  model.
+- task.train, 2 trials at once, ASHA (grace 1 of 2 epochs): the trial that learns nothing is
+  stopped at the rung whichever trial reached it first (the other two are better there), and
+  one of the good two may be; a stopped trial ends at the rung (its journal, its Trainer's
+  checkpoints), "stopped early" (not failed, not stopped itself); every epoch equals the same
+  code run alone, and the trials keep their best epoch's weights: best/, and
+  `tuner.load_best` gives them back into the example's model.
+
+(How a task.train trial's Trainer ends when stopped, and a script's: tests/test_integrations.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ NO_TRANSFORMERS = "the transformers extra is not installed (pip install 'tuner[t
 pytest.importorskip("transformers", reason=NO_TRANSFORMERS)
 
 LRS = [0.003, 0.01]
+# Learns nothing in an epoch: its eval_loss at the rung (0.692) is worse than either of LRS's
+# (0.636, 0.690), so ASHA stops it whatever it is compared with.
+STILL = 1e-6
 EPOCHS = 2
 TASK = {
     "command": {
@@ -44,7 +52,7 @@ TASK = {
 def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[float, list[dict[str, Any]]]:
     """Each learning rate's epochs, the example run alone (no sweep)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hf_task.py"), "--alone", *map(str, LRS), "--epochs",
+        [sys.executable, str(ROOT / "tests" / "hf_task.py"), "--alone", *map(str, [*LRS, STILL]), "--epochs",
          str(EPOCHS)],  # fmt: skip
         cwd=tmp_path_factory.mktemp("alone"),
         capture_output=True,
@@ -56,8 +64,9 @@ def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[float, list[dict[str
     return {f["lr"]: f["rows"] for f in found}
 
 
-def _same_epochs(journal: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
-    assert [r["epoch"] for r in journal] == [r["epoch"] for r in theirs] == [1, 2]
+def _same_epochs(journal: list[dict[str, Any]], theirs: list[dict[str, Any]], epochs: int = EPOCHS) -> None:
+    theirs = theirs[:epochs]
+    assert [r["epoch"] for r in journal] == [r["epoch"] for r in theirs] == list(range(1, epochs + 1))
     for mine, row in zip(journal, theirs, strict=True):
         for name in ("eval_loss", "eval_accuracy", "loss"):
             assert mine[name] == pytest.approx(row[name], rel=1e-6, abs=1e-7), (name, mine, row)
@@ -95,21 +104,36 @@ def test_a_killed_script_sweep_resumes_exactly_as_the_trainer_alone(tmp_path: Pa
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_a_function_sweep_trains_as_alone_and_keeps_its_best_weights(tmp_path: Path, alone: Any) -> None:
+def test_asha_stops_function_trials_at_the_rung_and_best_keeps_weights(tmp_path: Path, alone: Any) -> None:
     import torch
 
     import tuner
     from tests import hf_task
 
+    raw = _raw("train", tmp_path, {})
+    raw["search"]["params"]["lr"]["values"] = [*LRS, STILL]  # (in this order: STILL starts last)
+    raw["schedule"] = {"max_epochs": EPOCHS, "scheduler": "asha"}  # (grace_epochs: 1, the default)
     sweep_file = tmp_path / "hf.yaml"
-    sweep_file.write_text(json.dumps(_raw("train", tmp_path, {})))
+    sweep_file.write_text(json.dumps(raw))
     done = cli("sweep", str(sweep_file), cwd=ROOT, on_session=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     sweep = tmp_path / "hf-train"
     summary = json.loads((sweep / "summary.json").read_text())
-    for t in summary["trials"]:
-        _same_epochs(read_metrics(str(sweep / t["trial_id"])), alone[t["config"]["lr"]])
+    by_lr = {t["config"]["lr"]: t for t in summary["trials"]}
+    assert by_lr[STILL]["stopped_early"], by_lr[STILL]
+    for lr, t in by_lr.items():
+        trial = sweep / t["trial_id"]
+        journal = read_metrics(str(trial))
+        epochs = 1 if t["stopped_early"] else EPOCHS
+        _same_epochs(journal, alone[lr], epochs)
+        assert t["failure"] is None and "stopped_by" not in journal[-1], (t, journal)
+        # The Trainer saved its epochs up to the rung, none after (16 steps an epoch).
+        steps = sorted(int(p.name.split("-")[1]) for p in (trial / "framework").glob("checkpoint-*"))
+        assert steps == [16 * e for e in range(1, epochs + 1)], (lr, steps)
+    stopped = sum(t["stopped_early"] for t in summary["trials"])
+    assert summary["counts"] == {"completed": 3 - stopped, "stopped early": stopped}, summary["counts"]
     best = summary["best"]
+    assert best["config"]["lr"] != STILL
     model = tuner.load_best(str(sweep), model=hf_task.hf_tiny.build_model({}))
     x = hf_task.hf_tiny.Counting(128, seed=2)
     with torch.no_grad():

@@ -14,8 +14,11 @@ evaluation metrics (`eval_loss`, your `compute_metrics`' `eval_*`) and its last 
 (`loss`) go to tuner, with that checkpoint copied into the directory tuner gives. `output_dir`
 is the trial's own directory (`framework/`) in a sweep. When the Trainer's early stopping ends
 training, the last epoch's report says so (`stopped_by: should_training_stop`). When tuner
-stops a script's trial (SIGTERM), training ends after the current step and the script exits
-as one ended by SIGTERM (143); in `task.train`, `ctx.report` does not return. Outside a sweep
+stops a trial (a script's by SIGTERM: after the current step; a `task.train` trial's at its
+report), the Trainer ends as its own early stopping ends it, its end of training included
+(the best model loaded, the callbacks' `on_train_end`), and then this callback's
+`on_train_end` ends `trainer.train()`: a script exits as one ended by SIGTERM (143), a
+`task.train` function does not go on. So list it last among the callbacks. Outside a sweep
 it prints each epoch's metrics.
 
 Needs `eval_strategy="epoch"` and `save_strategy="epoch"` (one report an epoch, with its
@@ -53,6 +56,7 @@ class TunerCallback(TrainerCallback):
         self._reported = 0
         self._stop_asked = threading.Event()
         self._before: Any = None  # the SIGTERM handler before ours
+        self._stopped: Optional[BaseException] = None  # a task.train trial's stop, from its report
 
     @property
     def output_dir(self) -> Optional[str]:
@@ -111,6 +115,11 @@ class TunerCallback(TrainerCallback):
         if self._before is not None:
             signal.signal(signal.SIGTERM, self._before)
             self._before = None
+        if self._stopped is not None:
+            # The Trainer's end ran (every callback listed before this one had its
+            # on_train_end): the stop goes on out of `trainer.train()` as the report raised it.
+            stopped, self._stopped = self._stopped, None
+            raise stopped
         if self._stop_asked.is_set():
             # Training ended cleanly; the process still ends as one stopped by SIGTERM (an exit
             # status of 0 would read as the script ending its training itself).
@@ -147,4 +156,12 @@ class TunerCallback(TrainerCallback):
         model = kwargs.get("model")
         weights = model.state_dict() if model is not None and self.bridge.ctx is not None else None
         self._reported = epoch
-        self.bridge.report(epoch, report, model=weights)
+        try:
+            self.bridge.report(epoch, report, model=weights)
+        except SystemExit as stop:
+            # A task.train trial the scheduler stopped at this report (`ctx.report` does not
+            # return): the Trainer ends as its own early stopping ends it, with no further step,
+            # evaluation or checkpoint, and its end of training; on_train_end raises the stop.
+            self._stopped = stop
+            self._stop_asked.set()
+            control.should_training_stop = True
