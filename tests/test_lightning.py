@@ -1,18 +1,16 @@
 """Lightning tuned as it is (tuner.integrations.lightning, issue 51), with the real Lightning,
 the shipped example's LightningModule (tests/lightning_task.py runs it), on real Ray.
 
-- task.command, 2 trials at once: the driver is killed (-9) while both trials wait before their
-  second epoch; `tuner resume` continues each from Lightning's own checkpoint (RNG states
-  included), and every epoch equals the same code run alone, exactly. Lightning's outputs are
+- task.command and task.train, 2 trials at once: the driver is killed (-9) while both trials
+  wait before their second epoch; `tuner resume` continues each from Lightning's own
+  checkpoint (RNG states included; a function's carried in ctx.report's state), and every
+  epoch equals the same code run alone, exactly. Lightning's outputs are
   in each trial's directory, and no trial has event files of Lightning's beside tuner's
   (`tuner board` showed twice the runs).
 - task.train, one trial at a time (so ASHA's decisions are known): a trial's epochs equal the
   same code run alone, ASHA stops the trial that learns nothing at its first rung, Lightning's
   own early stopping ends another (its outcome "stopped itself", not the scheduler's), and
   best/ holds the best epoch's weights, which `tuner.load_best` gives back.
-
-(The resume of a task.train trial goes through the same callback; what differs, its
-checkpoint carried in ctx.report's state, is tests/test_integrations.py's.)
 """
 
 from __future__ import annotations
@@ -72,8 +70,8 @@ def _same_epochs(journal: list[dict[str, Any]], alone: list[dict[str, Any]]) -> 
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_a_killed_sweep_resumes_exactly_as_lightning_alone(tmp_path: Path, alone: Any) -> None:
-    form = "command"
+@pytest.mark.parametrize("form", ["command", "train"])
+def test_a_killed_sweep_resumes_exactly_as_lightning_alone(form: str, tmp_path: Path, alone: Any) -> None:
     gate = tmp_path / "gate"
     had_logs = (ROOT / "lightning_logs").exists()
     raw = {
