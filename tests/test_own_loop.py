@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gc
 import math
+import subprocess
+import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from tests.conftest import DEBUG, ROOT, cli
 from tests.own_loops import lines
 from tests.test_memory import end_trial
 from tuner.config import ConfigError, TrainingSection, parse_sweep, read_yaml
-from tuner.sweepdir import read_metrics
+from tuner.sweepdir import STOPPED_ITSELF, read_metrics
 from tuner.trial.frame.checkpoint import DirCheckpoints
 from tuner.trial.frame.session import LocalSession
 from tuner.trial.frame.spec import TrialSpec
@@ -153,6 +157,56 @@ def test_a_resumed_own_loop_continues_where_it_stopped_and_ends_where_one_run_en
     assert [m["val_loss"] for m in resumed.metrics] == [m["val_loss"] for m in straight.metrics[2:]]
     assert straight.metrics[-1]["val_loss"] < straight.metrics[0]["val_loss"] / 10  # it learns
     assert "resumed at epoch 2" in (tmp_path / "resumed" / "trial.log").read_text()
+
+
+def test_a_resumed_own_loop_with_nothing_new_to_report_ends_as_its_journal_says(tmp_path: Path) -> None:
+    """Restored at its last epoch (recorded, then killed before Tune heard of it), a loop has
+    nothing left to train; restored earlier, a loop may end at once (its own early stopping).
+    Neither is an error: the trial ends with the epoch its journal ends at (the trial actor
+    reports it again: journal.report_again), the second marked as stopped by itself."""
+    run(tmp_path / "whole")
+    whole = read_metrics(str(tmp_path / "whole"))
+    resumed = run(tmp_path / "whole", resume=True)  # restored at epoch 4 of 4
+    assert resumed.metrics == [] and read_metrics(str(tmp_path / "whole")) == whole
+    half = TrialSpec(**{**SPEC.to_dict(), "max_epochs": 2})
+    run(tmp_path / "half", half)
+    ended = run(tmp_path / "half", resume=True, behave="end_when_restored")
+    rows = read_metrics(str(tmp_path / "half"))
+    assert ended.metrics == [] and [r["epoch"] for r in rows] == [1, 2] and rows[-1][STOPPED_ITSELF]
+
+
+@pytest.mark.slow  # (two processes that import torch: seconds without Ray)
+def test_a_resumed_trial_waits_for_an_earlier_run_still_writing_and_trains_no_epoch_twice(
+    tmp_path: Path,
+) -> None:
+    """The trial process of a driver killed with -9 lives on a moment (Ray ends it after the
+    driver) and may still record an epoch and its checkpoint after `resume` has found the trial
+    unfinished. The resumed run waits for it (journal.sole_writer), then continues from what it
+    left: no epoch trained twice, none recorded twice."""
+    trial, gate = tmp_path / "t", tmp_path / "gate"
+    run(trial, TrialSpec(**{**SPEC.to_dict(), "max_epochs": 2}))
+    code = (
+        "import sys; from pathlib import Path; from tests.test_own_loop import run; "
+        "run(Path(sys.argv[1]), resume=True, behave='gate', gate=sys.argv[2])"
+    )
+    earlier = subprocess.Popen([sys.executable, "-c", code, str(trial), str(gate)], cwd=ROOT)
+    try:
+        while not Path(f"{gate}.waiting").exists():  # it holds the trial, before its epoch 3
+            assert earlier.poll() is None, "the earlier run ended before its gate"
+            time.sleep(0.02)
+        resumed = threading.Thread(target=run, args=(trial,), kwargs={"resume": True})
+        resumed.start()
+        log = trial / "trial.log"
+        while "still writing its files: waiting" not in log.read_text():
+            assert resumed.is_alive(), "the resumed run did not wait for the earlier one"
+            time.sleep(0.02)
+        gate.touch()
+        assert earlier.wait(timeout=120) == 0  # (a hang guard)
+        resumed.join()
+    finally:
+        earlier.kill()
+    assert lines(trial / "trained.txt") == [1, 2, 3, 4]
+    assert [r["epoch"] for r in read_metrics(str(trial))] == [1, 2, 3, 4]
 
 
 def test_a_non_finite_metric_ends_the_trial_as_diverged(tmp_path: Path) -> None:

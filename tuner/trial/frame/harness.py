@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from tuner import autotune
 from tuner.sweepdir import STOPPED_ITSELF, TRIAL_LOG, finite
 from tuner.trial.frame.gpu import NoGpu, make_gpu
-from tuner.trial.frame.journal import LOG_FORMAT, NOTICE, MetricsLog, NullMetricsLog, write_traceback
+from tuner.trial.frame.journal import (
+    LOG_FORMAT,
+    NOTICE,
+    MetricsLog,
+    NullMetricsLog,
+    sole_writer,
+    write_traceback,
+)
 from tuner.trial.frame.memory import release
 from tuner.trial.frame.session import Session
 from tuner.trial.frame.settings import Settings
@@ -83,7 +90,8 @@ def guarded(
             # Before anything is built: this trial's share of the GPU must be free (gpu.py).
             gpu.claim(spec.gpus_per_worker, spec.gpu_memory_margin, spec.gpu_context_bytes)
             gpu.configure(tf32=settings.tf32)
-        return body(Frame(spec, session, device, gpu, settings, watchdog, log))
+        with sole_writer(main_dir, log):
+            return body(Frame(spec, session, device, gpu, settings, watchdog, log))
     except BaseException as err:
         if isinstance(err, Exception):  # not a scheduler's stop (SystemExit from report)
             # Tune keeps its own error.txt on the driver; this copy is written by the trial

@@ -9,11 +9,15 @@ tail.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import time
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 from tuner.sweepdir import METRICS_FILE, NOTICE, TRACEBACK_FILE, TRIAL_LOG, read_metrics, write_atomic
@@ -23,6 +27,8 @@ __all__ = [
     "NOTICE",
     "MetricsLog",
     "NullMetricsLog",
+    "report_again",
+    "sole_writer",
     "log_line",
     "read_metrics",
     "write_atomic",
@@ -40,6 +46,50 @@ def log_line(trial_dir: str, message: str) -> None:
     record = logging.makeLogRecord({"msg": message, "levelname": "INFO"})
     with open(os.path.join(trial_dir, TRIAL_LOG), "a") as f:
         f.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+
+
+def report_again(trial_dir: Optional[str], report: Callable[[dict[str, Any]], None]) -> None:
+    """Report the journal's last epoch again, for a run of a trial that ended without a report
+    of its own: it was restored at its last epoch (recorded, then the driver was killed before
+    Tune heard of it: the resumed run has nothing left to train), or its own code ended it at
+    once. Tune then ends the trial with that epoch's metrics, as the run that recorded it would
+    have, rather than with none (which fails the whole sweep where a scheduler or searcher
+    names the metric). Nothing when the trial has no epoch recorded."""
+    rows = read_metrics(trial_dir) if trial_dir else []
+    if rows:
+        report({k: v for k, v in rows[-1].items() if k != "wall_time"})
+
+
+@contextmanager
+def sole_writer(trial_dir: Optional[str], log: logging.Logger) -> Iterator[None]:
+    """This run of the trial as the only writer of its directory while it runs (an exclusive
+    `flock` on the directory itself: no file of its own, dropped by the kernel however the
+    process ends).
+
+    A run of the trial that is still alive holds it: the trial process of a driver killed with
+    -9, which Ray ends a moment after the driver, may still append an epoch and save its
+    checkpoint after a resumed sweep has read the trial as unfinished. This run waits until it
+    is gone and then reads the journal and checkpoints as that run left them, never while they
+    change under it. Where the filesystem has no such locks (some network ones), nothing.
+    """
+    fd = -1
+    if trial_dir and os.path.isdir(trial_dir):
+        with contextlib.suppress(OSError):
+            fd = os.open(trial_dir, os.O_RDONLY)
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.warning("an earlier run of this trial is still writing its files: waiting until it ends")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                log.info("the earlier run of this trial ended: this one continues from its files")
+            except OSError:
+                pass  # (no locks here)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 class MetricsLog:

@@ -45,6 +45,11 @@ class Session:
     held: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
     _reported: bool = False
 
+    @property
+    def reported(self) -> bool:
+        """Whether this run of the trial has reported an epoch."""
+        return self._reported
+
     def persist_now(self) -> None:
         """The trial's journal and log where the sweep lives, at once (before its watchdog
         ends the process): nothing to do where the trial writes into the sweep itself."""

@@ -60,7 +60,7 @@ from datetime import timedelta
 from typing import Any, Optional
 
 from tuner.config.modes import MODES
-from tuner.trial.frame.journal import log_line, traceback_name
+from tuner.trial.frame.journal import log_line, report_again, traceback_name
 from tuner.trial.frame.memory import is_oom
 from tuner.trial.frame.spec import TrialSpec, trial_dir_for
 
@@ -315,6 +315,8 @@ def run_group(config: dict[str, Any], spec: TrialSpec) -> None:
         try:
             forward.run(_reporter(tune))
             clean = True  # every rank returned
+            if not forward.forwarded:  # (restored at its last epoch: see journal.report_again)
+                report_again(trial_dir, tune.report)
         except SystemExit:  # Tune stopped the trial (from tune.report)
             clean = forward.stop()
             raise
@@ -497,6 +499,7 @@ class _Forward:
         self.pending = rank0.next_reports.remote(POLL_S)  # the one call for reports out
         self.ended = False  # rank 0 has put END
         self.failed: Optional[int] = None  # the rank whose error is the trial's
+        self.forwarded = 0  # reports passed on to Tune
 
     def run(self, report: Any) -> None:
         while not self.ended or self.runs:
@@ -558,6 +561,7 @@ class _Forward:
                 self.ended = True
             elif report is not None:
                 report(item)  # SystemExit: Tune stopped the trial (see `stop`)
+                self.forwarded += 1
                 self.rank0.verdict.remote(self.trial_id, True)
         if not self.ended:
             self.pending = self.rank0.next_reports.remote(POLL_S)

@@ -47,6 +47,12 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         train = MODES[spec.trial_mode].function()
         timeline.mark("loaded", trial=trial)
         train(config, spec, session)
+        if not session.reported:  # (restored at its last epoch, or ended by its own code at once)
+            from ray import tune
+
+            from tuner.trial.frame.journal import report_again
+
+            report_again(session.trial_dir, tune.report)
     finally:
         timeline.mark("trial_end", trial=trial)
 

@@ -109,6 +109,8 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
                 "after its last epoch, %s: its epochs kept", _exit_message(code, list(proc.stderr_tail))
             )
         if follower.last is None:
+            if read_metrics(session.trial_dir):  # a resumed run with nothing new: report_again
+                return None
             raise MissingMetricError(spec.metric, [])
         follower.flush()
         return follower.last

@@ -53,7 +53,9 @@ def _run(hp: dict[str, Any], f: Frame) -> Optional[dict[str, Any]]:
         oom = _call(fn, dict(hp), ctx, f)
         if oom is None:
             ctx.flush()  # the last epoch, held until the function returned
-            if ctx.last is not None and "failure" not in ctx.last and ctx.epoch < f.spec.max_epochs:
+            # (ctx.last None: restored, it reported nothing new; the trial actor reports the
+            # journal's last epoch again: tuner.trial.frame.journal.report_again)
+            if (ctx.last is None or "failure" not in ctx.last) and ctx.epoch < f.spec.max_epochs:
                 progress.stopped_itself(ctx.epoch)  # it returned early: its own early stopping
             return ctx.last
         # Outside the except block: the traceback, and with it the user's tensors, is gone.
@@ -85,7 +87,7 @@ def _call(fn: Any, config: dict[str, Any], ctx: TrainContext, f: Frame) -> Optio
             raise torch.OutOfMemoryError(f"{first_line(err)}{OUTSIDE_STEP}") from err
         traceback.clear_frames(err.__traceback__)  # the frames hold the step's tensors
         return first_line(err)
-    if ctx.last is None:
+    if ctx.last is None and ctx.epoch == 0:  # (restored from an epoch: it has reported before)
         raise RuntimeError(
             f"task.train '{f.spec.train}' returned without calling ctx.report: "
             "report each epoch's metrics (ctx.report({'val_loss': ...}))"
