@@ -576,6 +576,23 @@ def unheld(sweep: Path, within_s: float = 120) -> None:
             time.sleep(0.02)
 
 
+def gone(*pids: int, within_s: float = 120) -> None:
+    """Wait until the processes are gone (a zombie counts as gone): the trials of a driver killed
+    with -9 live on a moment, until Ray ends them, and none may write once the test goes on."""
+    import psutil
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + settle_s(within_s)  # (a hang guard)
+    while any(alive(p) for p in pids):
+        assert time.monotonic() < deadline, f"processes of the killed driver still alive: {pids}"
+        time.sleep(0.05)
+
+
 def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 

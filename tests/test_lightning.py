@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, cli, kill_9_when, resumed_to_the_end
-from tests.test_modes import _gone, _waiting
+from tests.conftest import ROOT, cli, gone, kill_9_when, resumed_to_the_end
+from tests.test_modes import _waiting
 from tuner.sweepdir import read_metrics, trial_dirs
 
 NO_LIGHTNING = "the lightning extra is not installed (pip install 'tuner[lightning]')"
@@ -89,7 +89,7 @@ def test_a_killed_sweep_resumes_exactly_as_lightning_alone(form: str, tmp_path: 
         return len(_waiting(gate)) == 2 and len(dirs) == 2 and all(read_metrics(d) for d in dirs)
 
     sweep = kill_9_when(raw, tmp_path, both_wait_after_epoch_1)
-    _gone(_waiting(gate))
+    gone(*_waiting(gate))
     gate.touch()
     summary = resumed_to_the_end(sweep, 2)
     for t in summary["trials"]:

@@ -25,16 +25,14 @@ import copy
 import json
 import math
 import re
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import torch
 
 import tuner
-from tests.conftest import cli, kill_9_when
+from tests.conftest import cli, gone, kill_9_when
 from tests.mode_tasks import Net
 from tuner.config import ConfigError, parse_sweep
 from tuner.config.modes import MODES
@@ -74,14 +72,6 @@ def _raw(name: str, tmp_path: Path) -> dict[str, Any]:
 def _waiting(gate: Path) -> list[int]:
     """The processes waiting at the gate (each left a file `<gate>.<pid>`)."""
     return [int(p.suffix[1:]) for p in gate.parent.glob(f"{gate.name}.*")]
-
-
-def _gone(pids: list[int], within_s: float = 60) -> None:
-    """Wait until the killed sweep's trials are gone: none may go on writing once the gate opens."""
-    deadline = time.time() + within_s
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
-        assert time.time() < deadline, f"trials of the killed driver still alive: {pids}"
-        time.sleep(0.2)
 
 
 def test_every_mode_has_a_contract_task() -> None:
@@ -125,7 +115,7 @@ def test_every_mode_keeps_the_contract(name: str, tmp_path: Path) -> None:
     # Runs; killed while both trials wait mid-way, past their epoch-1 checkpoints.
     gate = tmp_path / "gate"
     sweep = kill_9_when(raw, tmp_path, lambda _: len(_waiting(gate)) == 2)
-    _gone(_waiting(gate))
+    gone(*_waiting(gate))  # (none may go on writing once the gate opens)
     before = {d: read_metrics(d) for d in trial_dirs(str(sweep))}
     assert len(before) == 2 and all([r["epoch"] for r in rows] == [1] for rows in before.values()), before
 

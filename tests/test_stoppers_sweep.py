@@ -18,12 +18,12 @@ import pytest
 
 from benchmarks.tasks.conditional import both
 from tests import tbread
-from tests.conftest import cli, kill_9_when
+from tests.conftest import cli, gone, kill_9_when
 from tuner.config import load_sweep
 from tuner.search import algorithms
 from tuner.search.plan import key
 from tuner.search.simulate import simulate
-from tuner.sweepdir import full_config, read_verdicts
+from tuner.sweepdir import STOPPER_FILE, full_config, read_record, read_verdicts, trial_dirs, write_record
 
 FIRST, MORE = 6, 3  # trials of the sweep, then of its extension
 
@@ -53,7 +53,8 @@ def _raw(output: Path, scheduler: str) -> dict[str, Any]:
 
 
 def _expected(raw: dict[str, Any], tmp_path: Path) -> dict[str, int]:
-    """configuration -> the epochs the simulator gives it, FIRST + MORE trials uninterrupted."""
+    """configuration -> the epochs the simulator gives it, FIRST + MORE trials uninterrupted,
+    in the order they run."""
     path = tmp_path / "expected.yaml"
     path.write_text(json.dumps({**raw, "search": {**raw["search"], "num_samples": FIRST + MORE}}))
     cfg = load_sweep(path)
@@ -73,17 +74,36 @@ def test_killed_resumed_and_extended_it_decides_as_the_one_that_ran_through(
     expected = _expected(raw, tmp_path)
     assert len(set(expected.values())) > 1  # it stops some trials, not others
 
-    # Killed while the fourth trial waits before its first report: three ended, one running.
-    # (Not at any moment: killed between a trial's report and the scheduler's judgement of it,
-    # the judgement is lost, and the resumed trial trains on where the uninterrupted sweep
-    # stopped it; every scheduler's resume shares that gap, noted in issue 48's closing note.)
+    # Killed while a trial waits before its first report, every one before it ended: the one
+    # after the first the scheduler stops (moasha: the fourth), so that the last to end was
+    # stopped, with nothing after it that its judgement could not have seen.
+    order = list(expected.items())
+    stops = [i for i, (_, epochs) in enumerate(order[:FIRST]) if epochs < raw["schedule"]["max_epochs"]]
+    last = stops[0] if scheduler != "moasha" else 2
+    assert last + 1 < FIRST, order
     gate = tmp_path / "gate"
     gate.mkdir()
-    monkeypatch.setenv("TUNER_TEST_HOLD", f"{gate}:4")
+    monkeypatch.setenv("TUNER_TEST_HOLD", f"{gate}:{last + 2}")
     sweep = kill_9_when(raw, tmp_path, lambda _: (gate / "waiting").exists())
-    (gate / "go").touch()
+    # The waiting trial's process outlives its driver a moment (Ray ends it): gone before the
+    # resume reads the sweep, it records nothing more (it never passes the gate).
+    gone(int((gate / "waiting").read_text()))
+    if scheduler != "moasha":
+        # Killed between that trial's last report and the scheduler's judgement of it, the
+        # sweep leaves it so: that epoch recorded (and its checkpoint), no judgement of it, its
+        # record still running. Resumed, it is judged before it trains on, and ends there.
+        stopped_last = next(d for d in trial_dirs(str(sweep)) if key(full_config(d)) == order[last][0])
+        judged = read_verdicts(stopped_last)
+        assert judged[-1]["stop"] and judged[-1]["epoch"] == order[last][1], judged
+        verdicts = Path(stopped_last) / STOPPER_FILE
+        verdicts.write_text("".join(line + "\n" for line in verdicts.read_text().splitlines()[:-1]))
+        write_record(stopped_last, {**(read_record(stopped_last) or {}), "status": "RUNNING"})
     resumed = cli("resume", str(sweep), on_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    if scheduler != "moasha":
+        name = Path(stopped_last).name
+        assert f"trial {name} ends at epoch {order[last][1]}, judged as it resumes" in resumed.stdout
+        assert read_verdicts(stopped_last)[-1] == judged[-1]  # the same judgement, made again
     grown = cli("extend", str(sweep), "--num-samples", str(MORE), on_session=True)
     assert grown.returncode == 0, grown.stdout[-3000:] + grown.stderr[-3000:]
 

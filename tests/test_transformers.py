@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, cli, kill_9_when, resumed_to_the_end
-from tests.test_modes import _gone, _waiting
+from tests.conftest import ROOT, cli, gone, kill_9_when, resumed_to_the_end
+from tests.test_modes import _waiting
 from tuner.sweepdir import read_metrics, trial_dirs
 
 NO_TRANSFORMERS = "the transformers extra is not installed (pip install 'tuner[transformers]')"
@@ -93,7 +93,7 @@ def test_a_killed_script_sweep_resumes_exactly_as_the_trainer_alone(tmp_path: Pa
         return len(_waiting(gate)) == 2 and len(dirs) == 2 and all(read_metrics(d) for d in dirs)
 
     sweep = kill_9_when(_raw("command", tmp_path, {"gate": str(gate)}), tmp_path, both_wait_after_epoch_1)
-    _gone(_waiting(gate))
+    gone(*_waiting(gate))
     gate.touch()
     summary = resumed_to_the_end(sweep, 2)
     for t in summary["trials"]:

@@ -22,7 +22,7 @@ from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml,
 from tuner.config.schedule import TrackingSection
 from tuner.driver import autotune, resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full, storage_unavailable, warn
-from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, records, summarize
+from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, record, records, summarize
 from tuner.search import algorithms, warm
 from tuner.search.algorithms import Prior, PriorTrial
 from tuner.space.params import allows
@@ -217,6 +217,41 @@ def _failed(finished: list[TrialRecord]) -> list[TrialRecord]:
     return [t for t in finished if t.outcome.failed and not t.never_started]
 
 
+def _stopped_at_resume(
+    cfg: SweepConfig, place: Place, finished: list[TrialRecord], unfinished: list[TrialRecord]
+) -> dict[str, TrialRecord]:
+    """The unfinished trials a scheduler that judges whole curves (median, curve) stops at the
+    last epoch they recorded, ended now as the uninterrupted sweep ended them (by trial path;
+    their records read again). A driver killed between a trial's report and the scheduler's
+    judgement of it lost the judgement (or, between a judgement to stop and the trial's end,
+    the stop): continued, the trial would train an epoch the sweep never gave it."""
+    if not cfg.scheduler.whole_curve or not unfinished:
+        return {}
+    prior = Prior(
+        finished=[
+            PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
+        ],
+        interrupted=[PriorTrial(full_config(t.path), t.history) for t in unfinished],
+    )
+    scheduler = algorithms.scheduler_for(cfg, prior)
+    ended = {}
+    for i, t in enumerate(unfinished):
+        kept = t.verdict if t.verdict is not None and t.verdict.get("epoch") == t.epochs else None
+        verdict = kept or scheduler.at_resume(i)
+        if verdict is None or not verdict["stop"]:
+            continue
+        if kept is None:
+            place.push(sweepdir.append_verdict(t.path, verdict))
+        info = sweepdir.read_record(t.path) or {}
+        place.push(sweepdir.write_record(t.path, {**info, "status": "TERMINATED", "ended": time.time()}))
+        ended[t.path] = record(
+            t.path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params)
+        )
+        name, why = os.path.basename(t.path), scheduler.brief(verdict)
+        print(f"[tuner] trial {name} ends at epoch {t.epochs}, judged as it resumes (stopped early: {why})")
+    return ended
+
+
 def _split(trials: list[TrialRecord]) -> tuple[list[TrialRecord], list[TrialRecord]]:
     """(kept as they are, to run): unfinished trials, and those Tune failed before they
     started (no code of the user's ran: their error says nothing of the configuration), run."""
@@ -247,6 +282,10 @@ def _resumed(
     if retried:
         finished = [t for t in finished if t not in retried]
         unfinished = [*unfinished, *retried]
+    ended = _stopped_at_resume(cfg, place, finished, [t for t in unfinished if t not in retried])
+    if ended:
+        finished = [*finished, *ended.values()]
+        unfinished = [t for t in unfinished if t.path not in ended]
     prior = Prior(
         finished=[
             PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)

@@ -323,17 +323,15 @@ def build_for(
 ) -> SearchPlan:
     """`build` for a whole sweep file (a SweepConfig): its search, schedule, parameters and
     objectives, read once here rather than by every caller."""
-    return build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.objective,
-        cfg.direction,
-        max_concurrent,
-        prior,
-        objectives=cfg.objectives,
-        place=place,
-    )
+    return _built(_request_for(cfg, max_concurrent, prior, place))
+
+
+def scheduler_for(cfg: Any, prior: Prior) -> Any:
+    """The sweep file's scheduler alone, its state rebuilt from `prior` (None: Tune's FIFO),
+    for the driver to ask before a resumed sweep runs (`CurveScheduler.at_resume`)."""
+    request = _request_for(cfg, None, prior, None)
+    assert request.scheduler is not None
+    return request.scheduler.build(request)
 
 
 def build(
@@ -357,6 +355,36 @@ def build(
     `place`: where the sweep lives (tuner.sweepdir.place.Place), for a scheduler
     that reads its trials' files (a population).
     """
+    return _built(_request(search, schedule, params, metric, mode, max_concurrent, prior, objectives, place))
+
+
+def _request_for(
+    cfg: Any, max_concurrent: Optional[int], prior: Optional[Prior], place: Any
+) -> SearchRequest:
+    return _request(
+        cfg.search,
+        cfg.schedule,
+        cfg.hyperparameters(),
+        cfg.objective,
+        cfg.direction,
+        max_concurrent,
+        prior,
+        cfg.objectives,
+        place,
+    )
+
+
+def _request(
+    search: SearchSection,
+    schedule: ScheduleSection,
+    params: dict[str, ParamT],
+    metric: str,
+    mode: str,
+    max_concurrent: Optional[int],
+    prior: Optional[Prior],
+    objectives: Sequence[tuple[str, str]],
+    place: Any,
+) -> SearchRequest:
     try:
         algorithm = ALGORITHMS[search.algorithm]
     except KeyError:
@@ -364,7 +392,7 @@ def build(
     scheduler, _ = chosen(schedule, algorithm, len(objectives))
     if scheduler.name not in algorithm.schedulers:  # (validation refuses it first, in one line)
         raise ConfigError("schedule.scheduler", f"{algorithm.name} does not run with {scheduler.name}")
-    request = SearchRequest(
+    return SearchRequest(
         search,
         schedule,
         params,
@@ -377,8 +405,12 @@ def build(
         scheduler,
         place,
     )
-    plan: SearchPlan = algorithm.builder()(request)
-    plan.scheduler = scheduler.build(request)
+
+
+def _built(request: SearchRequest) -> SearchPlan:
+    assert request.algorithm is not None and request.scheduler is not None
+    plan: SearchPlan = request.algorithm.builder()(request)
+    plan.scheduler = request.scheduler.build(request)
     if plan.scheduler is not None:
-        plan.description += f" + {scheduler.title}"
-    return scheduler.adapt(plan, request, plan.scheduler)
+        plan.description += f" + {request.scheduler.title}"
+    return request.scheduler.adapt(plan, request, plan.scheduler)
