@@ -63,7 +63,7 @@ TASKS: dict[str, dict[str, Any]] = {
     "digits_cnn": {
         "task": {"model": "cnn", "data": "digits"},
         "metric": "val_acc",
-        "mode": "max",
+        "direction": "max",
         "targets": (0.975, 0.99),
         "params": {
             "lr": {"type": "loguniform", "low": 1e-3, "high": 0.5},
@@ -78,7 +78,7 @@ TASKS: dict[str, dict[str, Any]] = {
     "char_lm": {
         "task": {"train": "search_spaces.char_lm:train"},
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "targets": (1.8, 1.75),
         "params": {
             "lr": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
@@ -110,7 +110,7 @@ def sweep_file(task: str, method: str, seed: int, out: Path, smoke: bool) -> dic
         "name": f"{task}-{method}-{seed}",
         "task": t["task"],
         "metric": t["metric"],
-        "mode": t["mode"],
+        "direction": t["direction"],
         "search": {"algorithm": "random", "num_samples": samples, "seed": seed, "params": t["params"]},
         "schedule": schedule,
         "resources": {"workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
@@ -141,10 +141,10 @@ def run(task: str, method: str, seed: int, out: Path, smoke: bool) -> dict[str, 
     return {"task": task, "method": method, "seed": seed, "wall_s": round(wall, 1), "values": values}
 
 
-def measured(result: dict[str, Any], budget: int, target: float, mode: str) -> dict[str, Any]:
+def measured(result: dict[str, Any], budget: int, target: float, direction: str) -> dict[str, Any]:
     """The best within `budget` epochs, and the epochs until the best reaches `target` over
     every epoch the sweep ran (inf: never)."""
-    sign = 1.0 if mode == "max" else -1.0
+    sign = 1.0 if direction == "max" else -1.0
     best, reached = -math.inf, math.inf
     for i, v in enumerate(result["values"], 1):
         if math.isfinite(v) and (i <= budget or reached == math.inf):
@@ -165,7 +165,9 @@ def report(out: Path, smoke: bool) -> str:
         t = TASKS[task]
         budget = (3 * 3) if smoke else POPULATION * MAX_EPOCHS
         targets = ", ".join(f"{x:g}" for x in t["targets"])
-        lines.append(f"\n{task}: budget {budget} epochs, targets {t['metric']} {targets} ({t['mode']})\n")
+        lines.append(
+            f"\n{task}: budget {budget} epochs, targets {t['metric']} {targets} ({t['direction']})\n"
+        )
         head = ["method", "seeds", "best at budget (median)", "each seed"]
         head += [f"epochs to {x:g} (median; each seed)" for x in t["targets"]]
         lines.append("| " + " | ".join((*head, "epochs run (median)", "wall s (median)")) + " |")
@@ -176,11 +178,11 @@ def report(out: Path, smoke: bool) -> str:
             if not rs:
                 continue
             cells = [method if method == "pbt" else "random + ASHA", str(len(rs))]
-            best = [measured(r, budget, t["targets"][0], t["mode"])["best"] for r in rs]
+            best = [measured(r, budget, t["targets"][0], t["direction"])["best"] for r in rs]
             cells += [f"{statistics.median(best):.4f}", ", ".join(f"{b:.4f}" for b in best)]
             medians[method] = []
             for target in t["targets"]:
-                reach = [measured(r, budget, target, t["mode"])["epochs_to_target"] for r in rs]
+                reach = [measured(r, budget, target, t["direction"])["epochs_to_target"] for r in rs]
                 medians[method].append(statistics.median(reach))
                 cells.append(f"{statistics.median(reach):g}; {', '.join(f'{x:g}' for x in reach)}")
             cells.append(f"{statistics.median(len(r['values']) for r in rs):g}")
@@ -262,7 +264,7 @@ def replay(
 def orders(out: Path) -> str:
     lines = []
     for task, t in TASKS.items():
-        sign = 1.0 if t["mode"] == "max" else -1.0
+        sign = 1.0 if t["direction"] == "max" else -1.0
         sweeps = sorted((out / "sweeps").glob(f"{task}-pbt-*"))
         if not sweeps:
             continue

@@ -90,7 +90,7 @@ def target(task: Task) -> float:
     import numpy as np
 
     cfg = load_sweep(ROOT / task.sweep_file)
-    sign = 1.0 if str(cfg.mode) == "max" else -1.0
+    sign = 1.0 if cfg.objective_direction == "max" else -1.0
     if task.table:
         rows = json.loads((ROOT / task.table).read_text())["rows"]
         finals = [r["curve"][-1] if not r["failed"] else math.nan for r in rows]
@@ -213,7 +213,9 @@ def run_one(
     live.update(settings)
     try:
         t0 = time.process_time()
-        plan = algorithms.build(cfg.search, cfg.schedule, params, cfg.metric, str(cfg.mode), None, prior)
+        plan = algorithms.build(
+            cfg.search, cfg.schedule, params, cfg.metric, cfg.objective_direction, None, prior
+        )
         log: list[Event] = []
         trials = simulate(
             plan,
@@ -223,7 +225,7 @@ def run_one(
             slots,
             seed,
             cfg.metric,
-            str(cfg.mode),
+            cfg.objective_direction,
             log,
             epoch_budget=budget * cfg.schedule.max_epochs if budget else None,
         )
@@ -298,7 +300,7 @@ def lost_best(task: Task, run: Run, sign: float) -> bool:
 
 def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budget: int) -> dict[str, Any]:
     cfg = load_sweep(ROOT / task.sweep_file)
-    sign = 1.0 if str(cfg.mode) == "max" else -1.0
+    sign = 1.0 if cfg.objective_direction == "max" else -1.0
     _, per_epoch = make_curve(task, cfg.hyperparameters())
     curves: dict[str, list[list[float]]] = {}
     rows = {}
@@ -339,7 +341,13 @@ def bench_task(task: Task, names: list[str], seeds: list[int], slots: int, budge
                 "lost_best": sum(lost),
             }
         )
-    return {"task": task, "mode": str(cfg.mode), "budget": full, "rows": table, "curves": curves}
+    return {
+        "task": task,
+        "direction": cfg.objective_direction,
+        "budget": full,
+        "rows": table,
+        "curves": curves,
+    }
 
 
 def _ratio(ours: float, random: float) -> str:
@@ -356,7 +364,7 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         task, budget = res["task"], res["budget"]
         if task.held_back and not any(line.startswith("#### Held back") for line in lines):
             lines += ["#### Held back (never used to choose settings)", ""]
-        better = "≥" if res["mode"] == "max" else "≤"
+        better = "≥" if res["direction"] == "max" else "≤"
         lines += [
             f"#### {task.name}: target {task.metric_name} {better} {task.target:.4g} (the best 5% of"
             " configurations);"
@@ -409,7 +417,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         finite = [
             v for cs in res["curves"].values() for c in cs for v in c[len(c) // 20 :] if math.isfinite(v)
         ]
-        if finite and res["mode"] == "max":
+        if finite and res["direction"] == "max":
             lo, hi = np.percentile(finite, [2, 100])
             ax.set_ylim(lo - 0.1 * (hi - lo or 1), hi + 0.1 * (hi - lo or 1))
         elif finite:  # a loss: on a log scale, from its best to where the curves stand early on
@@ -475,7 +483,7 @@ def bench_warm(task: Task, names: list[str], seeds: list[int], slots: int, budge
     from tuner.search import warm
 
     cfg = load_sweep(ROOT / task.sweep_file)
-    sign = 1.0 if str(cfg.mode) == "max" else -1.0
+    sign = 1.0 if cfg.objective_direction == "max" else -1.0
     rows = []
     for name in names:
         cold, warmed = [], []
@@ -594,7 +602,7 @@ def bench_pareto(seeds: list[int], schedulers: list[str]) -> list[str]:
     from benchmarks.tasks.conditional import both
 
     objectives = [("val_loss", "min"), ("cost", "min")]
-    two = {"metric": [n for n, _ in objectives], "mode": [m for _, m in objectives]}
+    two = {"metric": [n for n, _ in objectives], "direction": [d for _, d in objectives]}
     rows = []
     for scheduler in schedulers:
         gaps, epochs, kept = [], [], []

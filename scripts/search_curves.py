@@ -70,7 +70,7 @@ def train_table(sweep_file: str, n: int, out: str) -> None:
             {"config": config, "curve": curve, "failed": any("failure" in m for m in session.metrics)}
         )
         print(f"{i + 1}/{n} {spent:.0f}s {config} -> {curve[-1]:.4g}", flush=True)
-        header = {"sweep_file": sweep_file, "metric": cfg.metric, "mode": str(cfg.mode)}
+        header = {"sweep_file": sweep_file, "metric": cfg.metric, "direction": cfg.objective_direction}
         header.update(max_epochs=cfg.schedule.max_epochs, train_seconds=round(spent, 1))
         Path(out).write_text(json.dumps({**header, "rows": rows}, indent=None))
 

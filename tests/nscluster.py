@@ -94,7 +94,7 @@ def sleeping_sweep(name: str, epochs: int = 8) -> str:
     raw = {
         "name": name,
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "task": {"command": f"python {script} --kind api --lr {{lr}} --epochs {{max_epochs}} --sleep 1"},
         "search": {
             "algorithm": "random",

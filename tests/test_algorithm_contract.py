@@ -101,7 +101,7 @@ def test_early_stopping_that_contradicts_the_scheduler_is_refused(
 
 
 def test_several_objectives_refuse_a_scheduler_of_one_metric_naming_the_field_that_chose_it() -> None:
-    two = {"metric": ["val_acc", "num_params"], "mode": ["max", "min"]}
+    two = {"metric": ["val_acc", "num_params"], "direction": ["max", "min"]}
     assert _cfg("random", **two).scheduler.name == "fifo"  # the default gives way
     with pytest.raises(ConfigError, match="^schedule.scheduler: ASHA ranks trials by one metric.*moasha"):
         _cfg("random", "asha", **two)

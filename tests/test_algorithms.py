@@ -27,7 +27,9 @@ MODELS = [a for a in ALGOS if a not in LISTED]  # learn from results
 
 def _plan(name: str, seed: int = 0, **over: Any) -> tuple[Any, Any]:
     cfg = load_sweep(DEBUG, {"search.algorithm": name, "search.seed": seed, **over})
-    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode))
+    plan = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction
+    )
     return cfg, plan
 
 
@@ -138,7 +140,7 @@ def test_resumed_plan_runs_exactly_what_is_left(name: str) -> None:
         new=(full.num_samples if name != "grid" else len(full.points)) - 3,
     )
     p = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
     total = full.num_samples if name != "grid" else len(full.points)
     assert p.num_samples == total - 2  # the resumed one + the rest
@@ -201,7 +203,7 @@ def test_optuna_is_told_a_trial_asha_stopped_as_pruned_and_one_that_stopped_itse
     histories = (short, full, journal)
     prior = Prior(finished=[PriorTrial(c, h) for c, h in zip(configs, histories, strict=True)], new=2)
     resumed = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
     again = [(t.state.name, t.value) for t in resumed.search_alg.inner.study.trials]
     assert again == [("PRUNED", 0.9), ("COMPLETE", 0.5), ("COMPLETE", 0.7)]
@@ -329,7 +331,9 @@ def test_cmaes_survives_a_conditional_parameter_every_first_trial_had() -> None:
     cfg = load_sweep(
         ROOT / "benchmarks/tasks/conditional.yaml", {"search.algorithm": "cmaes", "search.seed": 3}
     )
-    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.objective, cfg.direction)
+    plan = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.objective, cfg.objective_direction
+    )
     max_epochs = cfg.schedule.max_epochs
     trials = simulate(
         plan, 2000, max_epochs, loss, metric="val_loss", mode="min", epoch_budget=60 * max_epochs

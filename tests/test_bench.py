@@ -224,9 +224,9 @@ def test_targets_are_the_best_five_percent_of_the_table(tmp_path: Path) -> None:
     rows.append({"config": {}, "curve": [1.0, float("nan")], "failed": True})
     table = tmp_path / "t.json"
     table.write_text(json.dumps({"rows": rows}))
-    loss = Task("t", "benchmarks/tasks/conditional.yaml", str(table))  # mode: min
+    loss = Task("t", "benchmarks/tasks/conditional.yaml", str(table))  # direction: min
     assert target(loss) == 2.0
-    acc = Task("t", "search_spaces/digits_mlp.yaml", str(table))  # mode: max
+    acc = Task("t", "search_spaces/digits_mlp.yaml", str(table))  # direction: max
     assert target(acc) == 19.0
 
 

@@ -38,7 +38,7 @@ def _plan(n: int, max_epochs: int, grace: int, factor: float, prior: Prior | Non
         schedule__reduction_factor=factor,
     )
     plan = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
     return cfg, plan
 

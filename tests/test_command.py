@@ -38,7 +38,7 @@ def _raw(tmp_path: Path, **over: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": "cmd",
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "task": {"command": COMMAND, "checkpoints": True},
         "search": {
             "algorithm": "random",

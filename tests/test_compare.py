@@ -75,7 +75,7 @@ def test_report_of_several_sweeps_needs_output_and_one_metric(two, tmp_path: Pat
         (other / "sweep.yaml")
         .read_text()
         .replace("metric: val_acc", "metric: val_loss")
-        .replace("mode: max", "mode: min")
+        .replace("direction: max", "direction: min")
     )
     (other / "sweep.yaml").write_text(cfg)
     with pytest.raises(ConfigError, match="compare sweeps of one metric"):

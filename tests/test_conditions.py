@@ -37,7 +37,9 @@ def _cfg(algorithm: str, **over: Any) -> Any:
 
 def _suggested(algorithm: str, n: int) -> list[dict[str, Any]]:
     cfg = _cfg(algorithm, num_samples=max(n, 1))
-    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode))
+    plan = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction
+    )
     if plan.points is not None:
         return plan.points
     out = []
@@ -141,7 +143,7 @@ def test_a_resumed_plan_of_conditional_trials_rebuilds(algorithm: str) -> None:
         finished=[PriorTrial(old[0], history), PriorTrial(old[1], history)], resumed=[old[2]], new=total - 3
     )
     plan = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
     assert plan.num_samples == total - 2
     if plan.points is not None:
@@ -219,7 +221,9 @@ def test_condition_values_compare_by_value_and_bools_only_with_bools() -> None:
 
 def test_vit_amp_draws_only_heads_that_divide_width() -> None:
     cfg = load_sweep(SPACES / "vit_amp.yaml", {"search.algorithm": "random", "search.num_samples": 40})
-    plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode))
+    plan = algorithms.build(
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction
+    )
     pairs = {(c["width"], c["heads"]) for c in plan.points}
     assert all(w % h == 0 and w / h >= 32 for w, h in pairs) and len(pairs) > 5
 

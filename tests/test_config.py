@@ -156,11 +156,11 @@ BAD_FILES = [
     ("dropout-out-of-range", _set("search.params.dropout", 1.5), "search.params.dropout", "outside"),
     (
         "metric-unknown-without-mode",
-        lambda raw: (_set("metric", "accuracy")(raw), raw.pop("mode")),
-        "mode",
+        lambda raw: (_set("metric", "accuracy")(raw), raw.pop("direction")),
+        "direction",
         "required for metric 'accuracy'",
     ),
-    ("mode-contradicts-metric", _set("mode", "min"), "mode", "maximised"),
+    ("direction-contradicts-metric", _set("direction", "min"), "direction", "maximised"),
     (
         "fractional-gpus-above-one",
         _set("resources.gpus_per_worker", 1.5),
@@ -239,7 +239,7 @@ BAD_FILES = [
     # Issue 26: a metric tuner's loop never reports ended every trial, one after the other.
     (
         "metric-the-loop-never-reports",
-        lambda raw: (_set("metric", "val_accuracy")(raw), _set("mode", "max")(raw)),
+        lambda raw: (_set("metric", "val_accuracy")(raw), _set("direction", "max")(raw)),
         "metric",
         "tuner's loop never reports 'val_accuracy'",
     ),
@@ -255,14 +255,16 @@ def test_bad_file_names_the_field(case: str, edit: Callable, path: str, words: s
 
 
 def test_a_metric_the_loop_never_reports_is_one_line_at_validate() -> None:
-    out = cli("validate", str(SPACES / "debug.yaml"), "--set", "metric=accuracy", "--set", "mode=max")
+    out = cli("validate", str(SPACES / "debug.yaml"), "--set", "metric=accuracy", "--set", "direction=max")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("error: metric: tuner's loop never reports 'accuracy'"), out.stderr
     # What a metrics hook reports (val_<name>) is its own to name: regression.yaml's val_mse.
-    hooked = cli("validate", str(SPACES / "regression.yaml"), "--set", "metric=val_r2", "--set", "mode=max")
+    hooked = cli(
+        "validate", str(SPACES / "regression.yaml"), "--set", "metric=val_r2", "--set", "direction=max"
+    )
     assert hooked.returncode == 0, hooked.stderr
     assert (
-        parse_sweep(_edit(lambda r: (_set("metric", "num_params")(r), r.pop("mode")))).objective
+        parse_sweep(_edit(lambda r: (_set("metric", "num_params")(r), r.pop("direction")))).objective
         == "num_params"
     )
 
@@ -378,6 +380,36 @@ def test_every_shipped_file_validates(path: Path) -> None:
         if stripped and not stripped.startswith("#") and ":" in stripped and not stripped.startswith("-"):
             above = lines[i - 1].strip() if i else ""
             assert above.startswith("#") or "#" in line, f"{path.name}:{i + 1} has no comment: {line}"
+
+
+@pytest.mark.parametrize("shipped", ["debug.yaml", "digits_pareto.yaml"])  # one direction; a list
+def test_mode_is_the_older_spelling_of_direction(tmp_path: Path, shipped: str) -> None:
+    """Sweep files written before `direction:` say `mode:`: they validate as they did (the
+    shipped schema too, which marks it deprecated), become the same sweep, and what tuner
+    writes back says `direction`. Both keys at once: one line naming the field, exit 2."""
+    text = (SPACES / shipped).read_text()
+    assert text.count("\ndirection: ") == 1
+    old = tmp_path / "old.yaml"
+    old.write_text(text.replace("\ndirection: ", "\nmode: "))
+    done = cli("validate", str(old))
+    assert done.returncode == 0, done.stderr
+    then, now = load_sweep(old), load_sweep(SPACES / shipped)
+    assert then.model_dump() == now.model_dump() and then.objectives == now.objectives
+    written = to_yaml(then)  # what sweep.yaml and `tuner refine` write
+    assert "\ndirection:" in written and "\nmode:" not in written
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((SPACES / "sweep.schema.json").read_text())
+    assert schema["properties"]["mode"]["deprecated"] is True
+    top = {k: v for k, v in yamlfile.load(old.read_text()).items() if k in ("name", "task", "metric", "mode")}
+    jsonschema.validate(top, schema)  # (the whole file: YAML 1.1's `amp: off` is no schema string)
+    wanted = "error: direction: given twice, as direction and as mode (its older spelling): keep direction\n"
+    both = tmp_path / "both.yaml"
+    both.write_text(old.read_text() + text[text.index("\ndirection: ") :].split("\n", 2)[1] + "\n")
+    for args in (["validate", str(both)], ["validate", str(old), "--set", "direction=max"]):
+        done = cli(*args)
+        assert (done.returncode, done.stderr) == (2, wanted), args
+    # An empty one is no second answer: the default of the other spelling.
+    assert load_sweep(old, {"direction": None}).objectives == now.objectives
 
 
 def test_shipped_schema_is_current() -> None:

@@ -47,7 +47,7 @@ def swept(ray_session, tmp_path_factory) -> Any:
         "tests.scripted:train",
         output=str(tmp_path_factory.mktemp("dashboard")),
         metric="val_acc",
-        mode="max",
+        direction="max",
         schedule={"max_epochs": 4, "early_stopping": False},
     )
     raw["search"] = {
@@ -273,7 +273,7 @@ def test_resume_and_extend_continue_the_sweep_runs_steps(ray_session, tmp_path: 
         "tests.scripted:train",
         output=str(tmp_path),
         metric="val_acc",
-        mode="max",
+        direction="max",
         schedule={"max_epochs": 4, "early_stopping": False},
     )
     raw["search"] = {

@@ -30,7 +30,7 @@ SWEEP = textwrap.dedent(
     task:
       train: mytrain:train
     metric: val_loss
-    mode: min
+    direction: min
     search:
       algorithm: random
       num_samples: 8
@@ -141,6 +141,12 @@ def test_trials_that_timed_out_are_no_error_of_the_code_and_never_make_the_sweep
     trials = [record(str(tmp_path / name), "val_loss", "min", 2, ["lr"]) for name in ("t0", "t1", "t2")]
     assert [r.failure for r in trials] == ["timeout"] * 3
     summary = summarize(
-        trials, name="x", metric="val_loss", mode="min", algorithm="random", expected_trials=8, ended=FAILED
+        trials,
+        name="x",
+        metric="val_loss",
+        direction="min",
+        algorithm="random",
+        expected_trials=8,
+        ended=FAILED,
     )
     assert summary["status"] == "interrupted" and "error" not in summary, summary

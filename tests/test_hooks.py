@@ -178,17 +178,17 @@ def test_the_cli_refuses_a_bad_hook_in_one_line_before_ray(
 
 def test_the_cli_asks_for_mode_of_a_metric_it_does_not_know(tmp_path: Path) -> None:
     raw = yaml.safe_load((SPACES / "debug.yaml").read_text())
-    raw.pop("mode")
+    raw.pop("direction")
     raw["metric"] = "val_dice"
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(raw))
     out = cli("validate", str(f))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "error: mode: required for metric 'val_dice' (max or min): tuner knows the direction of "
+        "error: direction: required for metric 'val_dice' (max or min): tuner knows the direction of "
         "val_acc, val_loss, train_loss, num_params, val_mse, val_rmse, val_mae only"
     ]
-    raw["mode"] = "max"
+    raw["direction"] = "max"
     f.write_text(yaml.safe_dump(raw))
     out = cli("validate", str(f))  # with mode, the name must be one the trials report
     assert out.returncode == 2 and out.stderr.startswith(

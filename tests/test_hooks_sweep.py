@@ -64,8 +64,8 @@ def test_ddp_metrics_are_exact_weighted_means_over_uneven_batches_and_ranks(
         tmp_path,
         name="ddp-hooks",
         task={k: f"{DDP_TASK}:{k}" for k in ("model", "data", "loss", "metrics")},
-        metric="val_ymean",  # a name tuner does not know: mode is needed
-        mode="max",
+        metric="val_ymean",  # a name tuner does not know: direction is needed
+        direction="max",
         search__num_samples=1,
         # lr so small that no weight changes (in fp32): every value below is the initial
         # model's, computed independently here.
@@ -97,7 +97,7 @@ def test_ddp_metrics_are_exact_weighted_means_over_uneven_batches_and_ranks(
     assert got["val_loss"] == pytest.approx(err_v.pow(2).mean().item(), rel=1e-5)
     assert got["train_loss"] == pytest.approx(train_mse, rel=1e-5)
     assert "val_acc" not in got
-    assert out.summary["metric"] == "val_ymean" and out.summary["mode"] == "max"
+    assert out.summary["metric"] == "val_ymean" and out.summary["direction"] == "max"
     assert out.summary["best"]["metrics"]["val_ymean"] == got["val_ymean"]
     # TensorBoard: the hooks' values as scalars and as columns of the HParams table.
     run = Path(out.sweep_dir) / trial["trial_id"]
@@ -149,7 +149,7 @@ def test_a_missing_metric_and_a_raising_hook_end_their_trials_in_one_line(tmp_pa
                 "name": "fail-hooks",
                 "task": {k: f"{FAIL_TASK}:{k}" for k in ("model", "data", "loss", "metrics")},
                 "metric": "val_special",
-                "mode": "min",
+                "direction": "min",
                 "search": {"algorithm": "grid", "params": {"outputs": {"type": "grid", "values": [1, 2, 3]}}},
                 "schedule": {"max_epochs": 2},
                 "resources": {"gpus_per_worker": 0},
@@ -203,7 +203,7 @@ def test_the_regression_example_runs_and_beats_the_mean(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     sweep_dir = tmp_path / "regression"
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    assert summary["metric"] == "val_mse" and summary["mode"] == "min"
+    assert summary["metric"] == "val_mse" and summary["direction"] == "min"
     # The independent answer: predicting the training targets' mean for every patient.
     x, y = load_diabetes(return_X_y=True)
     _, _, y_train, y_val = train_test_split(x, y, test_size=0.25, random_state=0)
@@ -228,7 +228,7 @@ task:
   loss: {BESIDE_TASK}:loss
   metrics: {BESIDE_TASK}:metrics
 metric: val_abserr
-mode: min
+direction: min
 search:
   algorithm: random
   num_samples: 2

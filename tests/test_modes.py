@@ -57,7 +57,7 @@ def _raw(name: str, tmp_path: Path) -> dict[str, Any]:
     return {
         "name": f"mode-{name}",
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "task": TASKS[name],
         "search": {
             # Two trials of different configurations (random search may draw one twice).

@@ -75,7 +75,7 @@ def _trials(world: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
             "trial_mode": "train",
             "train": "tests.own_loops:stepped",
             "metric": "val_loss",
-            "mode": "min",
+            "direction": "min",
         }
         out.append((f"own-{strategy}-reference", base, own))
         out.append((f"own-{strategy}-1", {**base, "oom_at": _plan(rng, world, steps, OWN_LOOP)}, own))

@@ -46,7 +46,7 @@ async def later(config, ctx): ...
 def own(train: str = "tests.own_loops:regress", **top: Any) -> dict[str, Any]:
     """debug.yaml's sweep with its task replaced by `task.train`, metric val_loss."""
     raw = read_yaml(DEBUG)
-    raw.update(task={"train": train}, metric="val_loss", mode="min")
+    raw.update(task={"train": train}, metric="val_loss", direction="min")
     raw["search"]["params"] = {"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}}
     for dotted, value in top.items():
         section, _, key = dotted.partition("__")

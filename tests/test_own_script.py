@@ -37,7 +37,7 @@ def test_an_unpatched_nanogpt_under_torchrun_stops_after_fail_fast_trials_with_i
               command: python {NANOGPT} --learning_rate={{lr}} --out_dir={{trial_dir}}
               launcher: torchrun
             metric: val_loss
-            mode: min
+            direction: min
             search:
               num_samples: 6
               params:
@@ -78,7 +78,7 @@ task:
   command: python {LIGHTNING} --curve {{curve}} --lr {{lr}} --epochs {{max_epochs}}
   checkpoints: true
 metric: val_loss
-mode: min
+direction: min
 search:
   num_samples: 3
   params:

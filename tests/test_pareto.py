@@ -105,12 +105,15 @@ def test_the_table_marks_the_front_and_summary_json_lists_it() -> None:
     assert {t for t, line in rows.items() if line.split()[5] == "*"} == {"a", "b", "c", "f"}
     assert rows["f"].split()[1:3] == ["0.85", "500"] and rows["h"].split()[1:3] == ["0.97", "-"]
 
-    summary = summarize(HAND, name="x", metric="val_acc", mode="max", algorithm="random",
+    summary = summarize(HAND, name="x", metric="val_acc", direction="max", algorithm="random",
                         expected_trials=10, objectives=TWO)  # fmt: skip
     assert summary["pareto"] == ["a", "b", "c", "f"]
     assert summary["objectives"] == [["val_acc", "max"], ["num_params", "min"]]
-    assert summary["best"]["trial_id"] == "h" and (summary["metric"], summary["mode"]) == ("val_acc", "max")
-    one = summarize(HAND, name="x", metric="val_acc", mode="max", algorithm="random", expected_trials=10)
+    assert summary["best"]["trial_id"] == "h" and (summary["metric"], summary["direction"]) == (
+        "val_acc",
+        "max",
+    )
+    one = summarize(HAND, name="x", metric="val_acc", direction="max", algorithm="random", expected_trials=10)
     assert "pareto" not in one and "objectives" not in one
     assert "pareto" not in leaderboard(HAND, TWO[:1]).splitlines()[0]
 
@@ -118,13 +121,18 @@ def test_the_table_marks_the_front_and_summary_json_lists_it() -> None:
 def _two_objectives(algorithm: str, **over: Any) -> Any:
     return load_sweep(
         DEBUG,
-        {"search.algorithm": algorithm, "metric": ["val_acc", "num_params"], "mode": ["max", "min"], **over},
+        {
+            "search.algorithm": algorithm,
+            "metric": ["val_acc", "num_params"],
+            "direction": ["max", "min"],
+            **over,
+        },
     )
 
 
 def _plan(cfg: Any, prior: Optional[Prior] = None) -> Any:
     return algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.objective, cfg.direction, None, prior,
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.objective, cfg.objective_direction, None, prior,
         objectives=cfg.objectives,
     )  # fmt: skip
 
@@ -169,14 +177,23 @@ def test_optuna_is_told_every_objective_at_the_best_epoch_of_the_first() -> None
 
 
 BAD = [
-    ({"metric": ["val_acc", "num_params"], "mode": ["max"]}, "mode: 1 mode(s) for 2 metrics: one per metric"),
-    ({"metric": ["val_acc", "my_score"]}, "mode: required for metric 'my_score' (max or min)"),
     (
-        {"metric": ["val_acc", "num_params"], "mode": ["max", "max"]},
-        "mode: num_params is to be minimised, not max",
+        {"metric": ["val_acc", "num_params"], "direction": ["max"]},
+        "direction: 1 direction(s) for 2 metrics: one per metric",
     ),
-    ({"metric": ["val_acc", "num_params"], "mode": "max"}, "mode: one mode per metric, as a list"),
-    ({"metric": "val_acc", "mode": ["max"]}, "mode: a list of modes goes with a list of metrics"),
+    ({"metric": ["val_acc", "my_score"]}, "direction: required for metric 'my_score' (max or min)"),
+    (
+        {"metric": ["val_acc", "num_params"], "direction": ["max", "max"]},
+        "direction: num_params is to be minimised, not max",
+    ),
+    (
+        {"metric": ["val_acc", "num_params"], "direction": "max"},
+        "direction: one direction per metric, as a list",
+    ),
+    (
+        {"metric": "val_acc", "direction": ["max"]},
+        "direction: a list of directions goes with a list of metrics",
+    ),
     ({"metric": ["val_acc", "val_acc"]}, "metric: 'val_acc' is listed twice"),
     ({"metric": []}, "metric: an empty list names no objective"),
     ({"metric": ["val_acc", "num_params"], "search": "bohb"}, "search.algorithm: bohb optimises one metric"),
@@ -191,8 +208,8 @@ BAD = [
 @pytest.mark.parametrize("over, line", BAD, ids=[b[1].split(":")[0] + str(i) for i, b in enumerate(BAD)])
 def test_bad_objectives_are_refused(over: dict[str, Any], line: str) -> None:
     raw = read_yaml(DEBUG)
-    raw.pop("mode")
-    raw.update({k: v for k, v in over.items() if k in ("metric", "mode")})
+    raw.pop("direction")
+    raw.update({k: v for k, v in over.items() if k in ("metric", "direction")})
     if "search" in over:
         raw["search"]["algorithm"] = over["search"]
     if "scheduler" in over:
@@ -204,12 +221,12 @@ def test_bad_objectives_are_refused(over: dict[str, Any], line: str) -> None:
 
 def test_the_cli_refuses_them_in_one_line_before_ray(tmp_path) -> None:
     out = cli("sweep", str(DEBUG), "--output", str(tmp_path), "--set", "metric=[val_acc, num_params]",
-                  "--set", "mode=[max]")  # fmt: skip
+                  "--set", "direction=[max]")  # fmt: skip
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "error: mode: 1 mode(s) for 2 metrics: one per metric, in the same order"
+        "error: direction: 1 direction(s) for 2 metrics: one per metric, in the same order"
     ], out.stderr
     assert not any(tmp_path.iterdir())
-    ok = cli("validate", str(DEBUG), "--set", "metric=[val_acc, num_params]", "--set", "mode=[max, min]")
+    ok = cli("validate", str(DEBUG), "--set", "metric=[val_acc, num_params]", "--set", "direction=[max, min]")
     assert ok.returncode == 0 and "metrics val_acc (max), num_params (min)" in ok.stdout, ok.stdout
 
 

@@ -77,7 +77,7 @@ def test_optuna_multi_objective_sweep_then_extended(tmp_path: Path) -> None:
         tmp_path,
         name="pareto-optuna",
         metric=["val_acc", "num_params"],
-        mode=["max", "min"],
+        direction=["max", "min"],
         search__algorithm="optuna",
         search__num_samples=16,
         schedule__max_epochs=2,
@@ -100,7 +100,7 @@ def test_random_search_with_two_minimised_objectives(tmp_path: Path, capsys: pyt
         tmp_path,
         name="pareto-random",
         metric=["val_loss", "num_params"],
-        mode=None,
+        direction=None,
         search__num_samples=6,
         schedule__max_epochs=2,
     )

@@ -148,7 +148,11 @@ def _cfg(**over: Any) -> Any:
             "schedule.pbt.perturb",
             "nothing to perturb",
         ),
-        ({"metric": ["val_acc", "num_params"], "mode": ["max", "min"]}, "schedule.scheduler", "one metric"),
+        (
+            {"metric": ["val_acc", "num_params"], "direction": ["max", "min"]},
+            "schedule.scheduler",
+            "one metric",
+        ),
     ],
 )
 def test_what_cannot_work_is_refused_naming_the_field(over: dict[str, Any], field: str, words: str) -> None:
@@ -423,7 +427,7 @@ def test_the_best_weights_are_rebuilt_with_the_configuration_that_trained_them(t
 
     trials = records(str(sweep), "val_acc", "max", 3, list(cfg.search.params))
     summary = summarize(
-        trials, name="debug", metric="val_acc", mode="max", algorithm="random", expected_trials=1
+        trials, name="debug", metric="val_acc", direction="max", algorithm="random", expected_trials=1
     )
     assert summary["best"]["config"]["width"] == 8 and summary["trials"][0]["config"]["width"] == 24
     model = load_best(str(sweep))

@@ -204,7 +204,7 @@ def test_a_script_restarts_on_its_donors_checkpoint_and_a_failed_member_leaves_t
         "checkpoints": True,
         "env_params": ["lr", "tag"],
     }
-    raw["metric"], raw["mode"] = "score", "max"
+    raw["metric"], raw["direction"] = "score", "max"
     del raw["training"]  # (the script's own)
     raw["search"]["params"]["tag"]["low"] = 0.0
     (tmp_path / "script.yaml").write_text(json.dumps(raw))
@@ -228,7 +228,7 @@ def test_tuners_loop_with_hooks_under_pb2_runs_the_new_lr_and_exports_the_schedu
     raw["task"]["metrics"] = "tests.mode_tasks:error"
     raw["search"]["num_samples"] = 3
     raw["schedule"]["scheduler"] = "pb2"  # (its second perturbation has a history to model)
-    raw["metric"], raw["mode"] = "val_err", "min"
+    raw["metric"], raw["direction"] = "val_err", "min"
     (tmp_path / "hooks.yaml").write_text(json.dumps(raw))
     out = cli("sweep", str(tmp_path / "hooks.yaml"), on_session=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -81,7 +81,7 @@ def test_after_ctrl_c_the_live_line_says_what_the_table_under_it_says(tmp_path: 
         INTERRUPTED.clear()
     trials = records(str(tmp_path), "val_loss", "min", 3, [])  # (3 epochs planned: b cut off after 2)
     summary = summarize(
-        trials, name="s", metric="val_loss", mode="min", algorithm="random", expected_trials=2
+        trials, name="s", metric="val_loss", direction="min", algorithm="random", expected_trials=2
     )
     table = leaderboard(trials, [("val_loss", "min")])
     progress.close(summary)

@@ -16,6 +16,7 @@ import yaml
 from tests import sweeps
 from tests.browser import browser_page, png_size
 from tests.conftest import DEBUG, ROOT, cli
+from tuner.config import load_sweep
 from tuner.view import plots
 from tuner.view.analysis import load, yaml_value
 from tuner.view.report import write_report
@@ -209,6 +210,45 @@ def test_report_of_a_moved_copy_without_summary(sweep, report, tmp_path: Path) -
     assert written.html == str(copy / "report.html")
     assert table(written.markdown, "Leaderboard") == table(md, "Leaderboard")
     assert written.markdown.split("\n")[2].startswith("Sweep completed: 10 trials")
+
+
+def test_a_sweep_written_before_direction_reads_as_it_did(
+    sweep, report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep an earlier tuner wrote says `mode` for max/min (sweep.yaml's `mode:`,
+    summary.json's "mode"): it reports, resumes, exports, refines and warm-starts another as
+    the same sweep written today does; what is written from it says `direction`."""
+    from tuner.driver.sweep import AlreadyFinished, resume_sweep
+    from tuner.search import warm
+    from tuner.sweepdir import place_of, read_summary
+    from tuner.view.export import export
+    from tuner.view.refine import refine
+
+    _, md = report
+    old = tmp_path / "old"
+    shutil.copytree(sweep.sweep_dir, old)
+    text = (old / "sweep.yaml").read_text()
+    assert text.count("\ndirection: max\n") == 1
+    (old / "sweep.yaml").write_text(text.replace("\ndirection: max\n", "\nmode: max\n"))
+    summary = json.loads((old / "summary.json").read_text())
+    summary = {("mode" if k == "direction" else k): v for k, v in summary.items()}
+    (old / "summary.json").write_text(json.dumps(summary))
+
+    assert read_summary(str(old))["direction"] == "max" and "mode" not in read_summary(str(old))
+    assert table(write_report(str(old)).markdown, "Leaderboard") == table(md, "Leaderboard")
+    with pytest.raises(AlreadyFinished):  # every planned trial ended: nothing changed
+        resume_sweep(str(old))
+    assert json.loads((old / "summary.json").read_text()) == summary
+    best = json.loads((Path(export(str(old), output=str(tmp_path / "best"))) / "config.json").read_text())
+    ours = json.loads((Path(sweep.sweep_dir) / "best" / "config.json").read_text())
+    assert (best["direction"], best["trial_id"]) == ("max", ours["trial_id"]) and "mode" not in best
+    monkeypatch.chdir(sweeps.sweep_root())  # (where its model's module is found)
+    refined, _ = refine(str(old), str(tmp_path / "refined.yaml"))
+    assert "\ndirection: max\n" in Path(refined).read_text()
+    cfg = load_sweep(refined)  # (a space the old sweep's best trials fill)
+    then, now = warm.load(cfg, [place_of(str(old))]), warm.load(cfg, [place_of(sweep.sweep_dir)])
+    assert [len(s.used) for s in then] == [len(s.used) for s in now] and then[0].used
+    assert [t.config for t in then[0].used] == [t.config for t in now[0].used]
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def test_ctx_report_of_a_string_ends_the_trial_and_a_final_metric_joins_the_last
         tmp_path,
         name="own",
         metric="val_loss",
-        mode="min",
+        direction="min",
         task={"train": "tests.own_loops:regress"},
         search__params={
             "behave": {"type": "grid", "values": ["text", "final", "ok"]},

@@ -165,7 +165,7 @@ def test_fail_fast_reads_the_trials_errors_through_the_place(s3: Any, tmp_path: 
         "name": "f",
         "task": {"train": "failing:train"},
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "search": {"num_samples": 5, "params": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1}}},
         "schedule": {"max_epochs": 2, "trial_timeout": 300},  # (no healthy start reaches it)
         "failure": {"fail_fast": 3},

@@ -33,7 +33,7 @@ def _cfg(algorithm: str, n: int = 6, **search: Any):
 
 def _plan(cfg, prior: Prior | None = None):
     return algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
 
 

@@ -32,7 +32,7 @@ from tuner.search.simulate import resumed_from, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDITIONAL = ROOT / "benchmarks" / "tasks" / "conditional.yaml"
-TWO = {"metric": ["val_loss", "cost"], "mode": ["min", "min"]}
+TWO = {"metric": ["val_loss", "cost"], "direction": ["min", "min"]}
 
 
 def _cfg(scheduler: str, n: int = 40, **over: Any) -> Any:
@@ -47,7 +47,9 @@ def _plan(cfg: Any, prior: Any = None) -> Any:
 def _run(cfg: Any, **kw: Any) -> dict[str, Any]:
     plan = _plan(cfg, kw.pop("prior", None))
     n = kw.pop("n", plan.num_samples)
-    return simulate(plan, n, cfg.schedule.max_epochs, values, metric=cfg.objective, mode=cfg.direction, **kw)
+    return simulate(
+        plan, n, cfg.schedule.max_epochs, values, metric=cfg.objective, mode=cfg.objective_direction, **kw
+    )
 
 
 def _epochs(trials: dict[str, Any]) -> dict[str, list[int]]:

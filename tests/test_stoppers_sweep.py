@@ -34,7 +34,7 @@ def _raw(output: Path, scheduler: str) -> dict[str, Any]:
         "name": scheduler,
         "task": {"train": "tests.held_task:train_both_held"},  # (train_both, held at a moment)
         "metric": ["val_loss", "cost"] if several else "val_loss",
-        "mode": ["min", "min"] if several else "min",
+        "direction": ["min", "min"] if several else "min",
         "search": {
             "algorithm": "random",
             "num_samples": FIRST,
@@ -60,7 +60,7 @@ def _expected(raw: dict[str, Any], tmp_path: Path) -> dict[str, int]:
     cfg = load_sweep(path)
     params = cfg.hyperparameters()
     plan = algorithms.build(
-        cfg.search, cfg.schedule, params, cfg.objective, cfg.direction, objectives=cfg.objectives
+        cfg.search, cfg.schedule, params, cfg.objective, cfg.objective_direction, objectives=cfg.objectives
     )
     trials = simulate(plan, FIRST + MORE, cfg.schedule.max_epochs, both, 1, metric="val_loss", mode="min")
     return {key(t.config): len(t.values) for t in trials.values()}

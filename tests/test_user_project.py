@@ -40,7 +40,7 @@ SWEEP = textwrap.dedent(
     task:
       train: mytrain:train
     metric: val_loss
-    mode: min
+    direction: min
     search:
       algorithm: grid
       params:

@@ -54,7 +54,7 @@ def _plan(cfg, sweep_dir: Path):
     sweep_dir.mkdir(parents=True, exist_ok=True)
     prior = warm.attach(cfg, None, place_of(str(sweep_dir)))
     plan = algorithms.build(
-        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, str(cfg.mode), None, prior
+        cfg.search, cfg.schedule, cfg.hyperparameters(), cfg.metric, cfg.objective_direction, None, prior
     )
     return prior, plan
 
@@ -201,7 +201,7 @@ def test_each_trial_s_origin_is_recorded_when_its_configuration_is_handed_out(tm
         cfg.schedule,
         cfg.hyperparameters(),
         cfg.objective,
-        cfg.direction,
+        cfg.objective_direction,
         None,
         Prior(earlier=earlier),
     )

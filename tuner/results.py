@@ -293,7 +293,7 @@ def summarize(
     *,
     name: str,
     metric: str,
-    mode: str,
+    direction: str,
     algorithm: str,
     expected_trials: int,
     ended: Optional[str] = None,
@@ -305,10 +305,11 @@ def summarize(
     (budget: schedule.time_budget spent; target_reached: schedule.stop_at met; failed: the
     first trials all failed with the same error, which `error` then says, and the sweep stopped
     the rest, failure.fail_fast).
-    `metric`/`mode`: the first objective; with several `objectives`, the document also lists
+    `metric`/`direction`: the first objective (a file written before `direction` says `mode`:
+    sweepdir.read_summary reads both); with several `objectives`, the document also lists
     them and their Pareto front (`pareto`). `environment`: what the run that writes it ran on
     (tuner.environment), as environment.json keeps it."""
-    top = best(trials, mode)
+    top = best(trials, direction)
     # A population's best: the configurations that trained its weights, range by range (the
     # last: its best epoch's, which may precede the configuration it ended with).
     schedule = (
@@ -337,7 +338,7 @@ def summarize(
     return {
         "name": name,
         "metric": metric,
-        "mode": mode,
+        "direction": direction,
         "algorithm": algorithm,
         "status": status,
         "expected_trials": expected_trials,

@@ -1,5 +1,5 @@
 """What a sweep optimises: one metric, or several objectives (`metric: [val_acc, num_params]`
-with `mode: [max, min]`).
+with `direction: [max, min]`).
 
 With several objectives the sweep looks for the Pareto front (tuner.results.pareto); the first
 objective is the one everything that needs a single number uses: `best`, the ranking, Ray
@@ -22,9 +22,11 @@ from tuner.errors import ConfigError
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_./-]*$"
 MetricName = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=200)]
-Mode = Literal["max", "min"]
+Direction = Literal["max", "min"]
 MetricField = Union[MetricName, Annotated[list[MetricName], Field(min_length=1)]]
-ModeField = Union[Mode, Annotated[list[Mode], Field(min_length=1)], None]
+DirectionField = Union[Direction, Annotated[list[Direction], Field(min_length=1)], None]
+# `mode` is how sweep files written before `direction` spell it; they keep validating.
+OLDER_SPELLING = "mode"
 
 
 def metric_shape(value: Any) -> Any:
@@ -41,51 +43,74 @@ def metric_shape(value: Any) -> Any:
     return value
 
 
-def mode_shape(value: Any) -> Any:
-    """`mode` as written: max, min, a list of them, or nothing (ValueError if not)."""
-    for m in value if isinstance(value, list) else [value]:
-        if m not in ("max", "min", None) or (m is None and isinstance(value, list)):
+def direction_shape(value: Any) -> Any:
+    """`direction` as written: max, min, a list of them, or nothing (ValueError if not)."""
+    for d in value if isinstance(value, list) else [value]:
+        if d not in ("max", "min", None) or (d is None and isinstance(value, list)):
             raise ValueError(
-                f"{m!r} is no mode: max or min" + (" for each metric" if isinstance(value, list) else "")
+                f"{d!r} is no direction: max or min" + (" for each metric" if isinstance(value, list) else "")
             )
     return value
 
 
-def directions(metric: Union[str, list[str]], mode: Optional[Union[str, list[str]]]) -> list[str]:
-    """The mode of each objective, in order: the ones given, else the known metrics' own;
-    a ConfigError (field `mode`) for a missing, extra or contrary one."""
-    names = metric if isinstance(metric, list) else [metric]
-    if isinstance(mode, list) and not isinstance(metric, list):
+def older_spelling(raw: Any) -> Any:
+    """A sweep file's `mode:` read as `direction:` (its older spelling, which files written
+    before keep); a ConfigError (field `direction`) when a file gives both (an empty one,
+    the default, gives none)."""
+    if not isinstance(raw, dict) or OLDER_SPELLING not in raw:
+        return raw
+    if raw.get("direction") is not None and raw[OLDER_SPELLING] is not None:
         raise ConfigError(
-            "mode", "a list of modes goes with a list of metrics (metric: [a, b], mode: [max, min])"
+            "direction",
+            f"given twice, as direction and as {OLDER_SPELLING} (its older spelling): keep direction",
         )
-    if isinstance(metric, list) and mode is not None and not isinstance(mode, list):
-        raise ConfigError("mode", f"one mode per metric, as a list in the same order ({len(names)} metrics)")
-    modes: list[Optional[str]] = list(mode) if isinstance(mode, list) else [mode] * len(names)
-    if len(modes) != len(names):
+    raw = dict(raw)
+    older = raw.pop(OLDER_SPELLING)
+    raw["direction"] = older if raw.get("direction") is None else raw["direction"]
+    return raw
+
+
+def directions(metric: Union[str, list[str]], direction: Optional[Union[str, list[str]]]) -> list[str]:
+    """The direction of each objective, in order: the ones given, else the known metrics' own;
+    a ConfigError (field `direction`) for a missing, extra or contrary one."""
+    names = metric if isinstance(metric, list) else [metric]
+    if isinstance(direction, list) and not isinstance(metric, list):
         raise ConfigError(
-            "mode", f"{len(modes)} mode(s) for {len(names)} metrics: one per metric, in the same order"
+            "direction",
+            "a list of directions goes with a list of metrics (metric: [a, b], direction: [max, min])",
+        )
+    if isinstance(metric, list) and direction is not None and not isinstance(direction, list):
+        raise ConfigError(
+            "direction", f"one direction per metric, as a list in the same order ({len(names)} metrics)"
+        )
+    given_each: list[Optional[str]] = (
+        list(direction) if isinstance(direction, list) else [direction] * len(names)
+    )
+    if len(given_each) != len(names):
+        raise ConfigError(
+            "direction",
+            f"{len(given_each)} direction(s) for {len(names)} metrics: one per metric, in the same order",
         )
     out = []
-    for name, given in zip(names, modes, strict=True):
+    for name, given in zip(names, given_each, strict=True):
         natural = OBJECTIVES.get(name)
         if given is None and natural is None:
             raise ConfigError(
-                "mode",
+                "direction",
                 f"required for metric '{name}' (max or min): tuner knows the direction of "
                 f"{', '.join(OBJECTIVES)} only",
             )
         if given is not None and natural is not None and given != natural:
-            raise ConfigError("mode", f"{name} is to be {natural}imised, not {given}")
+            raise ConfigError("direction", f"{name} is to be {natural}imised, not {given}")
         out.append(str(given or natural))
     return out
 
 
-def pairs(metric: Union[str, list[str]], mode: Optional[Union[str, list[str]]]) -> list[tuple[str, str]]:
-    """(metric, mode) of each objective of a validated config, the first first."""
+def pairs(metric: Union[str, list[str]], direction: Optional[Union[str, list[str]]]) -> list[tuple[str, str]]:
+    """(metric, direction) of each objective of a validated config, the first first."""
     names = metric if isinstance(metric, list) else [metric]
-    modes = mode if isinstance(mode, list) else [mode]
-    return [(n, str(m)) for n, m in zip(names, modes, strict=True)]
+    each = direction if isinstance(direction, list) else [direction]
+    return [(n, str(d)) for n, d in zip(names, each, strict=True)]
 
 
 def check_several(count: int, algorithm: Algorithm) -> None:

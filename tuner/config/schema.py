@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuner.config.objectives import OLDER_SPELLING
 from tuner.config.sections import SweepConfig
 
 
@@ -44,6 +45,14 @@ def model_doc(model: type[BaseModel]) -> str:
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the sweep file, for editors (yaml-language-server)."""
     schema = SweepConfig.model_json_schema()
+    # Files written before `direction` say `mode`: still valid, marked so editors say which is now.
+    direction = schema["properties"]["direction"]
+    schema["properties"][OLDER_SPELLING] = {
+        "anyOf": direction["anyOf"],
+        "deprecated": True,
+        "description": "The older spelling of direction (give one of the two).",
+        "title": OLDER_SPELLING.capitalize(),
+    }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "tuner sweep file"
     return schema

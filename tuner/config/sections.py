@@ -22,12 +22,13 @@ from tuner.config.checks import check_constraints, check_search, check_start_wit
 from tuner.config.fingerprint import fingerprint as task_fingerprint
 from tuner.config.modes import Mode, check_task, mode_of
 from tuner.config.objectives import (
+    DirectionField,
     MetricField,
-    ModeField,
     check_several,
+    direction_shape,
     directions,
     metric_shape,
-    mode_shape,
+    older_spelling,
     pairs,
 )
 from tuner.config.population import perturbed
@@ -318,11 +319,11 @@ class SweepConfig(Section):
         "several objectives: the sweep finds their Pareto front (summary.json's pareto); the "
         "first is what best and the ranking use (docs/how-to/search-space.md#several-objectives).",
     )
-    mode: ModeField = Field(
+    direction: DirectionField = Field(
         None,
         description=f"max or min (a list, one per metric, with several). Default for the "
         f"metrics tuner knows ({', '.join(OBJECTIVES)}): max for val_acc, min for the others; "
-        "required for any other metric.",
+        "required for any other metric. `mode` is its older spelling, still read.",
     )
     search: SearchSection = Field(default_factory=SearchSection)
     schedule: ScheduleSection = Field(default_factory=ScheduleSection)
@@ -353,10 +354,15 @@ class SweepConfig(Section):
                 params["amp"] = amp_from_yaml(amp)
         return raw
 
-    @field_validator("metric", "mode", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _older_spelling(cls, raw: Any) -> Any:
+        return older_spelling(raw)  # `mode:` of the files written before `direction:`
+
+    @field_validator("metric", "direction", mode="before")
     @classmethod
     def _objective_shape(cls, value: Any, info: ValidationInfo) -> Any:
-        return metric_shape(value) if info.field_name == "metric" else mode_shape(value)
+        return metric_shape(value) if info.field_name == "metric" else direction_shape(value)
 
     @field_validator("output")
     @classmethod
@@ -378,9 +384,9 @@ class SweepConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
         check_task(self.task)  # the fields of one mode, and those it needs
-        modes = directions(self.metric, self.mode)
-        self.__dict__["mode"] = modes if isinstance(self.metric, list) else modes[0]  # (no re-validation)
-        check_several(len(modes), self.algorithm)
+        each = directions(self.metric, self.direction)
+        self.__dict__["direction"] = each if isinstance(self.metric, list) else each[0]  # (no re-validation)
+        check_several(len(each), self.algorithm)
         scheduler = check_pair(self)  # the algorithm with its scheduler
         if scheduler.clones and self.schedule.pbt.perturb is None:
             # Resolved once, as sweep.yaml then records it (no re-validation).
@@ -419,8 +425,8 @@ class SweepConfig(Section):
 
     @property
     def objectives(self) -> list[tuple[str, str]]:
-        """(metric, mode) of each objective, the first first."""
-        return pairs(self.metric, self.mode)
+        """(metric, direction) of each objective, the first first."""
+        return pairs(self.metric, self.direction)
 
     @property
     def objective(self) -> str:
@@ -428,8 +434,9 @@ class SweepConfig(Section):
         return self.objectives[0][0]
 
     @property
-    def direction(self) -> str:
-        """The first objective's mode (max or min)."""
+    def objective_direction(self) -> str:
+        """The first objective's direction (max or min): with `objective`, what best and the
+        ranking use (`direction` is the field as written: one, or a list with several)."""
         return self.objectives[0][1]
 
     def expected_trials(self) -> int:

@@ -167,7 +167,7 @@ def payload(
         "name": name,
         "status": summary.get("status"),
         "metric": metric,
-        "mode": summary.get("mode"),
+        "direction": summary.get("direction"),
         "best": None
         if not best
         else {

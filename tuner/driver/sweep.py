@@ -386,7 +386,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: Claim) -> SweepO
 def _progress(cfg: SweepConfig, start: Start) -> Any:
     from tuner.driver.callbacks import Progress
 
-    return Progress(cfg.objective, cfg.direction, cfg.expected_trials(), done=start.done)
+    return Progress(cfg.objective, cfg.objective_direction, cfg.expected_trials(), done=start.done)
 
 
 def _cluster_gpus() -> dict[str, int]:
@@ -553,7 +553,9 @@ def _launch(
     from tuner.driver import tracking
 
     callbacks += tracking.callbacks(cfg, place)  # tracking.mlflow, tracking.wandb
-    limits = SweepLimits.wanted(cfg.objective, cfg.direction, cfg.schedule.time_budget, cfg.schedule.stop_at)
+    limits = SweepLimits.wanted(
+        cfg.objective, cfg.objective_direction, cfg.schedule.time_budget, cfg.schedule.stop_at
+    )
     if limits is not None:
         callbacks.append(limits)
     fail_fast = FailFast.wanted(cfg.failure.fail_fast, place)
@@ -618,7 +620,9 @@ def _launch(
 
 
 def _records(cfg: SweepConfig, sweep_dir: str) -> list[TrialRecord]:
-    return records(sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
+    return records(
+        sweep_dir, cfg.objective, cfg.objective_direction, cfg.schedule.max_epochs, list(cfg.search.params)
+    )
 
 
 def _keeps_best(cfg: SweepConfig, trials: list[TrialRecord], best: Any, place: Place) -> bool:
@@ -646,7 +650,7 @@ def finish(cfg: SweepConfig, place: Place, ended: Optional[str] = None) -> Sweep
         trials,
         name=cfg.name,
         metric=cfg.objective,
-        mode=cfg.direction,
+        direction=cfg.objective_direction,
         objectives=cfg.objectives,
         algorithm=cfg.search.algorithm,
         expected_trials=cfg.expected_trials(),

@@ -366,7 +366,7 @@ def _request_for(
         cfg.schedule,
         cfg.hyperparameters(),
         cfg.objective,
-        cfg.direction,
+        cfg.objective_direction,
         max_concurrent,
         prior,
         cfg.objectives,

@@ -112,7 +112,11 @@ def load(cfg: SweepConfig, places: list[Place]) -> list[Source]:
         done = [
             t
             for t in records(
-                d, cfg.objective, cfg.direction, theirs.schedule.max_epochs, list(theirs.search.params)
+                d,
+                cfg.objective,
+                cfg.objective_direction,
+                theirs.schedule.max_epochs,
+                list(theirs.search.params),
             )
             if t.finished and t.history
         ]

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 CONFIG_FILE = "sweep.yaml"  # the resolved configuration the sweep ran with
 CODE_FILE = "code.json"  # where the sweep imports its own modules from (resume does too)
 SUMMARY_FILE = "summary.json"
+# summary.json's key for max/min before `direction` (sweeps written by an earlier tuner).
+SUMMARY_OLDER_DIRECTION = "mode"
 AUTOTUNE_FILE = "autotune.json"  # training.autotune: the choice, its arms, what it cost (the driver's)
 ENVIRONMENT_FILE = "environment.json"  # what each run of the sweep ran on (tuner.environment)
 RECORD_FILE = "tuner_trial.json"  # a trial's configuration and status (the driver's)
@@ -296,11 +298,15 @@ def strict(value: Any) -> Any:
 
 
 def read_summary(sweep_dir: str) -> Optional[dict[str, Any]]:
+    """summary.json as written; one written before `direction` (its `mode`) reads as now."""
     path = os.path.join(sweep_dir, SUMMARY_FILE)
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        summary = json.load(f)
+    if isinstance(summary, dict) and "direction" not in summary and SUMMARY_OLDER_DIRECTION in summary:
+        summary["direction"] = summary.pop(SUMMARY_OLDER_DIRECTION)
+    return summary
 
 
 def write_autotune(sweep_dir: str, table: dict[str, Any]) -> str:

@@ -48,7 +48,7 @@ class SweepData:
 
     @property
     def mode(self) -> str:
-        return self.cfg.direction
+        return self.cfg.objective_direction
 
     def searched(self) -> dict[str, ParamT]:
         """The parameters that vary between trials (fixed ones left out)."""
@@ -62,7 +62,7 @@ def load(sweep_dir: str) -> SweepData:
     cfg = read_config(sweep_dir, standins=True)
     # In the order the trials started, the order summary.json keeps: ties break alike.
     trials = records(
-        sweep_dir, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params)
+        sweep_dir, cfg.objective, cfg.objective_direction, cfg.schedule.max_epochs, list(cfg.search.params)
     )
     if not trials:
         raise ConfigError("", f"{sweep_dir}: no trial recorded yet; try again in a moment")

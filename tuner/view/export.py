@@ -73,7 +73,7 @@ class Chosen:
             "trial_id": self.trial.trial_id,
             "epoch": int(self.best["epoch"]),
             "metric": self.cfg.objective,
-            "mode": self.cfg.direction,
+            "direction": self.cfg.objective_direction,
             "task": self.cfg.task.model_dump(mode="json"),
             "config": full_config(self.trial.path, int(self.best["epoch"])),  # (what trained them)
             **({"schedule": self.schedule} if self.schedule is not None else {}),
@@ -96,9 +96,11 @@ def choose(sweep: Union[str, Place], trial_id: Optional[str] = None) -> Chosen:
     sweep_dir = place.uri
     path = place.readable()
     cfg = read_config(path, standins=True)
-    trials = records(path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
+    trials = records(
+        path, cfg.objective, cfg.objective_direction, cfg.schedule.max_epochs, list(cfg.search.params)
+    )
     if trial_id is None:
-        top = ranked(trials, cfg.direction)
+        top = ranked(trials, cfg.objective_direction)
         if not top:
             raise ConfigError("", f"{sweep_dir}: no trial has a result yet: nothing to export")
         trial = top[0]

@@ -35,8 +35,10 @@ def refine(sweep_dir: str, output: Optional[str] = None) -> tuple[str, dict[str,
     new `search.params`)."""
     local = reading(sweep_dir).readable()
     cfg = read_config(local, standins=True)
-    trials = records(local, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params))
-    best = ranked(trials, cfg.direction)
+    trials = records(
+        local, cfg.objective, cfg.objective_direction, cfg.schedule.max_epochs, list(cfg.search.params)
+    )
+    best = ranked(trials, cfg.objective_direction)
     if len(best) < 2:
         raise ConfigError("", f"{sweep_dir}: {len(best)} trial(s) with a result; refine needs 2 or more")
     top = best[: max(TOP_MIN, math.ceil(TOP_FRACTION * len(best)))]
@@ -54,7 +56,7 @@ def refine(sweep_dir: str, output: Optional[str] = None) -> tuple[str, dict[str,
         raise ConfigError("--output", f"{path} exists; name another file")
     header = (
         f"# Refined from {sweep_dir} by `tuner refine`: each searched range narrowed to where its\n"
-        f"# best {len(top)} of {len(best)} trials were (by {cfg.objective}, {cfg.direction}), "
+        f"# best {len(top)} of {len(best)} trials were (by {cfg.objective}, {cfg.objective_direction}), "
         "warm-started from it.\n"
     )
     with open(path, "w") as f:
