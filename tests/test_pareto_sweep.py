@@ -104,7 +104,7 @@ def test_random_search_with_two_minimised_objectives(tmp_path: Path, capsys: pyt
         search__num_samples=6,
         schedule__max_epochs=2,
     )
-    assert cfg.mode == ["min", "min"]
+    assert cfg.direction == ["min", "min"]
     outcome = run_sweep(cfg)
     front = _check(outcome, objectives, 6)
     _print_outcome(outcome)
