@@ -245,7 +245,7 @@ def _stopped_at_resume(
         info = sweepdir.read_record(t.path) or {}
         place.push(sweepdir.write_record(t.path, {**info, "status": "TERMINATED", "ended": time.time()}))
         ended[t.path] = record(
-            t.path, cfg.objective, cfg.direction, cfg.schedule.max_epochs, list(cfg.search.params)
+            t.path, cfg.objective, cfg.objective_direction, cfg.schedule.max_epochs, list(cfg.search.params)
         )
         name, why = os.path.basename(t.path), scheduler.brief(verdict)
         print(f"[tuner] trial {name} ends at epoch {t.epochs}, judged as it resumes (stopped early: {why})")
