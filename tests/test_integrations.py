@@ -63,6 +63,23 @@ def test_a_task_train_checkpoint_goes_into_the_state_and_comes_back(tmp_path: Pa
     assert Bridge(Ctx(tmp_path / "t2")).restore_dir() is None
 
 
+def test_a_restored_checkpoint_is_gone_once_the_trial_reports_again(tmp_path: Path) -> None:
+    """The checkpoint a resumed task.train trial got back is the framework's once it reported
+    an epoch after it: it was left in the trial's directory for good (a Trainer checkpoint of a
+    real model, optimizer included, is gigabytes)."""
+    ctx = Ctx(tmp_path / "t1")
+    first = Bridge(ctx)
+    Path(first.checkpoint_dir(), "model.bin").write_bytes(b"w")
+    first.report(1, {"val_loss": 0.5})
+    resumed = Bridge(Ctx(tmp_path / "t1", restored=ctx.reports[0][1]))
+    back = resumed.restore_dir()
+    assert back is not None and Path(back, "model.bin").read_bytes() == b"w"
+    Path(resumed.checkpoint_dir(), "model.bin").write_bytes(b"w2")
+    resumed.report(2, {"val_loss": 0.4})
+    assert not Path(back).exists() and resumed.restore_dir() is None
+    assert sorted(p.name for p in (tmp_path / "t1" / OUTPUTS).iterdir()) == []
+
+
 def test_outside_a_sweep_nothing_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,6 +100,7 @@ def test_a_killed_sweep_resumes_exactly_as_lightning_alone(form: str, tmp_path: 
         # Lightning's outputs are the trial's (its CSV logger's), and TensorBoard's event
         # files in it are tuner's alone.
         assert list((trial / "framework").rglob("metrics.csv")), sorted(trial.rglob("*"))
+        assert not (trial / "framework" / "restored").exists()  # (a function's, once loaded)
         events = [p.relative_to(trial) for p in trial.rglob("events.out.tfevents*")]
         assert events and all(p.parent == Path(".") for p in events), events
     assert had_logs or not (ROOT / "lightning_logs").exists()  # (none in the directory it started in)

@@ -6,7 +6,7 @@ print the metrics, so the same code runs alone as before.
 A checkpoint is a directory of files the framework wrote. A script's is one of tuner's epoch
 directories; a `task.train` trial's goes into the state `ctx.report` checkpoints (the files as
 bytes, beside the model's state dict for `best/`), and comes back into a directory of the
-trial's when the trial resumes.
+trial's when the trial resumes, removed once the trial reports its next epoch.
 
 The RNG states (Python, NumPy, torch's CPU and CUDA generators) go with it: neither Lightning's
 checkpoint nor a plain state dict holds them, and without them a resumed trial shuffles and
@@ -36,6 +36,7 @@ class Bridge:
     def __init__(self, ctx: Any = None):
         self.ctx = ctx
         self._restored: Optional[str] = None
+        self._consumed = False  # the restored checkpoint loaded, and removed (see `report`)
         self._pending: Optional[str] = None  # a task.train trial's checkpoint being written
 
     @property
@@ -71,6 +72,8 @@ class Bridge:
         """The newest checkpoint's directory when the trial resumes, else None."""
         if self.ctx is None:
             return api.restore_dir()
+        if self._consumed:
+            return None
         if self._restored is None:
             state = self.ctx.restore()
             if not state or "files" not in state:
@@ -103,6 +106,12 @@ class Bridge:
         if self.ctx is None:
             api.report(epoch=epoch, **metrics)
             return
+        if self._restored is not None:
+            # An epoch after the resume: the framework has loaded all of the checkpoint it got
+            # back (the Trainer's RNG states only as that epoch began), and the copy would stay
+            # in the trial's directory for good; tuner keeps its own checkpoints.
+            shutil.rmtree(self._restored, ignore_errors=True)
+            self._restored, self._consumed = None, True
         state = None
         if self._pending is not None:
             state = {"files": _files(self._pending), **({"model": model} if model is not None else {})}
