@@ -77,7 +77,7 @@ def test_a_killed_sweep_resumes_exactly_as_lightning_alone(form: str, tmp_path: 
     raw = {
         "name": f"lightning-{form}",
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "task": TASK[form],
         "search": {"algorithm": "grid", "params": {"lr": {"type": "grid", "values": LRS}, "gate": str(gate)}},
         "schedule": {"max_epochs": EPOCHS, "early_stopping": False},
@@ -119,7 +119,7 @@ def test_asha_and_lightnings_early_stopping_end_trials_and_best_keeps_weights(
     raw = {
         "name": "lightning-asha",
         "metric": "val_loss",
-        "mode": "min",
+        "direction": "min",
         "task": TASK["train"],
         "search": {"algorithm": "grid", "params": {"lr": {"type": "grid", "values": lrs}}},
         "schedule": {"max_epochs": 3, "grace_epochs": 1, "reduction_factor": 2, "early_stopping": True},

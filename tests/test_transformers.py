@@ -76,7 +76,7 @@ def _raw(form: str, tmp_path: Path, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": f"hf-{form}",
         "metric": "eval_loss",
-        "mode": "min",
+        "direction": "min",
         "task": TASK[form],
         "search": {"algorithm": "grid", "params": {"lr": {"type": "grid", "values": LRS}, **params}},
         "schedule": {"max_epochs": EPOCHS, "early_stopping": False},
