@@ -100,14 +100,20 @@ def test_numbers_are_plain_floats() -> None:
 
 
 @pytest.mark.slow  # (each framework's import and a few epochs in a process: seconds)
-@pytest.mark.parametrize("task", ["lightning_task.py", "hf_task.py"])
-def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("task", "step", "reported"),
+    [("lightning_task.py", 0, [1]), ("hf_task.py", 16 + 13, [1]), ("hf_task.py", 32, [1, 2])],
+)
+def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(
+    task: str, step: int, reported: list[int], tmp_path: Path
+) -> None:
     """SIGTERM, as a stopped trial's script gets it, while the script waits in its second
-    epoch (Lightning's before it; the Trainer's late in it, 13 steps of 16): training ends at
-    the next step with epoch 1 reported and checkpointed, and the script exits 143
-    (Lightning's own handling exits 0, which read as the script ending its training itself).
+    epoch (Lightning's before it; the Trainer's after its step `step`, of 16 an epoch): training
+    ends at the next step with the whole epochs reported and checkpointed, and the script exits
+    143 (Lightning's own handling exits 0, which read as the script ending its training itself).
     The Trainer's end of an epoch cut short evaluated and saved it, and the callback reported
-    that part-epoch as epoch 2 (1.8 rounds to 2), its checkpoint too."""
+    that part-epoch as epoch 2 (1.8 rounds to 2), its checkpoint too; an epoch whose last step
+    was done is whole, and is evaluated, saved and reported."""
     import json
     import os
     import signal
@@ -122,8 +128,8 @@ def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tm
     env = {**os.environ, "TUNER_TRIAL_DIR": str(trial), "TUNER_REPORT_FILE": str(trial / "reports.jsonl"),
            "TUNER_CHECKPOINT_DIR": str(trial / "checkpoints")}  # fmt: skip
     argv = [sys.executable, str(root / "tests" / task), "--lr", "0.01", "--gate", str(gate), "--epochs", "3"]
-    if task == "hf_task.py":  # (512 samples, 32 a step: 16 steps an epoch)
-        argv += ["--gate-step", str(16 + 13)]
+    if step:  # (the Trainer's: 512 samples, 32 a step)
+        argv += ["--gate-step", str(step)]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while not list(tmp_path.glob("gate.*")):
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
@@ -133,7 +139,8 @@ def test_a_script_stopped_by_sigterm_ends_its_training_and_says_so(task: str, tm
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-3000:]
     rows = [json.loads(line) for line in (trial / "reports.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows] == [1] and os.path.isdir(rows[0]["checkpoint"]), rows
+    assert [r["epoch"] for r in rows] == reported and all(os.path.isdir(r["checkpoint"]) for r in rows), rows
+    assert "stopped_by" not in rows[-1]  # (tuner's stop, not the script's own)
 
 
 class StoppingCtx(Ctx):

@@ -28,6 +28,7 @@ this module only where it is installed (`pip install 'tuner[transformers]'`).
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -55,6 +56,7 @@ class TunerCallback(TrainerCallback):
         self._evaluated: dict[str, float] = {}
         self._reported = 0
         self._stop_asked = threading.Event()
+        self._cut = False  # a stop ended training inside an epoch
         self._before: Any = None  # the SIGTERM handler before ours
         self._stopped: Optional[BaseException] = None  # a task.train trial's stop, from its report
 
@@ -98,15 +100,21 @@ class TunerCallback(TrainerCallback):
     ) -> None:
         if self._stop_asked.is_set():
             control.should_training_stop = True
-            control.should_evaluate = control.should_save = False
+            # After an epoch's last step the epoch is whole: evaluated, saved and reported as
+            # any other (a SIGTERM from elsewhere, a preempted node, then loses no epoch).
+            epoch = state.epoch or 0.0
+            self._cut = not math.isclose(epoch, round(epoch), abs_tol=1e-6)
+            if self._cut:
+                control.should_evaluate = control.should_save = False
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         # The epoch a stop cut short ends here too, and the Trainer's flow (its first callback)
         # has just asked for an evaluation and a checkpoint: of part of an epoch, which would be
-        # reported as a whole one once past its half (`round(state.epoch)`).
-        if self._stop_asked.is_set():
+        # reported as a whole one once past its half (`round(state.epoch)`), and could outlast
+        # the stop's grace before SIGKILL.
+        if self._cut:
             control.should_evaluate = control.should_save = False
 
     def on_train_end(
@@ -142,16 +150,17 @@ class TunerCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         epoch = int(round(state.epoch or 0))
-        if epoch <= self._reported or self._stop_asked.is_set():  # (not an epoch's end)
+        if epoch <= self._reported or self._cut:  # (not an epoch's end)
             return
         save = self.bridge.checkpoint_dir()
         if save:
             written = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             shutil.copytree(written, os.path.join(save, CHECKPOINT))
         report: dict[str, Any] = dict(self._evaluated)
-        if control.should_training_stop and state.global_step < state.max_steps:
+        early = control.should_training_stop and state.global_step < state.max_steps
+        if early and not self._stop_asked.is_set():
             # Asked to stop before its planned steps, by a callback's on_evaluate (the
-            # Trainer's EarlyStoppingCallback), which the Trainer does not name.
+            # Trainer's EarlyStoppingCallback), which the Trainer does not name; not by tuner.
             report["stopped_by"] = "should_training_stop"
         model = kwargs.get("model")
         weights = model.state_dict() if model is not None and self.bridge.ctx is not None else None
