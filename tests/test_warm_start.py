@@ -196,15 +196,7 @@ def test_each_trial_s_origin_is_recorded_when_its_configuration_is_handed_out(tm
                    [{"epoch": 1, "val_acc": 0.5 + i / 100}], origin="/runs/a")
         for i in range(6)
     ]  # fmt: skip
-    plan = algorithms.build(
-        cfg.search,
-        cfg.schedule,
-        cfg.hyperparameters(),
-        cfg.objective,
-        cfg.objective_direction,
-        None,
-        Prior(earlier=earlier),
-    )
+    plan = algorithms.build_for(cfg, prior=Prior(earlier=earlier))
     configs = [plan.search_alg.suggest(f"t{i}") for i in range(4)]
     assert [plan.handed[f"t{i}"] for i in range(4)] == ["start_with", "/runs/a", "/runs/a", "/runs/a"]
     assert configs[0]["lr"] == 0.05 and [c["width"] for c in configs[1:]] == [15, 14, 13]  # the best first
