@@ -374,6 +374,18 @@ def s3(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
+@pytest.fixture
+def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
+    """The test's environment pointing at the server, the standard way (no AWS_PROFILE, no ~/.aws)."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    return s3
+
+
 @pytest.fixture(scope="session")
 def ns_cluster(tmp_path_factory: pytest.TempPathFactory):
     """A Ray head and one worker node (1 CPU each), each a separate "machine": network, mount,

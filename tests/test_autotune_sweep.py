@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from tests.conftest import debug_config
+from tests.conftest import DEBUG, debug_config, run_cli
 
 pytestmark = [pytest.mark.slow]
 
@@ -123,6 +125,47 @@ def test_the_trials_run_the_measured_choice_and_a_sweep_run_again_measures_nothi
     assert "the choice this sweep made before" in capsys.readouterr().out
     new = _rows(record)[len(rows) :]
     assert new and all(r["actor"] is not None and r["channels_last"] for r in new), new
+
+
+def test_in_object_storage_the_choice_lives_in_the_bucket_and_a_run_elsewhere_measures_nothing(
+    tmp_path: Path, s3_env: Any
+) -> None:
+    """An `s3://` sweep keeps autotune.json in the bucket (written through its place), so a run
+    on from another machine (another cache, nothing of the first run's files) reads the choice
+    back and measures nothing; as users run it, `python -m tuner` in processes of their own."""
+    record = tmp_path / "ran.jsonl"
+    (tmp_path / f"{MODULE}.py").write_text(textwrap.dedent(SOURCE.format(record=str(record))))
+    bucket = s3_env.make_bucket("autotune")
+    raw = yaml.safe_load(DEBUG.read_text())
+    raw.update(name="autotuned", output=f"s3://{bucket}/runs")
+    raw["task"] = {"model": f"{MODULE}:model", "data": f"{MODULE}:data"}
+    raw["search"].update(
+        num_samples=2,
+        params={  # (as the local sweep's above: left to measure, channels_last)
+            "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1},
+            "threads": {"type": "choice", "values": [2]},
+            "compile": {"type": "choice", "values": [False]},
+        },
+    )
+    raw["schedule"]["max_epochs"] = 1
+    raw.setdefault("training", {})["autotune"] = 120
+    (tmp_path / "autotuned.yaml").write_text(yaml.safe_dump(raw))
+    first = run_cli("sweep", "autotuned.yaml", cwd=tmp_path, env={"TUNER_CACHE_DIR": str(tmp_path / "a")})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    [size] = json.loads(s3_env.read(bucket, "runs/autotuned/autotune.json"))["sizes"]
+    assert size["result"]["choice"] == {"channels_last": True}, size
+    assert "[tuner] autotune: channels_last=true" in first.stdout, first.stdout
+
+    elsewhere = {"TUNER_CACHE_DIR": str(tmp_path / "b")}
+    uri = f"s3://{bucket}/runs/autotuned"
+    again = run_cli("extend", uri, "--num-samples", "1", cwd=tmp_path, env=elsewhere)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "the choice this sweep made before" in again.stdout, again.stdout
+    rows = _rows(record)
+    arms = [r for r in rows if r["actor"] is None]
+    assert len(arms) == len(size["result"]["arms"]), rows  # measured once, by the first run only
+    trials = [r for r in rows if r["actor"] is not None]
+    assert len(trials) == 3 and all(r["channels_last"] for r in trials), rows
 
 
 STUCK = "autotune_stuck_task"

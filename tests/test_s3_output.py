@@ -32,18 +32,6 @@ def _refusal(output: str) -> str:
     return line
 
 
-@pytest.fixture
-def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
-    """The test's environment pointing at the server, the standard way (no AWS_PROFILE, no ~/.aws)."""
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    return s3
-
-
 def test_a_reachable_bucket_with_our_credentials_passes(s3_env) -> None:
     bucket = s3_env.make_bucket("good")
     remote.check_output(f"s3://{bucket}/runs")
