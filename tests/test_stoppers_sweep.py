@@ -1,11 +1,12 @@
-"""The schedulers that read whole learning curves (median, curve) and multi-objective ASHA
+"""The schedulers that read whole learning curves (median, curve), ASHA and multi-objective ASHA
 (moasha) in real sweeps on Ray, one each: `python -m tuner sweep` killed with -9 mid-way, then
-`tuner resume` and `tuner extend`. Trials run one at a time on a deterministic task, so the
-sweep's decisions have an independent answer: the simulator (tuner.search.simulate) running
-the same configurations uninterrupted. Every configuration gets the epochs it got there: the
-scheduler rebuilt from the trials' journals decided as the one that ran through. The
-judgements are kept and shown where a user looks: stopper.jsonl, summary.json, the line of a
-stopped trial, TensorBoard's HParams columns.
+`tuner resume` and `tuner extend`; the last trial the killed run stopped is first rewound to how
+a kill between its report and the scheduler's judgement leaves it, and the resume judges it.
+Trials run one at a time on a deterministic task, so the sweep's decisions have an independent
+answer: the simulator (tuner.search.simulate) running the same configurations uninterrupted.
+Every configuration gets the epochs it got there: the scheduler rebuilt from the trials'
+journals decided as the one that ran through. The judgements are kept and shown where a user
+looks: stopper.jsonl, summary.json, the line of a stopped trial, TensorBoard's HParams columns.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ def _expected(raw: dict[str, Any], tmp_path: Path) -> dict[str, int]:
     return {key(t.config): len(t.values) for t in trials.values()}
 
 
-@pytest.mark.parametrize("scheduler", ["curve", "median", "moasha"])
+@pytest.mark.parametrize("scheduler", ["curve", "median", "asha", "moasha"])
 def test_killed_resumed_and_extended_it_decides_as_the_one_that_ran_through(
     scheduler: str, ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw = _raw(tmp_path / "out", scheduler)
+    rewound, keeps_verdicts = scheduler != "moasha", scheduler in ("curve", "median")
     expected = _expected(raw, tmp_path)
     assert len(set(expected.values())) > 1  # it stops some trials, not others
 
@@ -88,22 +90,24 @@ def test_killed_resumed_and_extended_it_decides_as_the_one_that_ran_through(
     # The waiting trial's process outlives its driver a moment (Ray ends it): gone before the
     # resume reads the sweep, it records nothing more (it never passes the gate).
     gone(int((gate / "waiting").read_text()))
-    if scheduler != "moasha":
+    if rewound:
         # Killed between that trial's last report and the scheduler's judgement of it, the
         # sweep leaves it so: that epoch recorded (and its checkpoint), no judgement of it, its
-        # record still running. Resumed, it is judged before it trains on, and ends there.
+        # record still running. Resumed, it is judged before it trains on, and ends there
+        # (ASHA keeps no judgements: its rung holds the value, and ASHA never judges again).
         stopped_last = next(d for d in trial_dirs(str(sweep)) if key(full_config(d)) == order[last][0])
         judged = read_verdicts(stopped_last)
-        assert judged[-1]["stop"] and judged[-1]["epoch"] == order[last][1], judged
-        verdicts = Path(stopped_last) / STOPPER_FILE
-        verdicts.write_text("".join(line + "\n" for line in verdicts.read_text().splitlines()[:-1]))
+        if keeps_verdicts:
+            assert judged[-1]["stop"] and judged[-1]["epoch"] == order[last][1], judged
+            verdicts = Path(stopped_last) / STOPPER_FILE
+            verdicts.write_text("".join(line + "\n" for line in verdicts.read_text().splitlines()[:-1]))
         write_record(stopped_last, {**(read_record(stopped_last) or {}), "status": "RUNNING"})
     resumed = cli("resume", str(sweep), on_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    if scheduler != "moasha":
+    if rewound:
         name = Path(stopped_last).name
         assert f"trial {name} ends at epoch {order[last][1]}, judged as it resumes" in resumed.stdout
-        assert read_verdicts(stopped_last)[-1] == judged[-1]  # the same judgement, made again
+        assert read_verdicts(stopped_last) == judged  # (median, curve: the same judgement, made again)
     grown = cli("extend", str(sweep), "--num-samples", str(MORE), on_session=True)
     assert grown.returncode == 0, grown.stdout[-3000:] + grown.stderr[-3000:]
 
@@ -115,6 +119,7 @@ def test_killed_resumed_and_extended_it_decides_as_the_one_that_ran_through(
 
     if scheduler == "moasha":
         assert summary["pareto"], summary
+    if not keeps_verdicts:
         return
     # why each stopped trial was stopped: its judgements, summary.json, its line
     stopped = [t for t in summary["trials"] if t["stopped_early"]]

@@ -220,27 +220,36 @@ def _failed(finished: list[TrialRecord]) -> list[TrialRecord]:
 def _stopped_at_resume(
     cfg: SweepConfig, place: Place, finished: list[TrialRecord], unfinished: list[TrialRecord]
 ) -> dict[str, TrialRecord]:
-    """The unfinished trials a scheduler that judges whole curves (median, curve) stops at the
-    last epoch they recorded, ended now as the uninterrupted sweep ended them (by trial path;
+    """The unfinished trials the scheduler (asha, median, curve) stops at the last epoch they
+    recorded, ended now as the uninterrupted sweep ended them (by trial path;
     their records read again). A driver killed between a trial's report and the scheduler's
     judgement of it lost the judgement (or, between a judgement to stop and the trial's end,
     the stop): continued, the trial would train an epoch the sweep never gave it."""
-    if not cfg.scheduler.whole_curve or not unfinished:
+    if not cfg.scheduler.stops_early or not unfinished:
         return {}
     prior = Prior(
         finished=[
             PriorTrial(full_config(t.path), t.history, t.status == "ERROR") for t in _in_space(cfg, finished)
         ],
         interrupted=[PriorTrial(full_config(t.path), t.history) for t in unfinished],
+        # (what the run will attach: the earlier sweeps' trials ASHA's rungs hold too)
+        earlier=[t for s in warm.load(cfg, warm.sources(cfg, place)) for t in s.used]
+        if cfg.search.warm_start
+        else [],
     )
     scheduler = algorithms.scheduler_for(cfg, prior)
+    if not hasattr(scheduler, "at_resume"):  # (bohb's rungs, moasha's fronts: not judged again)
+        return {}
+    from tuner.driver.verdicts import judged
+
+    keeps = bool(judged(scheduler))  # (its judgements in stopper.jsonl: median, curve)
     ended = {}
     for i, t in enumerate(unfinished):
         kept = t.verdict if t.verdict is not None and t.verdict.get("epoch") == t.epochs else None
-        verdict = kept or scheduler.at_resume(i)
+        verdict = kept or scheduler.at_resume(i, t.epochs)
         if verdict is None or not verdict["stop"]:
             continue
-        if kept is None:
+        if kept is None and keeps:
             place.push(sweepdir.append_verdict(t.path, verdict))
         info = sweepdir.read_record(t.path) or {}
         place.push(sweepdir.write_record(t.path, {**info, "status": "TERMINATED", "ended": time.time()}))

@@ -9,8 +9,9 @@ Schedulers measure time in the trial's own `epoch` metric (plan.TIME_ATTR), not 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
 from ray.tune.schedulers import ASHAScheduler
 
 from tuner.cluster import _ray_internals
@@ -26,6 +27,40 @@ class ResumableASHA(ASHAScheduler):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.waiting: dict[str, list[str]] = {}  # configuration key -> names in the rungs
+        self.max_epochs, self.rf = int(kwargs["max_t"]), float(kwargs["reduction_factor"])
+        self.sign = 1.0 if kwargs["mode"] == "max" else -1.0
+
+    def at_resume(self, i: int, epoch: int) -> Optional[dict[str, Any]]:
+        """ASHA's judgement of the i-th trial to be continued (seed_asha's `resumed-i`) at the
+        epoch it recorded last, when that epoch is a rung's: made as ASHA makes it on the
+        trial's report (its value against the rung's cutoff over the values recorded there
+        before it: AsyncHyperBandScheduler's percentile). A driver killed between that report
+        and the judgement lost it, and ASHA never judges a trial at a rung it is recorded at.
+        None: the epoch is no rung's (the trial was judged at its rung and trained on), or
+        there is nothing yet to judge it against. Exact where trials run one at a time; with
+        several at once, the rung may hold values that came after the report."""
+        if epoch >= self.max_epochs:
+            return None
+        name = f"resumed-{i}"
+        for milestone, recorded in _ray_internals.asha_rungs(self):
+            if milestone != epoch or name not in recorded:
+                continue
+            others = [v for k, v in recorded.items() if k != name]
+            if not others:
+                return None
+            cutoff = float(np.nanpercentile(others, (1 - 1 / self.rf) * 100))
+            value = recorded[name]
+            return {
+                TIME_ATTR: epoch,
+                "stop": bool(value < cutoff),
+                "value": self.sign * value,
+                "cutoff": self.sign * cutoff,
+            }
+        return None
+
+    def brief(self, verdict: dict[str, Any]) -> str:
+        """A judgement of `at_resume` in a few words."""
+        return f"{self._metric} {verdict['value']:.4g} short of the rung's cutoff {verdict['cutoff']:.4g}"
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         super().on_trial_add(tune_controller, trial)

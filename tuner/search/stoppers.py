@@ -103,18 +103,14 @@ class CurveScheduler(FIFOScheduler):
             self._take(f"resumed-{i}", self._curve_of(t))
             self.waiting.setdefault(key(t.config), []).append(f"resumed-{i}")
 
-    def at_resume(self, i: int) -> Optional[dict[str, Any]]:
-        """The judgement of the i-th trial to be continued (`seed`'s prior.interrupted) at the
-        last epoch its journal holds, as the run that recorded the epoch would have made it: a
+    def at_resume(self, i: int, epoch: int) -> Optional[dict[str, Any]]:
+        """The judgement of the i-th trial to be continued (`seed`'s prior.interrupted) at
+        `epoch`, the last its journal holds, as the run that recorded the epoch would have made it: a
         driver killed between the report and the judgement lost it, and the trial, continued,
         would be judged first one epoch later. None: no judgement there (before grace_epochs,
         at max_epochs, too few others)."""
         name = f"resumed-{i}"
-        curve = self.curves.get(name)
-        if not curve:
-            return None
-        epoch = max(curve)
-        if epoch < self.grace or epoch >= self.max_epochs:
+        if epoch not in self.curves.get(name, {}) or epoch < self.grace or epoch >= self.max_epochs:
             return None
         verdict = self.judge(name, epoch)
         return None if verdict is None else {TIME_ATTR: epoch, **verdict}
