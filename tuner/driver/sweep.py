@@ -238,7 +238,7 @@ def _stopped_at_resume(
         else [],
     )
     scheduler = algorithms.scheduler_for(cfg, prior)
-    if not hasattr(scheduler, "at_resume"):  # (bohb's rungs, moasha's fronts: not judged again)
+    if not hasattr(scheduler, "at_resume"):  # (moasha's fronts: not judged again)
         return {}
     from tuner.driver.verdicts import judged
 
