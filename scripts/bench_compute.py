@@ -33,7 +33,7 @@ SPACE = [
     "search.params.blocks={type: randint, low: 2, high: 3}",
 ]
 SIZES = {"trials": 30, "epochs": 9, "algorithms": ["random", "bohb", "optuna"]}
-SMOKE = {"trials": 4, "epochs": 2, "algorithms": ["random"]}
+SMOKE = {"trials": 2, "epochs": 2, "algorithms": ["random"]}  # one wave on 2 slots (grace is 2)
 EPS = 5e-5  # the peer rounds accuracies to 4 places; accuracies on 450 samples differ by 1/450
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import cli
 from tuner.sweepdir import SWEEP_RUN
 
 TRAIN = textwrap.dedent(
@@ -44,11 +44,13 @@ SWEEP = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")  # the sweep and the resume run on it, from tmp_path
 def test_the_first_trials_failing_alike_stop_the_sweep_and_resume_runs_the_rest(tmp_path: Path) -> None:
-    (tmp_path / "mytrain.py").write_text(TRAIN)
-    (tmp_path / "sweep.yaml").write_text(SWEEP)
-    env = {"PYTHONPATH": str(ROOT)}
-    done = run_cli("sweep", "sweep.yaml", cwd=tmp_path, env=env)
+    # A module name of this test's own: the session's reused trial processes keep what they imported.
+    module = f"forgot_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(TRAIN)
+    (tmp_path / "sweep.yaml").write_text(SWEEP.replace("mytrain:train", f"{module}:train"))
+    done = cli("sweep", "sweep.yaml", cwd=tmp_path, on_session=True)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     said = [ln for ln in done.stdout.splitlines() if ln.startswith("[tuner] failure.fail_fast:")]
     assert len(said) == 1 and "the first 3 trials all failed with FileNotFoundError" in said[0], done.stdout
@@ -64,7 +66,7 @@ def test_the_first_trials_failing_alike_stop_the_sweep_and_resume_runs_the_rest(
     assert kept == {t["trial_id"] for t in summary["trials"]}
     # Fixed, `resume` runs the rest: the failed trials stay as they ended, the others finish.
     (tmp_path / "data.csv").write_text("1 2 3\n")
-    again = run_cli("resume", str(sweep_dir), cwd=tmp_path, env=env)
+    again = cli("resume", str(sweep_dir), cwd=tmp_path, on_session=True)
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert len(summary["trials"]) == 8 and summary["status"] == "completed", again.stdout[-3000:]
     assert summary["counts"].get("completed", 0) + summary["counts"].get("stopped early", 0) >= 8 - 4

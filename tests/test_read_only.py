@@ -25,12 +25,13 @@ WARNING = "task.checkpoints is false: bohb only stops trials"
 
 
 @pytest.fixture(scope="module")
-def script_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """search_spaces/script.yaml (bohb over a plain script) without checkpoints: it warns."""
+def script_sweep(tmp_path_factory: pytest.TempPathFactory, ray_session: Any) -> dict[str, Any]:
+    """search_spaces/script.yaml (bohb over a plain script) without checkpoints: it warns.
+    (Run on the session's Ray, from the repository as a user's shell would be.)"""
     out = tmp_path_factory.mktemp("script")
-    done = run_cli(
+    done = cli(
         "sweep", str(SPACES / "script.yaml"), "--output", str(out), "--num-samples", "2",
-        "--max-epochs", "2", "--set", "task.checkpoints=false",
+        "--max-epochs", "2", "--set", "task.checkpoints=false", cwd=ROOT, on_session=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert WARNING in done.stderr  # said once, by the sweep
