@@ -613,7 +613,7 @@ def bench_pareto(seeds: list[int], schedulers: list[str]) -> list[str]:
                 cfg = load_sweep(ROOT / TASKS[1].sweep_file, {**over, **two})
                 plan = algorithms.build_for(cfg)
                 trials = simulate(
-                    plan, plan.num_samples, cfg.schedule.max_epochs, both, metric="val_loss", mode="min"
+                    plan, plan.num_samples, cfg.schedule.max_epochs, both, metric="val_loss", direction="min"
                 )
                 fronts[name], spent[name] = (
                     front_points(trials, objectives),

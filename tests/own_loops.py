@@ -177,7 +177,7 @@ def hyperband_resumes(storage: Path, space: dict[str, Any], **task: Any) -> int:
         data="",
         max_epochs=6,
         metric="val_loss",
-        mode="min",
+        direction="min",
         search_path=str(root),
         start_dir=str(root),
         storage=str(storage),

@@ -224,7 +224,9 @@ def test_proposals_stay_inside_the_space_through_nan_inf_and_crashes(algorithm: 
     n = 10 if algorithm in SLOW else 20
     search, schedule = _sections(algorithm, scheduler, n)
     plan = _plan(search, schedule)
-    trials = simulate(plan, min(n, plan.num_samples), MAX_EPOCHS, _Failing(), metric="val_loss", mode="min")
+    trials = simulate(
+        plan, min(n, plan.num_samples), MAX_EPOCHS, _Failing(), metric="val_loss", direction="min"
+    )
     assert len(trials) == n
     for t in trials.values():
         _inside(t.config, search)
@@ -236,7 +238,7 @@ def test_proposals_stay_inside_the_space_through_nan_inf_and_crashes(algorithm: 
 def _killed(plan: Any, n: int, kill_at: int) -> dict[str, Any]:
     from tuner.search.simulate import simulate
 
-    return simulate(plan, n, MAX_EPOCHS, _curve, metric="val_loss", mode="min", epoch_budget=kill_at)
+    return simulate(plan, n, MAX_EPOCHS, _curve, metric="val_loss", direction="min", epoch_budget=kill_at)
 
 
 def _rows(values: list[float]) -> list[dict[str, Any]]:
@@ -358,7 +360,7 @@ def test_resume_after_a_kill_equals_the_uninterrupted_run(
 
     search, schedule = _sections(algorithm, scheduler, 8 if algorithm in SLOW else 12)
     n = _plan(search, schedule).num_samples  # (grid: its whole grid)
-    whole = simulate(_plan(search, schedule), n, MAX_EPOCHS, _curve, metric="val_loss", mode="min")
+    whole = simulate(_plan(search, schedule), n, MAX_EPOCHS, _curve, metric="val_loss", direction="min")
     at_kill = _plan(search, schedule)
     killed = _killed(at_kill, n, round(kill_at * sum(len(t.values) for t in whole.values())))
     assert 0 < len(killed) < n or not all(t.ended for t in killed.values())  # killed mid-sweep
@@ -367,7 +369,7 @@ def test_resume_after_a_kill_equals_the_uninterrupted_run(
     assert STATE[scheduler](resumed.scheduler) == STATE[scheduler](at_kill.scheduler)
     assert _learnt(algorithm, resumed.search_alg) == _learnt(algorithm, at_kill.search_alg)
     continued = [list(t.values) for t in killed.values() if not t.ended]
-    rest = simulate(resumed, resumed.num_samples, MAX_EPOCHS, _curve, metric="val_loss", mode="min",
+    rest = simulate(resumed, resumed.num_samples, MAX_EPOCHS, _curve, metric="val_loss", direction="min",
                     continued=continued)  # fmt: skip
     done = [t for t in killed.values() if t.ended] + list(rest.values())
     assert len(done) == n and all(t.ended for t in done)
@@ -389,17 +391,19 @@ def test_an_extended_sweep_runs_only_new_trials_told_every_earlier_one(
     n, more = (5, 2) if algorithm in SLOW else (8, 4)
     search, schedule = _sections(algorithm, scheduler, n)
     plan = _plan(search, schedule)
-    first = simulate(plan, n, MAX_EPOCHS, _curve, metric="val_loss", mode="min")
+    first = simulate(plan, n, MAX_EPOCHS, _curve, metric="val_loss", direction="min")
     search.num_samples = n + more
     extended = _plan(search, schedule, _prior(first, n + more))
     assert extended.num_samples == more
     assert _learnt(algorithm, extended.search_alg) == _learnt(algorithm, plan.search_alg)
-    added = simulate(extended, more, MAX_EPOCHS, _curve, metric="val_loss", mode="min")
+    added = simulate(extended, more, MAX_EPOCHS, _curve, metric="val_loss", direction="min")
     assert len(added) == more
     for t in added.values():
         _inside(t.config, search)
     if ALGORITHMS[algorithm].builds.endswith("plan_random"):  # the seeded list, continued
-        whole = simulate(_plan(search, schedule), n + more, MAX_EPOCHS, _curve, metric="val_loss", mode="min")
+        whole = simulate(
+            _plan(search, schedule), n + more, MAX_EPOCHS, _curve, metric="val_loss", direction="min"
+        )
         assert {key(t.config) for t in added.values()} == {key(t.config) for t in list(whole.values())[n:]}
 
 

@@ -336,6 +336,6 @@ def test_cmaes_survives_a_conditional_parameter_every_first_trial_had() -> None:
     )
     max_epochs = cfg.schedule.max_epochs
     trials = simulate(
-        plan, 2000, max_epochs, loss, metric="val_loss", mode="min", epoch_budget=60 * max_epochs
+        plan, 2000, max_epochs, loss, metric="val_loss", direction="min", epoch_budget=60 * max_epochs
     )
     assert len(trials) > 100

@@ -53,7 +53,7 @@ def test_the_best_epoch_is_kept_beside_the_newest_checkpoint(tmp_path: Path) -> 
         "depth": 1,
         "optimizer": "adam",
     }
-    session = LocalSession(str(tmp_path), keep=1, metric="val_acc", mode="max")
+    session = LocalSession(str(tmp_path), keep=1, metric="val_acc", direction="max")
     run_trial(hp, spec, session)
     accs = [m["val_acc"] for m in session.metrics]
     assert accs[0] > accs[-1], accs  # the data makes it fall
@@ -66,7 +66,7 @@ def test_the_best_epoch_is_kept_beside_the_newest_checkpoint(tmp_path: Path) -> 
     net.load_state_dict(torch.load(best["weights"], weights_only=True))  # plain torch
     _scores(net, best["value"])
     # A resumed trial knows its best so far: a worse epoch does not replace it.
-    again = LocalSession(str(tmp_path), resume=True, keep=1, metric="val_acc", mode="max")
+    again = LocalSession(str(tmp_path), resume=True, keep=1, metric="val_acc", direction="max")
     assert again.best is not None and again.best.best_value() == max(accs)
     assert not again.best.offer({"epoch": 5, "val_acc": 0.0}, {"model": {"w": torch.zeros(1)}})
 

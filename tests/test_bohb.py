@@ -498,7 +498,7 @@ def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> 
     cfg = load_sweep(ROOT / "benchmarks" / "tasks" / "conditional.yaml", {"search.algorithm": "bohb"})
     cfg.search.num_samples = 60
     plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_loss", "min")
-    trials = run(plan, 60, 27, lambda c, e, _: loss(c, e), metric="val_loss", mode="min")
+    trials = run(plan, 60, 27, lambda c, e, _: loss(c, e), metric="val_loss", direction="min")
     bohb = plan.search_alg.inner
     for low, high in ((1, 3), (1, 9), (3, 9)):
         both = [t for t in trials.values() if len(t.values) >= high]  # (a diverged one: inf at 3)
@@ -520,7 +520,7 @@ def test_a_model_whose_rung_ranks_trials_unlike_the_later_ones_is_not_used() -> 
         return loss(config, 27) + 2.0 * math.exp(-epoch / 3) + rng.gauss(0, 0.002)
 
     plan = algorithms.build(cfg.search, cfg.schedule, cfg.hyperparameters(), "val_loss", "min")
-    run(plan, 60, 27, agreeing, metric="val_loss", mode="min")
+    run(plan, 60, 27, agreeing, metric="val_loss", direction="min")
     bohb = plan.search_alg.inner
     assert bohb.trust(1) is None and bohb.trust(27) is None
     assert any(o.startswith("searcher: model at") for o in bohb.handed.values())

@@ -414,7 +414,7 @@ def test_a_report_line_is_read_whole_whatever_another_rank_writes_into_it(tmp_pa
     cmd = ["python", SCRIPT, "--kind", "shared", "--epochs", "{max_epochs}"]
     spec = TrialSpec(
         model="", data="", trial_mode="command", command=cmd, max_epochs=4, metric="val_loss",
-        mode="min", start_dir=str(ROOT),
+        direction="min", start_dir=str(ROOT),
     )  # fmt: skip
     session = LocalSession(str(tmp_path))
     run_command({}, spec, session)
@@ -436,7 +436,7 @@ def _oom_trial(tmp_path: Path, retries: int, placeholder: bool = True) -> Any:
     cmd = ["python", SCRIPT, "--kind", "oom", *batch, "--epochs", "{max_epochs}", "--sleep", "0"]
     spec = TrialSpec(
         model="", data="", trial_mode="command", command=cmd, command_params=("batch_size",),
-        max_epochs=3, metric="val_loss", mode="min", oom_retries=retries, start_dir=str(ROOT),
+        max_epochs=3, metric="val_loss", direction="min", oom_retries=retries, start_dir=str(ROOT),
     )  # fmt: skip
     session = LocalSession(str(tmp_path))
     run_command({"batch_size": 64}, spec, session)

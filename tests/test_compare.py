@@ -35,12 +35,14 @@ def _record(trial_id: str, rows: list[tuple[float, float]]) -> TrialRecord:
 
 
 @pytest.mark.parametrize(
-    "mode, expected",
+    "direction, expected",
     [("max", [(1, 0.5), (2, 0.6), (3, 0.7), (5, 0.9)]), ("min", [(1, 0.5), (4, 0.4)])],
 )
-def test_best_by_epochs_counts_every_epoch_of_every_trial_in_report_order(mode: str, expected: list) -> None:
+def test_best_by_epochs_counts_every_epoch_of_every_trial_in_report_order(
+    direction: str, expected: list
+) -> None:
     records = [_record("a", [(1.0, 0.5), (3.0, 0.7)]), _record("b", [(2.0, 0.6), (4.0, 0.4), (5.0, 0.9)])]
-    assert best_by_epochs(records, "val_acc", mode) == expected
+    assert best_by_epochs(records, "val_acc", direction) == expected
 
 
 @pytest.mark.slow

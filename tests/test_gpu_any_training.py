@@ -32,7 +32,7 @@ def test_hooks_train_a_regression_under_amp_on_the_gpu(tmp_path: Path, amp: str)
     mod = "search_spaces.regression"
     spec = TrialSpec(
         model=f"{mod}:model", data=f"{mod}:data", loss=f"{mod}:loss", metrics=f"{mod}:metrics",
-        metric="val_mse", mode="min", max_epochs=6, gpus_per_worker=1.0, search_path=str(ROOT),
+        metric="val_mse", direction="min", max_epochs=6, gpus_per_worker=1.0, search_path=str(ROOT),
     )  # fmt: skip
     session = LocalSession(str(tmp_path), metric="val_mse")
     run_trial(_hp(amp=amp, lr=3e-3, width=64, depth=2, optimizer="adamw", batch_size=32), spec, session)
@@ -53,7 +53,7 @@ def test_hooks_train_a_regression_under_amp_on_the_gpu(tmp_path: Path, amp: str)
 def test_an_own_loop_trains_on_the_gpu_under_amp_and_resumes(tmp_path: Path, amp: str) -> None:
     spec = TrialSpec(
         model="", data="", trial_mode="train", train="search_spaces.char_lm:train", metric="val_loss",
-        mode="min", max_epochs=2, gpus_per_worker=1.0, search_path=str(ROOT),
+        direction="min", max_epochs=2, gpus_per_worker=1.0, search_path=str(ROOT),
     )  # fmt: skip
     hp = _hp(amp=amp, lr=2e-3, width=64, layers=2, heads=4, block_size=64, dropout=0.0, batch_size=64,
              modules="argparse", chars=60_000)  # fmt: skip

@@ -31,7 +31,7 @@ REGRESSION = TrialSpec(
     metrics=REG + "metrics",
     max_epochs=1,
     metric="val_mse",
-    mode="min",
+    direction="min",
     search_path=str(ROOT),
 )
 

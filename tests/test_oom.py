@@ -97,7 +97,7 @@ def test_a_rank_s_unhandled_oom_ends_its_trial_as_oom_not_as_an_error(tmp_path: 
         carried = RayTaskError("run", "Traceback ...", err).as_instanceof_cause()
     assert is_oom(carried) and not is_oom(RuntimeError("connection closed"))
     MetricsLog(str(tmp_path)).append({"epoch": 1, "val_loss": 0.5})
-    spec = TrialSpec(model="", data="", trial_mode="train", train="m:f", metric="val_loss", mode="min")
+    spec = TrialSpec(model="", data="", trial_mode="train", train="m:f", metric="val_loss", direction="min")
     _oom_result(str(tmp_path), spec, carried)
     (tmp_path / "error.txt").write_text("torch.OutOfMemoryError: ...")
     r = record(str(tmp_path), "val_loss", "min", 3, [])

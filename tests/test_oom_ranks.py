@@ -168,7 +168,7 @@ def _own_hooks(rank: int, root: str) -> None:
     for then_step in (False, True):
         spec = TrialSpec(
             model="", data="", trial_mode="train", train="tests.own_loops:own_comm_hook", max_epochs=1,
-            metric="val_loss", mode="min", workers=2,
+            metric="val_loss", direction="min", workers=2,
         )  # fmt: skip
         session = LocalSession(str(Path(root, f"step{int(then_step)}")))
         try:

@@ -130,7 +130,7 @@ SPEC = TrialSpec(
     train="tests.own_loops:regress",
     max_epochs=4,
     metric="val_loss",
-    mode="min",
+    direction="min",
 )
 
 

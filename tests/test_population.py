@@ -52,7 +52,7 @@ def test_the_worst_quantile_continues_from_the_best_the_same_way_each_time() -> 
     assert (
         decide(_rule(quantile=0.25, seed=8), 1, 2, members) != first or decide(rule, 2, 2, members) != first
     )
-    low = decide(_rule(mode="min", seed=7), 1, 2, members)
+    low = decide(_rule(direction="min", seed=7), 1, 2, members)
     assert [d.member for d in low] == [1, 3]  # with min, the largest are the worst
 
 
@@ -106,7 +106,9 @@ def test_constraints_hold_after_every_perturbation() -> None:
 
 def test_pb2_picks_numbers_from_the_populations_history_within_bounds() -> None:
     params = {"lr": LR, "opt": PARAMS["opt"], "momentum": PARAMS["momentum"]}
-    rule = Rule(kind="pb2", params=params, perturb=("lr", "momentum", "opt"), interval=1, mode="max", seed=1)
+    rule = Rule(
+        kind="pb2", params=params, perturb=("lr", "momentum", "opt"), interval=1, direction="max", seed=1
+    )
     # Each member improves by a hump over log lr (best near 1e-2), epoch after epoch.
     lrs = [1e-4, 3e-4, 1e-3, 3e-3, 2e-2, 5e-2, 0.3, 1.0]
     members = []

@@ -269,8 +269,8 @@ def test_a_time_budget_spent_while_members_wait_ends_them_as_stopped_for_it(
             Counted.seen += 1
             return super().__call__(trial_id, result)
 
-    def wanted(cls: Any, metric: str, mode: str, budget: Any, stop_at: Any) -> Any:
-        return Counted(metric, mode, budget, stop_at, clock=lambda: Counted.seen)
+    def wanted(cls: Any, metric: str, direction: str, budget: Any, stop_at: Any) -> Any:
+        return Counted(metric, direction, budget, stop_at, clock=lambda: Counted.seen)
 
     monkeypatch.setattr(limits.SweepLimits, "wanted", classmethod(wanted))
     raw = _debug_population(tmp_path, "budget")

@@ -67,7 +67,7 @@ def test_every_algorithm_runs_the_given_configurations_first(algorithm: str) -> 
 def test_model_based_searchers_learn_from_the_given_trials(algorithm: str) -> None:
     cfg = _cfg(algorithm, 8)
     plan = _plan(cfg)
-    trials = simulate(plan, 4, 3, lambda c, e, rng: 0.5 + 0.1 * e, metric="val_acc", mode="max")
+    trials = simulate(plan, 4, 3, lambda c, e, rng: 0.5 + 0.1 * e, metric="val_acc", direction="max")
     configs = [t.config for t in trials.values()]
     inner = plan.search_alg.inner
     if hasattr(inner, "study"):  # optuna's samplers

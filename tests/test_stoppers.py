@@ -48,7 +48,13 @@ def _run(cfg: Any, **kw: Any) -> dict[str, Any]:
     plan = _plan(cfg, kw.pop("prior", None))
     n = kw.pop("n", plan.num_samples)
     return simulate(
-        plan, n, cfg.schedule.max_epochs, values, metric=cfg.objective, mode=cfg.objective_direction, **kw
+        plan,
+        n,
+        cfg.schedule.max_epochs,
+        values,
+        metric=cfg.objective,
+        direction=cfg.objective_direction,
+        **kw,
     )
 
 
@@ -176,7 +182,9 @@ def test_the_median_rule_decides_as_rays() -> None:
         mode="min",
         grace_period=cfg.schedule.grace_epochs,
     )
-    rays = simulate(plan, plan.num_samples, cfg.schedule.max_epochs, values, metric="val_loss", mode="min")
+    rays = simulate(
+        plan, plan.num_samples, cfg.schedule.max_epochs, values, metric="val_loss", direction="min"
+    )
     assert _epochs(ours) == _epochs(rays)
     assert 5 < sum(t.stopped for t in ours.values()) < 28  # (it stopped some, not all)
 
@@ -187,7 +195,7 @@ def test_the_median_rule_decides_as_rays() -> None:
 def test_the_curve_stopper_stops_only_the_unlikely_and_never_the_incumbent() -> None:
     cfg = _cfg("curve", 60)
     plan = _plan(cfg)
-    trials = simulate(plan, 60, 12, values, metric="val_loss", mode="min")
+    trials = simulate(plan, 60, 12, values, metric="val_loss", direction="min")
     verdicts = plan.scheduler.verdicts
     stopped = [tid for tid, t in trials.items() if t.stopped]
     assert 10 < len(stopped) <= 58

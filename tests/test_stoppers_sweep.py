@@ -63,7 +63,9 @@ def _expected(raw: dict[str, Any], tmp_path: Path) -> dict[str, int]:
     plan = algorithms.build(
         cfg.search, cfg.schedule, params, cfg.objective, cfg.objective_direction, objectives=cfg.objectives
     )
-    trials = simulate(plan, FIRST + MORE, cfg.schedule.max_epochs, both, 1, metric="val_loss", mode="min")
+    trials = simulate(
+        plan, FIRST + MORE, cfg.schedule.max_epochs, both, 1, metric="val_loss", direction="min"
+    )
     return {key(t.config): len(t.values) for t in trials.values()}
 
 

@@ -72,7 +72,7 @@ def body(f):
         f.watchdog.kick()
 
 
-spec = TrialSpec(model="", data="", max_epochs=2, metric="val_acc", mode="max", trial_timeout={TIMEOUT_S})
+spec = TrialSpec(model="", data="", max_epochs=2, metric="val_acc", trial_timeout={TIMEOUT_S})
 guarded({{}}, spec, PausedAtReport(), body)
 print("trained", flush=True)
 """

@@ -43,7 +43,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _objectives(cfg: SweepConfig) -> str:
     """`metric val_acc (max)`, or `metrics val_acc (max), num_params (min)` with several."""
-    both = ", ".join(f"{name} ({mode})" for name, mode in cfg.objectives)
+    both = ", ".join(f"{name} ({direction})" for name, direction in cfg.objectives)
     return ("metrics " if len(cfg.objectives) > 1 else "metric ") + both
 
 

@@ -72,7 +72,7 @@ class Point:
 class SweepHistory:
     """The running state, fed one event at a time; `points` holds one per finished trial."""
 
-    objectives: Sequence[tuple[str, str]]  # (metric, mode), the first the one ranked by
+    objectives: Sequence[tuple[str, str]]  # (metric, direction), the first the one ranked by
     points: list[Point] = field(default_factory=list)
     best: dict[str, float] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
@@ -100,13 +100,13 @@ class SweepHistory:
         self.stopped_early += trial.outcome is Outcome.STOPPED_EARLY
         self.failed += trial.outcome.failed
         mine: dict[str, float] = {}
-        for name, mode in self.objectives:
-            found = best_of(trial, name, mode)
+        for name, direction in self.objectives:
+            found = best_of(trial, name, direction)
             if found is None:
                 continue
             mine[name] = found[0]
             old = self.best.get(name)
-            if old is None or (found[0] > old if mode == "max" else found[0] < old):
+            if old is None or (found[0] > old if direction == "max" else found[0] < old):
                 self.best[name] = found[0]
         point = Point(
             done=len(self.finished),

@@ -141,7 +141,7 @@ class TrialRecord:
 # ----------------------------------------------------------------------------- records
 
 
-def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
+def record(trial_dir: str, metric: str, direction: str, max_epochs: int, hparams: list[str]) -> TrialRecord:
     """Summarise one trial directory. `hparams`: the config keys to show."""
     info = recovered_record(trial_dir) or {}
     rows = read_metrics(trial_dir)
@@ -156,7 +156,7 @@ def record(trial_dir: str, metric: str, mode: str, max_epochs: int, hparams: lis
         failure = "error: " + error_line(trial_dir)
     # Epochs reported before a trial failed are results like any other: only the epoch it
     # failed at is not (a later error never discards what a trial reported).
-    best_row = best_row_of(rows, metric, mode)
+    best_row = best_row_of(rows, metric, direction)
     config = info.get("config") or {}
     lineage = read_lineage(trial_dir)
     schedule = None if lineage is None else schedule_of(lineage["segments"], epochs, hparams)
@@ -242,43 +242,45 @@ def _ended(info: dict[str, Any], rows: list[dict[str, Any]]) -> Optional[float]:
     return None
 
 
-def records(sweep_dir: str, metric: str, mode: str, max_epochs: int, hparams: list[str]) -> list[TrialRecord]:
+def records(
+    sweep_dir: str, metric: str, direction: str, max_epochs: int, hparams: list[str]
+) -> list[TrialRecord]:
     """Every trial of the sweep directory."""
-    return [record(d, metric, mode, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
+    return [record(d, metric, direction, max_epochs, hparams) for d in trial_dirs(sweep_dir)]
 
 
-def best_row_of(rows: Sequence[dict[str, Any]], metric: str, mode: str) -> Optional[dict[str, Any]]:
+def best_row_of(rows: Sequence[dict[str, Any]], metric: str, direction: str) -> Optional[dict[str, Any]]:
     """The row (epoch) of a trial's best value of `metric`; None if no row has a finite one.
     Ties: the earliest row."""
     ok = [r for r in rows if finite(r.get(metric)) and "failure" not in r]
     if not ok:
         return None
-    pick = max if mode == "max" else min
+    pick = max if direction == "max" else min
     return pick(ok, key=lambda r: r[metric])
 
 
-def best_of(trial: TrialRecord, metric: str, mode: str) -> Optional[tuple[float, int]]:
+def best_of(trial: TrialRecord, metric: str, direction: str) -> Optional[tuple[float, int]]:
     """A trial's best value of `metric` and the epoch it was reached, as the ranking counts
     (of the first objective: `best_value`, `best_epoch`); None without a finite one."""
-    row = best_row_of(trial.history, metric, mode)
+    row = best_row_of(trial.history, metric, direction)
     return None if row is None else (float(row[metric]), int(row.get("epoch", 0)))
 
 
 # ----------------------------------------------------------------------------- summary
 
 
-def ranked(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
+def ranked(trials: list[TrialRecord], direction: str) -> list[TrialRecord]:
     """Trials with a usable result, best first by their best epoch (ties: the one that
     started first), however they ended: a trial that failed (diverged, oom, timeout, error)
     counts with the epochs it reported before. The one ranking of summary.json's best, the
     CLI's leaderboard and the report."""
     ok = [r for r in trials if r.best_value is not None]
-    return sorted(ok, key=lambda r: r.best_value, reverse=mode == "max")  # type: ignore[arg-type,return-value]
+    return sorted(ok, key=lambda r: r.best_value, reverse=direction == "max")  # type: ignore[arg-type,return-value]
 
 
-def best(trials: list[TrialRecord], mode: str) -> Optional[TrialRecord]:
+def best(trials: list[TrialRecord], direction: str) -> Optional[TrialRecord]:
     """The best trial by its best epoch (a failed trial's epochs before it failed count)."""
-    top = ranked(trials, mode)
+    top = ranked(trials, direction)
     return top[0] if top else None
 
 
@@ -387,7 +389,7 @@ def pareto(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]]) -> 
     trial dominates another when it is at least as good in every objective and better in one,
     so trials of equal values are all on the front, or all off it.
     """
-    signs = [1.0 if mode == "max" else -1.0 for _, mode in objectives]
+    signs = [1.0 if direction == "max" else -1.0 for _, direction in objectives]
     names = [n for n, _ in objectives]
     points = [
         (r.trial_id, tuple(s * v for s, v in zip(signs, values, strict=True)))
@@ -425,8 +427,8 @@ PARETO_ROWS = 15  # most rows of the CLI's table with several objectives
 def leaderboard(trials: list[TrialRecord], objectives: Sequence[tuple[str, str]], top: int = 5) -> str:
     """A short plain-text table of the best trials by the first objective. With several
     objectives: a column of each, the Pareto front's trials too (marked `*`), best first."""
-    metric, mode = objectives[0]
-    best_first = ranked(trials, mode)
+    metric, direction = objectives[0]
+    best_first = ranked(trials, direction)
     several = len(objectives) > 1
     front = set(pareto(trials, objectives)) if several else set()
     shown = [r for i, r in enumerate(best_first) if i < top or r.trial_id in front][: max(top, PARETO_ROWS)]

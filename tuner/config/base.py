@@ -9,7 +9,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 # Metrics whose direction tuner knows: `metric` may name any value a trial reports, but one
-# not listed here needs `mode`. Tuner's own loop reports the first four every epoch
+# not listed here needs `direction`. Tuner's own loop reports the first four every epoch
 # (num_params: the model's trainable parameters, for "accuracy against size" objectives).
 OBJECTIVES = {
     "val_acc": "max",

@@ -10,7 +10,7 @@ and those it reads, the function its trials run (named here, imported only in th
 process, where torch comes with it), whether the trial actor itself holds every worker,
 whether its trials keep weights for `best/` and export and whether tuner can build its model
 again, whether the training section applies, what its trials report, and what `validate`
-checks for it. `SweepConfig.mode` looks it up; the driver, export, the report and the trial's
+checks for it. `SweepConfig.trial_mode` looks it up; the driver, export, the report and the trial's
 launch read the record instead of testing `task.command` or `task.train` themselves.
 
 A fifth mode is one module (its trial function, in a room of its own under `tuner.trial`) and

@@ -289,8 +289,10 @@ class Progress(Callback):
     report the driver never took in (a trial stopped at once) is still counted.
     """
 
-    def __init__(self, metric: str, mode: str, total: int, stream: Optional[TextIO] = None, done: int = 0):
-        self.metric, self.mode, self.total = metric, mode, total
+    def __init__(
+        self, metric: str, direction: str, total: int, stream: Optional[TextIO] = None, done: int = 0
+    ):
+        self.metric, self.direction, self.total = metric, direction, total
         self.done_before = done  # trials a resumed sweep had already finished
         self._stream = stream  # None: sys.stdout, looked up when writing
         self.live = self.stream.isatty()
@@ -334,7 +336,7 @@ class Progress(Callback):
             self.trial_best[trial.trial_id] = (float(value), int(result.get("epoch", 0) or 0))
 
     def _better(self, value: float, than: Optional[tuple[float, Any]]) -> bool:
-        return than is None or (value > than[0] if self.mode == "max" else value < than[0])
+        return than is None or (value > than[0] if self.direction == "max" else value < than[0])
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()

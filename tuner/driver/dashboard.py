@@ -116,7 +116,7 @@ class Dashboard(Callback):
     def __init__(self, place: Place, objectives: Sequence[tuple[str, str]], max_epochs: int):
         self.place, self.sweep_dir = place, place.local
         self.objectives, self.max_epochs = list(objectives), max_epochs
-        self.metric, self.mode = self.objectives[0]
+        self.metric, self.direction = self.objectives[0]
         self.live: dict[str, _Live] = {}  # by Tune's trial id
         self.history = SweepHistory(self.objectives)
         self.run = EventFile(os.path.join(place.local, SWEEP_RUN), ".sweep", place)
@@ -175,9 +175,9 @@ class Dashboard(Callback):
 
     def _fold(self, live: _Live, row: dict[str, Any]) -> None:
         live.epochs = max(live.epochs, int(row["epoch"]))
-        for name, mode in self.objectives:
+        for name, direction in self.objectives:
             candidates = [r for r in (live.best.get(name), row) if r is not None]
-            found = best_row_of(candidates, name, mode)  # (the ranking's rule, ties the earlier)
+            found = best_row_of(candidates, name, direction)  # (the ranking's rule, ties the earlier)
             if found is not None:
                 live.best[name] = {name: float(found[name]), "epoch": int(found["epoch"])}
 
@@ -191,7 +191,7 @@ class Dashboard(Callback):
         if live is None or live.ended:
             return
         self.place.pull(only=_name(live.path))
-        done = record(live.path, self.metric, self.mode, self.max_epochs, [])
+        done = record(live.path, self.metric, self.direction, self.max_epochs, [])
         if done.outcome is Outcome.UNFINISHED or (done.epochs < live.epochs and not last):
             return
         live.ended = True
@@ -202,14 +202,14 @@ class Dashboard(Callback):
 
     def _write_trial(self, live: _Live, done: TrialRecord) -> None:
         values: dict[str, float] = {EPOCHS: done.epochs, OUTCOME: done.outcome.code}
-        for name, mode in self.objectives:
-            found = best_of(done, name, mode)
+        for name, direction in self.objectives:
+            found = best_of(done, name, direction)
             if found is not None:
                 values[BEST + name], values[BEST_EPOCH + name] = found
         live.file.scalars(values, max(done.epochs, live.epochs))
 
     def _records(self) -> list[TrialRecord]:
-        return records(self.sweep_dir, self.metric, self.mode, self.max_epochs, [])
+        return records(self.sweep_dir, self.metric, self.direction, self.max_epochs, [])
 
 
 def _last_outcome(trial_path: str) -> Optional[float]:

@@ -37,13 +37,13 @@ class SweepLimits(Stopper, Callback):
     def __init__(
         self,
         metric: str,
-        mode: str,
+        direction: str,
         time_budget: Optional[float] = None,
         stop_at: Optional[float] = None,
         clock: Any = time.monotonic,
     ):
         self.metric, self.clock = metric, clock
-        self.sign = 1.0 if mode == "max" else -1.0
+        self.sign = 1.0 if direction == "max" else -1.0
         self.deadline = None if time_budget is None else clock() + time_budget
         self.target = stop_at
         self.reason: Optional[str] = None  # BUDGET or TARGET once the sweep ends for it
@@ -51,11 +51,13 @@ class SweepLimits(Stopper, Callback):
         self.cut: set[str] = set()  # trials stopped because the budget was spent
 
     @classmethod
-    def wanted(cls, metric: str, mode: str, time_budget: Optional[float], stop_at: Optional[float]) -> Any:
+    def wanted(
+        cls, metric: str, direction: str, time_budget: Optional[float], stop_at: Optional[float]
+    ) -> Any:
         """A SweepLimits, or None when the sweep has neither a budget nor a target."""
         if time_budget is None and stop_at is None:
             return None
-        return cls(metric, mode, time_budget, stop_at)
+        return cls(metric, direction, time_budget, stop_at)
 
     def spent(self) -> bool:
         if self.reason is None and self.deadline is not None and self.clock() >= self.deadline:

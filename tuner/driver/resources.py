@@ -398,7 +398,7 @@ def trial_spec(cfg: SweepConfig, res: TrialResources, storage: str, sweep_dir: O
         metrics=cfg.task.metrics,
         max_epochs=cfg.schedule.max_epochs,
         metric=cfg.objective,
-        mode=cfg.objective_direction,
+        direction=cfg.objective_direction,
         also=tuple(name for name, _ in cfg.objectives[1:]),
         workers=res.workers,
         cpus_per_worker=res.cpus_per_worker,

@@ -170,7 +170,7 @@ def random_todo(r: SearchRequest) -> list[tuple[dict[str, Any], str]]:
     with its origin (start_with, an earlier sweep's path, searcher)."""
     search = r.search
     start = [(c, START_WITH) for c in _start(r)]
-    start += top_earlier(r.prior.earlier, r.metric, r.mode, search.num_samples - len(start))
+    start += top_earlier(r.prior.earlier, r.metric, r.direction, search.num_samples - len(start))
     drawn = random_configs(r.params, search.num_samples - len(start), search.seed, search.constraints)
     return start + [(c, SEARCHER) for c in drawn]
 
@@ -181,15 +181,15 @@ START_WITH, SEARCHER = "start_with", "searcher"
 
 
 def top_earlier(
-    earlier: list[PriorTrial], metric: str, mode: str, room: int
+    earlier: list[PriorTrial], metric: str, direction: str, room: int
 ) -> list[tuple[dict[str, Any], str]]:
     """The best earlier trials' configurations (by their best value), best first, each once,
     with the sweep each came from: what random search, which learns nothing, takes from a
     warm start."""
     best: dict[str, tuple[float, dict[str, Any], str]] = {}
-    sign = -1.0 if mode == "max" else 1.0
+    sign = -1.0 if direction == "max" else 1.0
     for t in earlier:
-        row = best_row_of(t.history, metric, mode)
+        row = best_row_of(t.history, metric, direction)
         if row is not None and not t.error:
             k, value = key(t.config), sign * float(row[metric])
             if k not in best or value < best[k][0]:
@@ -236,7 +236,7 @@ def _listed_plan(r: SearchRequest, todo: list[tuple[dict[str, Any], str]], descr
 
 
 def plan_bohb(r: SearchRequest) -> SearchPlan:
-    search, schedule, params, metric, mode = r.search, r.schedule, r.params, r.metric, r.mode
+    search, schedule, params, metric, direction = r.search, r.schedule, r.params, r.metric, r.direction
     max_concurrent, prior = r.max_concurrent, r.prior
     # Asynchronous BOHB: hpbandster's model proposes, ASHA stops. Ray's HyperBandForBOHB sizes
     # its synchronous brackets from max_t and the reduction factor alone (98 configurations
@@ -253,7 +253,7 @@ def plan_bohb(r: SearchRequest) -> SearchPlan:
     seed = _searcher_seed(search.seed, prior)
     space = IntsAsFloats(searched, seed=seed)
     feasible = Feasible(params, search.constraints, seed)
-    searcher = AsyncBOHB(space, metric, mode, budgets=budgets(schedule), seed=seed, feasible=feasible)
+    searcher = AsyncBOHB(space, metric, direction, budgets=budgets(schedule), seed=seed, feasible=feasible)
     searcher.first = _searched_starts(r)
     for t in prior.earlier + prior.finished:
         searcher.replay({k: t.config[k] for k in searched if k in t.config}, t.history, t.error)
@@ -278,7 +278,7 @@ def optuna_plan(r: SearchRequest, recipe: Any) -> SearchPlan:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = _searcher_seed(search.seed, prior)
-    objectives = list(r.objectives) or [(r.metric, r.mode)]
+    objectives = list(r.objectives) or [(r.metric, r.direction)]
     searcher = OptunaSearch(
         params,
         objectives,
@@ -339,7 +339,7 @@ def build(
     schedule: ScheduleSection,
     params: dict[str, ParamT],
     metric: str,
-    mode: str,
+    direction: str,
     max_concurrent: Optional[int] = None,
     prior: Optional[Prior] = None,
     objectives: Sequence[tuple[str, str]] = (),
@@ -351,11 +351,13 @@ def build(
 
     `max_concurrent`: trials running at once (None: as many as resources allow).
     `prior`: the earlier run of a resumed sweep (None: a new sweep).
-    `objectives`: (metric, mode) of each when there are several (`metric`, `mode`: the first).
+    `objectives`: (metric, direction) of each when there are several (`metric`, `direction`: the first).
     `place`: where the sweep lives (tuner.sweepdir.place.Place), for a scheduler
     that reads its trials' files (a population).
     """
-    return _built(_request(search, schedule, params, metric, mode, max_concurrent, prior, objectives, place))
+    return _built(
+        _request(search, schedule, params, metric, direction, max_concurrent, prior, objectives, place)
+    )
 
 
 def _request_for(
@@ -379,7 +381,7 @@ def _request(
     schedule: ScheduleSection,
     params: dict[str, ParamT],
     metric: str,
-    mode: str,
+    direction: str,
     max_concurrent: Optional[int],
     prior: Optional[Prior],
     objectives: Sequence[tuple[str, str]],
@@ -397,7 +399,7 @@ def _request(
         schedule,
         params,
         metric,
-        mode,
+        direction,
         max_concurrent,
         prior or Prior(),
         tuple(objectives),

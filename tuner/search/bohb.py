@@ -109,7 +109,7 @@ class AsyncBOHB(_SavesState, Searcher):
         self,
         space: IntsAsFloats,
         metric: str,
-        mode: str,
+        direction: str,
         budgets: list[int],
         seed: Optional[int] = None,
         feasible: Optional[Feasible] = None,
@@ -117,7 +117,7 @@ class AsyncBOHB(_SavesState, Searcher):
         import numpy as np
         from hpbandster.optimizers.config_generators.bohb import BOHB  # statsmodels: seconds
 
-        super().__init__(metric=metric, mode=mode)
+        super().__init__(metric=metric, mode=direction)
         fast_truncnorm()
         self.encoding = space
         with quiet_statsmodels():
@@ -127,7 +127,7 @@ class AsyncBOHB(_SavesState, Searcher):
         # for each proposal, keeps "same seed, same results, same suggestions" true.
         self.rng_state = np.random.RandomState(seed).get_state()
         self.budgets = sorted(set(budgets))
-        self.sign = -1.0 if mode == "max" else 1.0  # hpbandster minimises a loss
+        self.sign = -1.0 if direction == "max" else 1.0  # hpbandster minimises a loss
         self.configs: dict[str, dict[str, Any]] = {}
         self.told: dict[str, set[int]] = {}  # trial -> budgets already told
         self.last: dict[str, int] = {}  # trial -> last epoch seen

@@ -147,7 +147,7 @@ class MultiObjectiveASHA(FIFOScheduler):
 
 def moasha(r: SearchRequest) -> MultiObjectiveASHA:
     s = r.schedule
-    objectives = list(r.objectives) or [(r.metric, r.mode)]
+    objectives = list(r.objectives) or [(r.metric, r.direction)]
     return MultiObjectiveASHA(objectives, s.max_epochs, s.grace_epochs, s.reduction_factor)
 
 

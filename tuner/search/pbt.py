@@ -83,7 +83,7 @@ def rule_of(r: SearchRequest, kind: str, perturb: list[str]) -> Rule:
         shift=pop.shift,
         interval=pop.every(s.max_epochs),
         max_epochs=s.max_epochs,
-        mode=r.mode,
+        direction=r.direction,
         seed=r.search.seed,
     )
 
@@ -119,7 +119,7 @@ class Population:
         root = self.place.root
         if root is None or not os.path.isdir(root):
             return
-        found = records(root, r.metric, r.mode, r.schedule.max_epochs, list(r.params))
+        found = records(root, r.metric, r.direction, r.schedule.max_epochs, list(r.params))
         free = {i: key(m.segments[0]["config"]) for i, m in enumerate(self.members)}
         taken: list[tuple[int, Any]] = []
         for t in sorted(found, key=lambda t: (t.started or 0.0, t.trial_id)):
@@ -314,10 +314,10 @@ class PopulationScheduler(FIFOScheduler):
     """Tune's side of a population: pauses each member at every perturbation epoch until the
     others are there, and starts paused members only once the perturbation is carried out."""
 
-    def __init__(self, population: Population, metric: str, mode: str, title: str):
+    def __init__(self, population: Population, metric: str, direction: str, title: str):
         super().__init__()
         self.population, self.title = population, title
-        self._metric, self._mode, self._time_attr = metric, mode, TIME_ATTR
+        self._metric, self._mode, self._time_attr = metric, direction, TIME_ATTR  # (Ray's names)
 
     def set_search_properties(self, metric: Optional[str], mode: Optional[str], **spec: Any) -> bool:
         return True  # (its own, from the sweep)
@@ -356,8 +356,8 @@ class PopulationSearcher(Searcher):
     """Hands out the population's members (new ones with their planned configurations;
     resumed ones with the configuration they run with now, in their own directories)."""
 
-    def __init__(self, population: Population, metric: str, mode: str):
-        super().__init__(metric=metric, mode=mode)
+    def __init__(self, population: Population, metric: str, direction: str):
+        super().__init__(metric=metric, mode=direction)
         self.population = population
 
     def set_search_properties(
@@ -385,7 +385,7 @@ def _build(r: SearchRequest, kind: str) -> PopulationScheduler:
     population = Population(r, rule, random_todo(r), Place(r.place))
     population.read_back(r)
     title = r.scheduler.title if r.scheduler is not None else kind
-    return PopulationScheduler(population, r.metric, r.mode, title)
+    return PopulationScheduler(population, r.metric, r.direction, title)
 
 
 def pbt(r: SearchRequest) -> PopulationScheduler:
@@ -402,7 +402,7 @@ def hand_out(plan: SearchPlan, r: SearchRequest, scheduler: PopulationScheduler)
     """The plan with the population's own searcher (see the module)."""
     population = scheduler.population
     left = [i for i in population.to_hand if i not in population.handed]
-    plan.search_alg = PopulationSearcher(population, r.metric, r.mode)
+    plan.search_alg = PopulationSearcher(population, r.metric, r.direction)
     plan.num_samples = len(left)
     plan.points = None
     plan.names = population.names

@@ -93,10 +93,10 @@ class SearchRequest:
     schedule: ScheduleSection
     params: dict[str, ParamT]  # every trial-facing parameter, fixed values included
     metric: str
-    mode: str
+    direction: str
     max_concurrent: Optional[int]  # trials running at once (None: as many as resources allow)
     prior: Prior  # the earlier run of a resumed sweep (empty for a new sweep)
-    # (metric, mode) of every objective when there are several (metric, mode: the first's).
+    # (metric, direction) of every objective when there are several (metric, direction: the first's).
     objectives: tuple[tuple[str, str], ...] = ()
     algorithm: Optional[Algorithm] = None  # search.algorithm's record
     scheduler: Optional[Scheduler] = None  # the scheduler the sweep runs with (its record)

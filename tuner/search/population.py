@@ -103,7 +103,7 @@ class Rule:
     shift: float = 0.1
     interval: int = 1
     max_epochs: int = 10
-    mode: str = "max"
+    direction: str = "max"
     seed: int = 0
 
 
@@ -111,7 +111,7 @@ def decide(rule: Rule, generation: int, epoch: int, members: Sequence[Member]) -
     """The decisions of perturbation number `generation` (1, 2, ...) at `epoch`, in member
     order. Members that ended, or have no finite value at `epoch`, take no part."""
     live = [m for m in members if not m.ended and finite(m.values.get(epoch))]
-    sign = 1.0 if rule.mode == "max" else -1.0
+    sign = 1.0 if rule.direction == "max" else -1.0
     ranked = sorted(live, key=lambda m: (-sign * m.values[epoch], m.index))
     # As Ray Tune's PBT counts its quantiles: rounded up, at most half the population.
     count = min(math.ceil(len(ranked) * rule.quantile), len(ranked) // 2)
@@ -214,7 +214,7 @@ class Bandit:
     def __init__(self, rule: Rule, members: Sequence[Member], epoch: int):
         self.rule, self.epoch = rule, epoch
         self.names = [k for k in rule.perturb if isinstance(rule.params.get(k), NUMERIC)]
-        sign = 1.0 if rule.mode == "max" else -1.0
+        sign = 1.0 if rule.direction == "max" else -1.0
         rows: list[tuple[int, dict[str, Any], float]] = []
         for m in members:
             for e in sorted(m.values):

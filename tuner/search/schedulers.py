@@ -78,7 +78,7 @@ def asha(r: SearchRequest) -> Any:
     return ResumableASHA(
         time_attr=TIME_ATTR,
         metric=r.metric,
-        mode=r.mode,
+        mode=r.direction,
         max_t=s.max_epochs,
         grace_period=s.grace_epochs,
         reduction_factor=s.reduction_factor,
@@ -103,7 +103,7 @@ def seed_asha(scheduler: Any, r: SearchRequest) -> None:
 
 
 def _record_rungs(scheduler: Any, trials: list[tuple[str, PriorTrial]], r: SearchRequest) -> None:
-    op = 1.0 if r.mode == "max" else -1.0
+    op = 1.0 if r.direction == "max" else -1.0
     for milestone, recorded in _ray_internals.asha_rungs(scheduler):
         for name, t in trials:
             # The value it reported on meeting the milestone, as Ray records it (-inf too).

@@ -171,8 +171,8 @@ class OptunaSearch(_SavesState, Searcher):
     ):
         import optuna
 
-        metric, mode = objectives[0]
-        super().__init__(metric=metric, mode=mode)
+        metric, direction = objectives[0]
+        super().__init__(metric=metric, mode=direction)
         self.objectives = list(objectives)
         self.study = optuna.create_study(
             directions=["maximize" if m == "max" else "minimize" for _, m in self.objectives],
@@ -256,7 +256,7 @@ class OptunaSearch(_SavesState, Searcher):
         """Every objective's value at the best epoch of the first; None if one is missing."""
         if any("failure" in r for r in rows):
             return None
-        row = best_row_of(rows, self.metric, str(self.mode)) or {}
+        row = best_row_of(rows, *self.objectives[0]) or {}
         values = [row.get(n) for n, _ in self.objectives]
         return [float(v) for v in values] if all(finite(v) for v in values) else None  # type: ignore[arg-type]
 

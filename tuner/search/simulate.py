@@ -60,7 +60,7 @@ def simulate(
     slots: int = 2,
     seed: int = 0,
     metric: str = "val_acc",
-    mode: str = "max",
+    direction: str = "max",
     log: Optional[list[Event]] = None,
     epoch_budget: Optional[int] = None,
     continued: Optional[list[list[float]]] = None,
@@ -80,7 +80,7 @@ def simulate(
     epoch after, as a resumed trial does under a new Tune trial id.
     """
     sched, searcher, rng = plan.scheduler, plan.search_alg, random.Random(seed)
-    worst = -math.inf if mode == "max" else math.inf
+    worst = -math.inf if direction == "max" else math.inf
     trials: dict[str, Trial] = {}
     running: list[Handle] = []
     spent = 0

@@ -52,10 +52,10 @@ class CurveScheduler(FIFOScheduler):
     # The numbers a judgement gives, in the order shown: key -> what it is (HParams columns).
     columns: dict[str, str] = {}
 
-    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int):
+    def __init__(self, metric: str, direction: str, max_epochs: int, grace_epochs: int):
         super().__init__()
-        self._metric, self._mode, self._time_attr = metric, mode, TIME_ATTR
-        self.sign = 1.0 if mode == "max" else -1.0
+        self._metric, self._mode, self._time_attr = metric, direction, TIME_ATTR  # (Ray's names)
+        self.sign = 1.0 if direction == "max" else -1.0
         self.max_epochs, self.grace = max_epochs, grace_epochs
         self.curves: dict[str, dict[int, float]] = {}  # trial -> epoch -> signed value
         self.best = -math.inf  # the incumbent: the best signed value of any trial
@@ -168,8 +168,8 @@ class MedianStopping(CurveScheduler):
         "best": "the trial's best value by that epoch",
     }
 
-    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int):
-        super().__init__(metric, mode, max_epochs, grace_epochs)
+    def __init__(self, metric: str, direction: str, max_epochs: int, grace_epochs: int):
+        super().__init__(metric, direction, max_epochs, grace_epochs)
         # epoch -> trial -> the trial's running average up to that epoch (signed)
         self.averages: dict[int, dict[str, float]] = {}
 
@@ -217,8 +217,8 @@ class CurveStopping(CurveScheduler):
         "incumbent": "the best value of any trial when it was judged",
     }
 
-    def __init__(self, metric: str, mode: str, max_epochs: int, grace_epochs: int, threshold: float):
-        super().__init__(metric, mode, max_epochs, grace_epochs)
+    def __init__(self, metric: str, direction: str, max_epochs: int, grace_epochs: int, threshold: float):
+        super().__init__(metric, direction, max_epochs, grace_epochs)
         self.threshold = threshold
         self.noise: dict[str, float] = {}  # trial -> its own noise (sd), once it has enough epochs
         # trial -> its shape: the candidates' weights fitted to its own curve once it has enough
@@ -301,12 +301,12 @@ class CurveStopping(CurveScheduler):
 
 def median(r: SearchRequest) -> MedianStopping:
     s = r.schedule
-    return MedianStopping(r.metric, r.mode, s.max_epochs, s.grace_epochs)
+    return MedianStopping(r.metric, r.direction, s.max_epochs, s.grace_epochs)
 
 
 def curve(r: SearchRequest) -> CurveStopping:
     s = r.schedule
-    return CurveStopping(r.metric, r.mode, s.max_epochs, s.grace_epochs, s.curve.threshold)
+    return CurveStopping(r.metric, r.direction, s.max_epochs, s.grace_epochs, s.curve.threshold)
 
 
 def seed(scheduler: CurveScheduler, r: SearchRequest) -> None:

@@ -47,7 +47,7 @@ class SweepData:
         return self.cfg.objective
 
     @property
-    def mode(self) -> str:
+    def direction(self) -> str:
         return self.cfg.objective_direction
 
     def searched(self) -> dict[str, ParamT]:
@@ -132,7 +132,7 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
     """fANOVA importance of each searched parameter for the trials' best metric, or why not."""
     params = data.searched()
     always = [k for k, p in params.items() if not conditions(p)]  # in every trial's configuration
-    ok = [r for r in ranked(data.records, data.mode) if all(k in r.config for k in always)]
+    ok = [r for r in ranked(data.records, data.direction) if all(k in r.config for k in always)]
     if not params:
         return None, "nothing was searched"
     if len(ok) < MIN_IMPORTANCE_TRIALS:
@@ -141,7 +141,7 @@ def importance(data: SweepData) -> tuple[Optional[dict[str, float]], str]:
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize" if data.mode == "max" else "minimize")
+    study = optuna.create_study(direction="maximize" if data.direction == "max" else "minimize")
     try:
         for r in ok:
             # A conditional parameter is absent where its condition fails; optuna then rates
@@ -176,7 +176,7 @@ def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[
     )
     running: list[tuple[float, float]] = []
     for t, v in points:
-        if not running or (v > running[-1][1] if data.mode == "max" else v < running[-1][1]):
+        if not running or (v > running[-1][1] if data.direction == "max" else v < running[-1][1]):
             running.append((t, v))
     return points, running
 
@@ -184,7 +184,7 @@ def best_so_far(data: SweepData) -> tuple[list[tuple[float, float]], list[tuple[
 def reproduce_command(data: SweepData) -> Optional[str]:
     """The command that trains the best trial's configuration again, alone: for a sweep of
     a script (task.command), the script's own command line."""
-    top = best(data.records, data.mode)
+    top = best(data.records, data.direction)
     if top is None:
         return None
     if data.cfg.trial_mode.command_line:  # the user's own command line, as the trial ran it

@@ -28,11 +28,11 @@ def write_comparison(sweep_dirs: list[str], out_dir: str) -> Written:
     sweeps = [analysis.load(d) for d in sweep_dirs]
     first = sweeps[0]
     for s in sweeps[1:]:
-        if (s.metric, s.mode) != (first.metric, first.mode):
+        if (s.metric, s.direction) != (first.metric, first.direction):
             raise ConfigError(
                 "sweep_dir",
-                f"{s.sweep_dir} optimises {s.metric} ({s.mode}), {first.sweep_dir} {first.metric} "
-                f"({first.mode}): compare sweeps of one metric",
+                f"{s.sweep_dir} optimises {s.metric} ({s.direction}), {first.sweep_dir} {first.metric} "
+                f"({first.direction}): compare sweeps of one metric",
             )
     out = os.path.abspath(out_dir)
     check_writable(out, "--output")
@@ -53,12 +53,12 @@ def labels(sweeps: list[SweepData]) -> list[str]:
     return [n if names.count(n) == 1 else f"{n} ({i})" for i, n in enumerate(names, 1)]
 
 
-def best_by_epochs(records: list[TrialRecord], metric: str, mode: str) -> list[tuple[int, float]]:
+def best_by_epochs(records: list[TrialRecord], metric: str, direction: str) -> list[tuple[int, float]]:
     """(epochs spent by the whole sweep, best metric so far) at each improvement: every
     reported epoch of every trial counted in the order they were reported."""
     rows = [(float(r["wall_time"]), r) for t in records for r in t.history if finite(r.get("wall_time"))]
     rows.sort(key=lambda pair: pair[0])
-    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+    better = (lambda a, b: a > b) if direction == "max" else (lambda a, b: a < b)
     out: list[tuple[int, float]] = []
     for spent, (_, r) in enumerate(rows, 1):
         v = r.get(metric)
@@ -73,7 +73,9 @@ def build(sweeps: list[SweepData], out: str) -> list[Block]:
     png = lambda name: os.path.join(out, name)  # noqa: E731 - a one-word helper
     pairs = list(zip(names, sweeps, strict=True))
     by_time = {n: analysis.best_so_far(s)[1] for n, s in pairs}
-    by_epochs = {n: [(float(e), v) for e, v in best_by_epochs(s.records, s.metric, s.mode)] for n, s in pairs}
+    by_epochs = {
+        n: [(float(e), v) for e, v in best_by_epochs(s.records, s.metric, s.direction)] for n, s in pairs
+    }
     by_trials = {
         n: history.curve(history.replay(s.records, s.cfg.objectives).points, s.metric)[1] for n, s in pairs
     }
@@ -107,20 +109,20 @@ def build(sweeps: list[SweepData], out: str) -> list[Block]:
 def _overview(sweeps: list[SweepData], names: list[str]) -> str:
     parts = []
     for n, s in zip(names, sweeps, strict=True):
-        top = ranked(s.records, s.mode)
+        top = ranked(s.records, s.direction)
         best = f"best {s.metric} {number(top[0].best_value)}" if top else "no result yet"
         epochs = sum(t.epochs for t in s.records)
         parts.append(
             f"{n}: {s.cfg.search.algorithm}, {len(s.records)} trials, {epochs} epochs, {best} ({s.state})"
         )
-    return f"Metric {sweeps[0].metric} ({sweeps[0].mode}). " + "; ".join(parts) + "."
+    return f"Metric {sweeps[0].metric} ({sweeps[0].direction}). " + "; ".join(parts) + "."
 
 
 def _head(name: str, data: SweepData) -> list[Block]:
     keys = list(data.searched())
     rows = [
         [str(i), r.trial_id, number(r.best_value), str(r.best_epoch), *map(short, map(r.config.get, keys))]
-        for i, r in enumerate(ranked(data.records, data.mode)[:HEAD_ROWS], 1)
+        for i, r in enumerate(ranked(data.records, data.direction)[:HEAD_ROWS], 1)
     ]
     headers = ["#", "trial", data.metric, "best epoch", *keys]
     return [Text(f"{name} ({data.sweep_dir})"), Table(headers, rows, right={0, 2, 3})]

@@ -9,7 +9,7 @@ checkpoints. From those this writes an export directory:
     checkpoint/    instead, for a script's sweep (task.command): the best epoch's checkpoint
                    directory as the script wrote it (its best.json names it), for the script
     config.json    the trial's whole resolved configuration (searched and fixed values,
-                   training settings) and the sweep's task, metric and mode; for a
+                   training settings) and the sweep's task, metric and direction; for a
                    population's member (pbt, pb2) its configuration now, and `schedule`: the
                    configurations that trained the weights, epoch range by range
     metrics.json   the metrics of the epoch the weights are from

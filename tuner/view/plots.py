@@ -196,7 +196,7 @@ def parallel(
     params: dict[str, ParamT],
     rows: Sequence[tuple[dict[str, Any], Optional[float]]],
     metric: str,
-    mode: str,
+    direction: str,
     path: str,
 ) -> str:
     """Parallel coordinates: one line per trial through its hyperparameters to its best metric.
@@ -217,7 +217,7 @@ def parallel(
 
     def score(v: float) -> float:
         s = 0.5 if hi == lo else (v - lo) / (hi - lo)
-        return s if mode == "max" else 1 - s
+        return s if direction == "max" else 1 - s
 
     # Worst first, so the best trials are drawn on top.
     order = sorted(rows, key=lambda r: -1.0 if r[1] is None else score(r[1]))
@@ -311,7 +311,7 @@ def pareto(
     """The first two objectives of every trial (at its best epoch of the first): each trial a
     grey dot, the Pareto front's trials labelled and joined.
 
-    `axes`: (metric, mode) of x and of y. A positive axis spanning over two decades (a model's
+    `axes`: (metric, direction) of x and of y. A positive axis spanning over two decades (a model's
     parameter count) is drawn in log scale.
     """
     fig = _figure(8.0, 5.0)

@@ -152,7 +152,7 @@ def _pareto(data: SweepData, path: str) -> list[Block]:
     ids = set(pareto(data.records, objectives))
     names = [n for n, _ in objectives]
     values = {r.trial_id: v for r in data.records if (v := objective_values(r, names)) is not None}
-    front = [r for r in ranked(data.records, data.mode) if r.trial_id in ids]
+    front = [r for r in ranked(data.records, data.direction) if r.trial_id in ids]
     image = plots.pareto(
         [(v[0], v[1]) for v in values.values()],
         [(values[r.trial_id][0], values[r.trial_id][1], r.trial_id) for r in front],
@@ -177,7 +177,7 @@ def _pareto(data: SweepData, path: str) -> list[Block]:
 
 
 def _best(data: SweepData) -> list[Block]:
-    top = ranked(data.records, data.mode)
+    top = ranked(data.records, data.direction)
     if not top:
         return [Heading("Best trial"), Text("No trial has produced a usable result yet.")]
     b = top[0]
@@ -222,7 +222,7 @@ def _population(data: SweepData, lineage_png: str, schedule_png: str) -> list[Bl
     """A population's lineage (which trial continued from which, when) and the schedule of
     each perturbed parameter that trained the best weights."""
     members = [r for r in data.records if r.schedule is not None]
-    top, schedule = ranked(data.records, data.mode), data.cfg.schedule
+    top, schedule = ranked(data.records, data.direction), data.cfg.schedule
     if not members or not top:
         return []
     best = top[0]
@@ -263,7 +263,7 @@ def _population(data: SweepData, lineage_png: str, schedule_png: str) -> list[Bl
 def _leaderboard(data: SweepData) -> list[Block]:
     names = list(data.cfg.search.params)
     others = [n for n, _ in data.cfg.objectives[1:]]
-    top = ranked(data.records, data.mode)
+    top = ranked(data.records, data.direction)
     rows = [
         [
             str(i),
@@ -288,7 +288,7 @@ def _leaderboard(data: SweepData) -> list[Block]:
 
 
 def _curves(data: SweepData, path: str) -> str:
-    top_ids = [r.trial_id for r in ranked(data.records, data.mode)[:CURVES_TOP]]
+    top_ids = [r.trial_id for r in ranked(data.records, data.direction)[:CURVES_TOP]]
     series = {t.trial_id: _series(t.history, data.metric) for t in data.records}
     configs = {r.trial_id: {k: r.config.get(k) for k in data.searched()} for r in data.records}
     top = [(f"{tid} " + config_label(configs[tid]), series[tid]) for tid in top_ids if series[tid]]
@@ -311,7 +311,7 @@ def _parallel(data: SweepData, path: str) -> str:
         for r in data.records
         if r.failure or r.best_value is not None
     ]
-    return plots.parallel(data.searched(), rows, data.metric, data.mode, path)
+    return plots.parallel(data.searched(), rows, data.metric, data.direction, path)
 
 
 def _importance(data: SweepData, path: str) -> list[Block]:
@@ -370,7 +370,7 @@ def _stopped(data: SweepData) -> list[Block]:
     """Why the scheduler stopped trials, where it says (schedule.scheduler: median, curve): its
     judgement at the epoch it stopped each, the best trials it stopped first."""
     judged = [r for r in data.records if r.verdict is not None]
-    stopped = [r for r in ranked(judged, data.mode) if r.stopped_early and (r.verdict or {}).get("stop")]
+    stopped = [r for r in ranked(judged, data.direction) if r.stopped_early and (r.verdict or {}).get("stop")]
     if not judged:
         return []
     numbers = [k for k in judged[0].verdict or {} if k not in ("epoch", "stop")]

@@ -116,8 +116,8 @@ class BestCheckpoint:
     scheduler, retried, `tuner resume`) reads best.json back once.
     """
 
-    def __init__(self, trial_dir: str, metric: str, mode: str):
-        self.dir, self.metric, self.mode = trial_dir, metric, mode
+    def __init__(self, trial_dir: str, metric: str, direction: str):
+        self.dir, self.metric, self.direction = trial_dir, metric, direction
         self._value: Optional[float] = None
         self._read = False
 
@@ -135,7 +135,7 @@ class BestCheckpoint:
         if weights is None or "failure" in metrics or not finite(value):
             return False
         held = self.best_value()
-        if held is not None and not (value > held if self.mode == "max" else value < held):
+        if held is not None and not (value > held if self.direction == "max" else value < held):
             return False
         epoch = int(metrics["epoch"])
         name = best_weights_name(epoch)

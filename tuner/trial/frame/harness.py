@@ -76,7 +76,7 @@ def guarded(
     main_dir = session.trial_dir if session.is_main else None
     log = trial_logger(session)
     watchdog = make_watchdog(
-        spec.trial_timeout, main_dir, spec.metric, WORST[spec.mode], log, before_exit=session.persist_now
+        spec.trial_timeout, main_dir, spec.metric, WORST[spec.direction], log, before_exit=session.persist_now
     )
     session.held = watchdog.held  # a wait in the report for the driver is no epoch's time
     try:
@@ -177,7 +177,7 @@ def failed(
 ) -> dict[str, Any]:
     """The result a trial ends with when it fails as a result (diverged, oom): the worst value
     of the metric, so a scheduler never promotes it and it is never chosen as best."""
-    out = {**(metrics or {}), spec.metric: WORST[spec.mode]}
+    out = {**(metrics or {}), spec.metric: WORST[spec.direction]}
     out.update(failure=failure, failure_detail=detail, epoch=epoch)
     return out
 

@@ -91,10 +91,10 @@ class Session:
         """Record the values of `names` in `config` with every epoch (those it has)."""
         self.shown = {name: config[name] for name in names if name in config}
 
-    def keep_best(self, metric: Optional[str], mode: str) -> None:
-        """Keep the trial's best epoch's weights in its directory (by `metric` and `mode`)."""
+    def keep_best(self, metric: Optional[str], direction: str) -> None:
+        """Keep the trial's best epoch's weights in its directory (by `metric` and `direction`)."""
         if metric is not None and self.trial_dir is not None:
-            self.best = BestCheckpoint(self.trial_dir, metric, mode)
+            self.best = BestCheckpoint(self.trial_dir, metric, direction)
 
     def _report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         raise NotImplementedError
@@ -112,7 +112,7 @@ class LocalSession(Session):
         resume: bool = False,
         keep: int = 2,
         metric: Optional[str] = None,
-        mode: str = "max",
+        direction: str = "max",
         also: Sequence[str] = (),
     ):
         self.trial_dir, self.metric, self.also = root, metric, tuple(also)
@@ -123,7 +123,7 @@ class LocalSession(Session):
         self.checkpoints = DirCheckpoints(root, keep)
         self._resume = resume
         os.makedirs(root, exist_ok=True)
-        self.keep_best(metric, mode)
+        self.keep_best(metric, direction)
 
     def device(self, use_gpu: bool) -> torch.device:
         import torch
@@ -155,7 +155,7 @@ class TuneSession(Session):
         sweep_dir: Optional[str],
         keep: int,
         metric: Optional[str] = None,
-        mode: str = "max",
+        direction: str = "max",
         also: Sequence[str] = (),
         storage: str = "",
     ):
@@ -174,7 +174,7 @@ class TuneSession(Session):
         # In the trial's directory: the sweep's, or with URI storage its working directory,
         # which Ray uploads with each checkpoint: the best weights reach the bucket from the
         # node that made them.
-        self.keep_best(metric, mode)
+        self.keep_best(metric, direction)
 
     def device(self, use_gpu: bool) -> torch.device:
         return ray_actor_device(use_gpu)
@@ -236,7 +236,7 @@ class GroupSession(Session):
         keep: int,
         send: Callable[[dict[str, Any], Optional[str]], bool],
         metric: Optional[str] = None,
-        mode: str = "max",
+        direction: str = "max",
         also: Sequence[str] = (),
         local_rank: Optional[int] = None,
         own_dir: bool = True,
@@ -252,7 +252,7 @@ class GroupSession(Session):
         self._go = True  # rank 0: what the trial actor said of the last report
         self.stopped = False  # Tune stopped the trial at a report (SystemExit was raised)
         if self.is_main:
-            self.keep_best(metric, mode)
+            self.keep_best(metric, direction)
 
     def report(self, metrics: dict[str, Any], state: Optional[dict[str, Any]]) -> None:
         import torch

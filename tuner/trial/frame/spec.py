@@ -34,7 +34,7 @@ class TrialSpec:
     metrics: Optional[str] = None
     max_epochs: int = 10
     metric: str = "val_acc"
-    mode: str = "max"
+    direction: str = "max"
     # The other objectives' metrics, with several (`metric` is the first): reported too.
     also: tuple[str, ...] = ()
     workers: int = 1

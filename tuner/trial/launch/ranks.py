@@ -182,7 +182,7 @@ class Rank:
 
             session = GroupSession(
                 job["trial_dir"], job["trial_id"], rank, world, spec.keep_checkpoints, send,
-                spec.metric, spec.mode, spec.also, local_rank=job["local_rank"],
+                spec.metric, spec.direction, spec.also, local_rank=job["local_rank"],
                 own_dir=spec.sweep_dir is not None, tune_checkpoint=job.get("checkpoint"), objects=objects,
             )  # fmt: skip
             session.show(hp, spec.perturbed)

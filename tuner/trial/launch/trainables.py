@@ -41,7 +41,12 @@ def in_actor_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
         _allow_wind_down()
         session = TuneSession(
-            spec.sweep_dir, spec.keep_checkpoints, spec.metric, spec.mode, spec.also, storage=spec.storage
+            spec.sweep_dir,
+            spec.keep_checkpoints,
+            spec.metric,
+            spec.direction,
+            spec.also,
+            storage=spec.storage,
         )
         session.show(config, spec.perturbed)
         train = MODES[spec.trial_mode].function()

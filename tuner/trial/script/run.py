@@ -81,7 +81,9 @@ def _run(hp: dict[str, Any], spec: TrialSpec, f: Frame) -> Optional[dict[str, An
     record = os.path.join(session.trial_dir, SCRIPT_RUN)
     stop_stale(record, f.log)  # (before its checkpoints are read: it may be writing one)
     root = os.path.join(session.trial_dir, SCRIPT_CHECKPOINTS)
-    checkpoints = ScriptCheckpoints(root, spec.keep_checkpoints, session.trial_dir, spec.metric, spec.mode)
+    checkpoints = ScriptCheckpoints(
+        root, spec.keep_checkpoints, session.trial_dir, spec.metric, spec.direction
+    )
     progress = Progress(session, f.log, f.watchdog)
     params = {k: hp[k] for k in spec.command_params if k in hp}
     retries = 0
@@ -383,9 +385,9 @@ class ScriptCheckpoints:
     A directory the script filled becomes an epoch's by a rename, so a directory with that
     name is complete; `.pending-*` ones are what a stopped script was writing."""
 
-    def __init__(self, root: str, keep: int, trial_dir: str = "", metric: str = "", mode: str = "min"):
+    def __init__(self, root: str, keep: int, trial_dir: str = "", metric: str = "", direction: str = "min"):
         self.root, self.keep = root, max(1, keep)
-        self.trial_dir, self.metric, self.mode = trial_dir, metric, mode
+        self.trial_dir, self.metric, self.direction = trial_dir, metric, direction
         os.makedirs(root, exist_ok=True)
         # The best so far survives the process: a resumed trial reads it back.
         self.best = read_best_checkpoint(trial_dir) if trial_dir else None
@@ -431,7 +433,7 @@ class ScriptCheckpoints:
         if not self.trial_dir or not finite(value) or "failure" in metrics:
             return
         held = None if self.best is None else float(self.best["value"])
-        if held is not None and not (value > held if self.mode == "max" else value < held):
+        if held is not None and not (value > held if self.direction == "max" else value < held):
             return
         name = os.path.relpath(self.path(epoch), self.trial_dir)
         record = {"epoch": epoch, "metric": self.metric, "value": float(value), "checkpoint": name}
