@@ -16,6 +16,8 @@ import yaml
 
 from tests.conftest import ROOT, SPACES, CliSweep, cli
 from tuner.config import ConfigError, json_schema, load_sweep, parse_sweep, settled, to_yaml, yamlfile
+from tuner.search.algorithms import build_for
+from tuner.search.simulate import simulate
 from tuner.space.params import Fixed
 
 GOOD: dict[str, Any] = yaml.safe_load((SPACES / "debug.yaml").read_text())
@@ -382,6 +384,14 @@ def test_every_shipped_file_validates(path: Path) -> None:
             assert above.startswith("#") or "#" in line, f"{path.name}:{i + 1} has no comment: {line}"
 
 
+def _rising(config: dict, epoch: int, rng: Any) -> float:
+    return 0.5 + 0.1 * epoch
+
+
+def _ranked_by(cfg: Any) -> dict[str, str]:
+    return {"metric": cfg.objective, "direction": cfg.objective_direction}
+
+
 @pytest.mark.parametrize("shipped", ["debug.yaml", "digits_pareto.yaml"])  # one direction; a list
 def test_mode_is_the_older_spelling_of_direction(tmp_path: Path, shipped: str) -> None:
     """Sweep files written before `direction:` say `mode:`: they validate as they did (the
@@ -395,6 +405,11 @@ def test_mode_is_the_older_spelling_of_direction(tmp_path: Path, shipped: str) -
     assert done.returncode == 0, done.stderr
     then, now = load_sweep(old), load_sweep(SPACES / shipped)
     assert then.model_dump() == now.model_dump() and then.objectives == now.objectives
+    ran = [  # its search runs as the same sweep's (the real searcher and scheduler, no training)
+        {t: r.config for t, r in simulate(build_for(c), 3, 2, _rising, **_ranked_by(c)).items()}
+        for c in (then, now)
+    ]
+    assert ran[0] == ran[1] and len(ran[0]) == 3
     written = to_yaml(then)  # what sweep.yaml and `tuner refine` write
     assert "\ndirection:" in written and "\nmode:" not in written
     jsonschema = pytest.importorskip("jsonschema")
