@@ -4,7 +4,7 @@
 #
 #   ./scripts/test.sh           every test (what CI runs)
 #   ./scripts/test.sh --quick   the quick tier, for the edit-test loop: no Ray, no browser,
-#                               nothing marked slow; a test over 5 s fails (tests/tiers.py)
+#                               nothing marked slow; a test over 5 CPU-s fails (tests/tiers.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

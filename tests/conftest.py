@@ -30,7 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--quick",
         action="store_true",
         help=f"the quick tier only: no Ray, no browser, nothing marked slow; a test over "
-        f"{tiers.QUICK_LIMIT_S:g} s fails ({tiers.LIMIT_ENV} changes the limit)",
+        f"{tiers.QUICK_LIMIT_S:g} CPU-s fails ({tiers.LIMIT_ENV} changes the limit)",
     )
 
 
@@ -183,6 +183,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return _group(nodeid)
 
     return Groups(config, log)
+
+
+pytest_runtest_call = tiers.pytest_runtest_call  # (the quick tier's CPU-s per test)
 
 
 @pytest.hookimpl(wrapper=True)

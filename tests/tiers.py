@@ -27,6 +27,7 @@ from typing import Any, Optional
 import pytest
 
 QUICK_LIMIT_S = float(os.environ.get("TUNER_QUICK_LIMIT_S", "5"))
+WAIT_FACTOR = 6  # a quick test's wall may be this many times its CPU limit (a busy machine)
 LIMIT_ENV = "TUNER_QUICK_LIMIT_S"
 TIERS = ("ray", "browser", "slow")  # any of these: not in the quick tier
 
@@ -81,13 +82,39 @@ def quick(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(t) for t in TIERS)
 
 
+CPU_KEY = pytest.StashKey[float]()
+
+
+def cpu_seconds() -> float:
+    """CPU-s this process and its waited-for children have used (user and system)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """The call's CPU-s, for `police`."""
+    before = cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        item.stash[CPU_KEY] = cpu_seconds() - before
+
+
 def police(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
-    """Under --quick: a test's call that took longer than the limit fails."""
-    if report.when != "call" or not report.passed or call.duration <= QUICK_LIMIT_S:
+    """Under --quick: a test's call that took more than the limit fails. Measured in CPU-s (the
+    test's process and the processes it waited for), not wall seconds: a busy or slower
+    machine stretches a test's wall, not the work it does; and in wall seconds past
+    WAIT_FACTOR times the limit, for a test that mostly waits."""
+    cpu = item.stash.get(CPU_KEY, call.duration)
+    if report.when != "call" or not report.passed:
+        return
+    if cpu <= QUICK_LIMIT_S and call.duration <= WAIT_FACTOR * QUICK_LIMIT_S:
         return
     report.outcome = "failed"
     report.longrepr = (
-        f"{item.nodeid} took {call.duration:.1f} s, over the quick tier's {QUICK_LIMIT_S:g} s: "
+        f"{item.nodeid} took {cpu:.1f} CPU-s ({call.duration:.1f} s), over the quick tier's "
+        f"{QUICK_LIMIT_S:g} CPU-s (or {WAIT_FACTOR * QUICK_LIMIT_S:g} s): "
         "make it faster, or mark it (pytest.mark.slow; pytest.mark.ray if it starts a Ray some way "
         "tests/tiers.py cannot see)"
     )
