@@ -217,15 +217,16 @@ def test_a_sweep_written_before_direction_reads_as_it_did(
 ) -> None:
     """A sweep an earlier tuner wrote says `mode` for max/min (sweep.yaml's `mode:`,
     summary.json's "mode"): it reports, resumes, exports, refines and warm-starts another as
-    the same sweep written today does; what is written from it says `direction`."""
-    from tuner.driver.sweep import AlreadyFinished, resume_sweep
+    the same sweep written today does (`--resume-if-exists` with today's spelling of its file
+    finds the same sweep there); what is written from it says `direction`."""
+    from tuner.driver.sweep import AlreadyFinished, resume_sweep, sweep_or_resume
     from tuner.search import warm
     from tuner.sweepdir import place_of, read_summary
     from tuner.view.export import export
     from tuner.view.refine import refine
 
     _, md = report
-    old = tmp_path / "old"
+    old = tmp_path / Path(sweep.sweep_dir).name  # (<output>/<name>, output: tmp_path)
     shutil.copytree(sweep.sweep_dir, old)
     text = (old / "sweep.yaml").read_text()
     assert text.count("\ndirection: max\n") == 1
@@ -238,17 +239,25 @@ def test_a_sweep_written_before_direction_reads_as_it_did(
     assert table(write_report(str(old)).markdown, "Leaderboard") == table(md, "Leaderboard")
     with pytest.raises(AlreadyFinished):  # every planned trial ended: nothing changed
         resume_sweep(str(old))
+    monkeypatch.chdir(sweeps.sweep_root())  # (where its model's module is found)
+    with pytest.raises(AlreadyFinished):  # the same sweep, not "holds a different sweep"
+        sweep_or_resume(load_sweep(_written(tmp_path, text), {"output": str(tmp_path)}))
     assert json.loads((old / "summary.json").read_text()) == summary
     best = json.loads((Path(export(str(old), output=str(tmp_path / "best"))) / "config.json").read_text())
     ours = json.loads((Path(sweep.sweep_dir) / "best" / "config.json").read_text())
     assert (best["direction"], best["trial_id"]) == ("max", ours["trial_id"]) and "mode" not in best
-    monkeypatch.chdir(sweeps.sweep_root())  # (where its model's module is found)
     refined, _ = refine(str(old), str(tmp_path / "refined.yaml"))
     assert "\ndirection: max\n" in Path(refined).read_text()
     cfg = load_sweep(refined)  # (a space the old sweep's best trials fill)
     then, now = warm.load(cfg, [place_of(str(old))]), warm.load(cfg, [place_of(sweep.sweep_dir)])
     assert [len(s.used) for s in then] == [len(s.used) for s in now] and then[0].used
     assert [t.config for t in then[0].used] == [t.config for t in now[0].used]
+
+
+def _written(where: Path, text: str) -> Path:
+    path = where / "today.yaml"
+    path.write_text(text)
+    return path
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
