@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import DEBUG, cli, debug_config, run_cli
-from tuner.config import ConfigError
+from tuner.config import settled
 from tuner.config.schedule import redacted, seconds
 from tuner.driver.sweep import AlreadyFinished, extend_sweep, resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
 from tuner.search.plan import key
-from tuner.sweepdir import SWEEP_RUN, read_metrics, read_record, trial_dirs
+from tuner.sweepdir import SWEEP_RUN, Place, read_metrics, read_record, trial_dirs
 
 SEARCHED = ("lr", "optimizer", "width")
 
@@ -171,15 +171,21 @@ def test_extend_adds_the_trials_a_bigger_sweep_would_have_run(tmp_path: Path) ->
     # extend after extend, and resume of a finished extended sweep: nothing to run
     with pytest.raises(Exception, match="nothing to resume"):
         resume_sweep(grown.sweep_dir)
-    grid = run_sweep(
-        debug_config(
-            tmp_path / "g",
-            search__algorithm="grid",
-            search__params={"lr": {"type": "grid", "values": [0.01]}},
-        )
+
+
+def test_a_grid_sweep_has_nothing_to_add(tmp_path: Path) -> None:
+    """Grid runs each combination once: `extend` of its sweep refuses in one line, before any
+    Ray. (All it reads of the sweep is its sweep.yaml: written here as a sweep writes it.)"""
+    cfg = debug_config(
+        tmp_path, search__algorithm="grid", search__params={"lr": {"type": "grid", "values": [0.01]}}
     )
-    with pytest.raises(ConfigError, match="nothing to add"):
-        extend_sweep(grid.sweep_dir, 1)
+    sweep = tmp_path / "debug"
+    with Place(str(sweep)).claim(new=True, command="sweep") as held:
+        cfg, text = settled(cfg)
+        held.write_config(text, cfg.code_dirs)
+    out = cli("extend", str(sweep), "--num-samples", "1")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("error: --num-samples: a grid sweep ") and "nothing to add" in out.stderr
 
 
 @pytest.mark.slow
