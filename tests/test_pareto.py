@@ -113,6 +113,7 @@ def test_the_table_marks_the_front_and_summary_json_lists_it() -> None:
         "val_acc",
         "max",
     )
+    assert summary["mode"] == "max"  # (direction's older name: scripts that read it go on working)
     one = summarize(HAND, name="x", metric="val_acc", direction="max", algorithm="random", expected_trials=10)
     assert "pareto" not in one and "objectives" not in one
     assert "pareto" not in leaderboard(HAND, TWO[:1]).splitlines()[0]

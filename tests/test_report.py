@@ -245,7 +245,7 @@ def test_a_sweep_written_before_direction_reads_as_it_did(
     assert json.loads((old / "summary.json").read_text()) == summary
     best = json.loads((Path(export(str(old), output=str(tmp_path / "best"))) / "config.json").read_text())
     ours = json.loads((Path(sweep.sweep_dir) / "best" / "config.json").read_text())
-    assert (best["direction"], best["trial_id"]) == ("max", ours["trial_id"]) and "mode" not in best
+    assert (best["direction"], best["mode"], best["trial_id"]) == ("max", "max", ours["trial_id"])
     refined, _ = refine(str(old), str(tmp_path / "refined.yaml"))
     assert "\ndirection: max\n" in Path(refined).read_text()
     cfg = load_sweep(refined)  # (a space the old sweep's best trials fill)

@@ -20,6 +20,7 @@ from tuner.sweepdir import (
     NEVER_STARTED,
     NOTICE,
     STOPPED_ITSELF,
+    SUMMARY_OLDER_DIRECTION,
     error_line,
     finite,
     read_lineage,
@@ -341,6 +342,7 @@ def summarize(
         "name": name,
         "metric": metric,
         "direction": direction,
+        SUMMARY_OLDER_DIRECTION: direction,  # (its older name: scripts that read it go on working)
         "algorithm": algorithm,
         "status": status,
         "expected_trials": expected_trials,

@@ -12,10 +12,13 @@ from pydantic import ValidationError
 
 import tuner.config.yamlfile as yamlfile
 from tuner.config.functions import code_dirs, importing_from
+from tuner.config.objectives import OLDER_SPELLING
 from tuner.config.schedule import without_credentials
 from tuner.config.sections import SweepConfig
 from tuner.errors import ConfigError, validation_message, warn
 from tuner.space.params import KINDS, Fixed
+
+SPELLINGS = ("direction", OLDER_SPELLING)  # max/min: the key, and its older spelling
 
 
 def load_sweep(
@@ -27,6 +30,9 @@ def load_sweep(
     then the file's directory, then `imports`; trials import them from the same places."""
     raw = read_yaml(path)
     for dotted, value in (overrides or {}).items():
+        if dotted in SPELLINGS and value is not None:  # (replaces the file's, in either spelling)
+            for spelling in SPELLINGS:
+                raw.pop(spelling, None)
         set_dotted(raw, dotted, value)
     dirs = code_dirs(str(path), *imports)
     with importing_from(dirs):

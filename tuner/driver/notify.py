@@ -28,6 +28,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from tuner.config.schedule import redacted
 from tuner.driver import stopping
 from tuner.errors import DiskFull
+from tuner.sweepdir import SUMMARY_OLDER_DIRECTION
 
 TIMEOUT_S = 10.0  # the whole call's deadline
 ANSWER_BYTES = 64 * 1024  # what is read of the answer's body, at most
@@ -168,6 +169,7 @@ def payload(
         "status": summary.get("status"),
         "metric": metric,
         "direction": summary.get("direction"),
+        SUMMARY_OLDER_DIRECTION: summary.get("direction"),  # (its older name, as summary.json's)
         "best": None
         if not best
         else {

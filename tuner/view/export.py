@@ -40,6 +40,7 @@ from tuner.sweepdir import (
     BEST_DIR,
     BEST_RECORD,
     EXPORT_FILES,
+    SUMMARY_OLDER_DIRECTION,
     check_writable,
     full_config,
     json_default,
@@ -74,6 +75,7 @@ class Chosen:
             "epoch": int(self.best["epoch"]),
             "metric": self.cfg.objective,
             "direction": self.cfg.objective_direction,
+            SUMMARY_OLDER_DIRECTION: self.cfg.objective_direction,  # (its older name, as summary.json's)
             "task": self.cfg.task.model_dump(mode="json"),
             "config": full_config(self.trial.path, int(self.best["epoch"])),  # (what trained them)
             **({"schedule": self.schedule} if self.schedule is not None else {}),
