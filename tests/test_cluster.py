@@ -414,27 +414,47 @@ def test_submit_without_the_token_is_refused_and_runs_nothing(live: Live, tmp_pa
         assert err.value.code == 401
 
 
+HELD_LR = 0.01  # the job-stop test's lr: its trials wait at their second epoch (tests/best_task.py)
+
+
+def _held(sweep_dir: Path) -> int:
+    """How many trials have checkpointed their first epoch: they wait while the gate is there."""
+    return sum(_newest_checkpoint(d) >= 1 for d in sweep_dir.glob("*/") if d.is_dir())
+
+
 @pytest.mark.slow
 def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_path: Path) -> None:
-    # Trials of ~10 s each: caught mid-way after the ~4 s between their first checkpoint and
-    # the stop (`ray job stop` starts, the driver's trials reach their next report), short
-    # enough to resume; two, one a node (both caught mid-way). (8192 samples, ~3 s a trial,
-    # once ran out before the stop came.)
+    # Two trials, one a node, each waiting at its second epoch, its first checkpointed, while
+    # the gate is there: `ray job stop` comes then, whatever the machine's speed, and the gate
+    # opens once the driver says it stops, so that both reach their next report and end there,
+    # mid-way. (Trials made long enough instead, 25 epochs of 8192 samples, once ran out
+    # before the stop came.)
+    gate = tmp_path / "gate"
+    gate.touch()
     sweep = ["--output", str(tmp_path), "--max-epochs", "25", "--set", "schedule.early_stopping=false"]
-    sweep += ["--num-samples", "2"]
-    sweep += ["--set", "task.data_args.samples=32768"]
+    sweep += ["--num-samples", "2", "--set", f"search.params.lr={HELD_LR}"]
+    sweep += ["--set", "task.data=tests.best_task:held"]
+    for k, v in {"gate": gate, "hold_lr": HELD_LR, "num_classes": 2}.items():
+        sweep += ["--set", f"task.data_args.{k}={v}"]
     ray_args = ["--submission-id", "long", "--no-wait"]
     out = live.run(str(SCRIPTS / "submit.sh"), str(DEBUG.relative_to(ROOT)), *ray_args, "--", *sweep)
     assert out.returncode == 0, out.stdout + out.stderr
     sweep_dir = tmp_path / "debug"
     try:
-        deadline = time.monotonic() + 180
-        while not list(sweep_dir.glob("*/checkpoint_e*.pt")):
+        deadline = time.monotonic() + 180  # (a hang guard)
+        while _held(sweep_dir) < 2:
             assert time.monotonic() < deadline, live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
             assert live.job("long")["status"] in ("PENDING", "RUNNING")
             time.sleep(0.5)
     finally:
-        stop = live.run(RAY, "job", "stop", "long", **live.ray_cli())
+        stop = live.run(RAY, "job", "stop", "long", "--no-wait", **live.ray_cli())
+        try:
+            deadline = time.monotonic() + 120  # (a hang guard)
+            while "[tuner] stopping" not in live.api("/api/jobs/long/logs")["logs"]:
+                assert time.monotonic() < deadline and live.job("long")["status"] == "RUNNING"
+                time.sleep(0.2)
+        finally:
+            gate.unlink()
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert live.wait_job("long", {"STOPPED", "SUCCEEDED", "FAILED"})["status"] == "STOPPED"
     logs = live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
@@ -447,7 +467,7 @@ def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_pa
         for t, r in records.items()
         if r["status"] == "RUNNING" and 0 < _newest_checkpoint(sweep_dir / t) < 25
     ]
-    assert caught, records  # a trial stopped mid-way, with a checkpoint to continue from
+    assert len(caught) == 2, records  # both stopped mid-way, with a checkpoint to continue from
 
     resumed = live.run(
         sys.executable, "-m", "tuner", "resume", str(sweep_dir), "--address", live.state["gcs"]
