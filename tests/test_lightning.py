@@ -34,8 +34,16 @@ LRS = [0.05, 0.1]
 EPOCHS = 2
 TASK = {
     "command": {
-        "command": ["python", "tests/lightning_task.py", "--lr", "{lr}", "--gate", "{gate}", "--epochs",
-                    "{max_epochs}"],  # fmt: skip
+        "command": [
+            "python",
+            "tests/lightning_task.py",
+            "--lr",
+            "{lr}",
+            "--gate",
+            "{gate}",
+            "--epochs",
+            "{max_epochs}",
+        ],  # fmt: skip
         "checkpoints": True,
     },
     "train": {"train": "tests.lightning_task:train"},
@@ -45,8 +53,14 @@ TASK = {
 def _alone(lrs: list[float], epochs: int, cwd: Path) -> dict[float, list[dict[str, Any]]]:
     """Each learning rate's epochs, the example run alone (no sweep, no tuner callback's work)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "lightning_task.py"), "--alone", *map(str, lrs), "--epochs",
-         str(epochs)],  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tests" / "lightning_task.py"),
+            "--alone",
+            *map(str, lrs),
+            "--epochs",
+            str(epochs),
+        ],  # fmt: skip
         cwd=cwd,
         capture_output=True,
         text=True,

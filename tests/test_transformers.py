@@ -40,8 +40,16 @@ STILL = 1e-6
 EPOCHS = 2
 TASK = {
     "command": {
-        "command": ["python", "tests/hf_task.py", "--lr", "{lr}", "--gate", "{gate}", "--epochs",
-                    "{max_epochs}"],  # fmt: skip
+        "command": [
+            "python",
+            "tests/hf_task.py",
+            "--lr",
+            "{lr}",
+            "--gate",
+            "{gate}",
+            "--epochs",
+            "{max_epochs}",
+        ],  # fmt: skip
         "checkpoints": True,
     },
     "train": {"train": "tests.hf_task:train"},
@@ -52,8 +60,14 @@ TASK = {
 def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[float, list[dict[str, Any]]]:
     """Each learning rate's epochs, the example run alone (no sweep)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hf_task.py"), "--alone", *map(str, [*LRS, STILL]), "--epochs",
-         str(EPOCHS)],  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tests" / "hf_task.py"),
+            "--alone",
+            *map(str, [*LRS, STILL]),
+            "--epochs",
+            str(EPOCHS),
+        ],  # fmt: skip
         cwd=tmp_path_factory.mktemp("alone"),
         capture_output=True,
         text=True,

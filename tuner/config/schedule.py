@@ -223,7 +223,8 @@ class WandbSection(Section):
 
     project: Optional[str] = Field(None, description="W&B project. Default: the sweep's name.", min_length=1)
     entity: Optional[str] = Field(
-        None, description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY, your default).",
+        None,
+        description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY, your default).",
         min_length=1,
     )
     group: Optional[str] = Field(

@@ -190,6 +190,7 @@ ParamT = Union[Uniform, LogUniform, RandInt, LogRandInt, Choice, Grid, Fixed]
 
 KINDS = ("uniform", "loguniform", "randint", "lograndint", "choice", "grid", "fixed")
 
+
 def values_of(p: ParamT) -> list[Scalar] | None:
     """The finite value set of a parameter, or None for a continuous range."""
     if isinstance(p, Fixed):
