@@ -22,7 +22,7 @@ def sweep_config(**settings: Any) -> tuner.SweepConfig:
             "name": "char-lm-notebook",
             "task": {"train": "search_spaces.char_lm:train"},
             "metric": "val_loss",
-            "mode": "min",
+            "direction": "min",
             "search": {
                 "algorithm": "random",
                 "num_samples": 4,
