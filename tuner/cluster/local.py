@@ -304,7 +304,7 @@ def _stop(state: dict[str, Any], state_dir: Path, quiet: bool = False) -> None:
         if p is not None:
             p.terminate()
             psutil.wait_procs([p], timeout=30)
-    rest = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    rest = [p for p in procs if _alive(p)]
     for p in rest:
         _signal(p, kill=False)
     _, alive = psutil.wait_procs(rest, timeout=10)
@@ -314,6 +314,16 @@ def _stop(state: dict[str, Any], state_dir: Path, quiet: bool = False) -> None:
     (state_dir / STATE_FILE).unlink(missing_ok=True)
     if not quiet:
         print(f"[cluster] stopped {len(procs)} process(es) of the cluster started from {state_dir}")
+
+
+def _alive(p: Any) -> bool:
+    """Running and no zombie; a process that ends while it is asked is not (NoSuchProcess)."""
+    import psutil
+
+    try:
+        return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def _signal(p: Any, kill: bool) -> None:
