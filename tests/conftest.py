@@ -538,6 +538,12 @@ def contains(p: Any, value: Any) -> bool:
     return isinstance(value, float) and p.low <= value <= p.high
 
 
+def gated_script(path: str) -> list[str]:
+    """task.command of a test script that takes --lr, --gate and --epochs (it waits at the gate
+    file before its second epoch: tests/mode_script.py, lightning_task.py, hf_task.py)."""
+    return ["python", path, "--lr", "{lr}", "--gate", "{gate}", "--epochs", "{max_epochs}"]
+
+
 def kill_9_when(
     raw: dict, tmp_path: Path, ready: Any, timeout: float = 240, sig: int = signal.SIGKILL
 ) -> Path:

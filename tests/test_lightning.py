@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, cli, gone, kill_9_when, resumed_to_the_end
+from tests.conftest import ROOT, cli, gated_script, gone, kill_9_when, resumed_to_the_end
 from tests.test_modes import _waiting
 from tuner.sweepdir import read_metrics, trial_dirs
 
@@ -34,16 +34,7 @@ LRS = [0.05, 0.1]
 EPOCHS = 2
 TASK = {
     "command": {
-        "command": [
-            "python",
-            "tests/lightning_task.py",
-            "--lr",
-            "{lr}",
-            "--gate",
-            "{gate}",
-            "--epochs",
-            "{max_epochs}",
-        ],  # fmt: skip
+        "command": gated_script("tests/lightning_task.py"),
         "checkpoints": True,
     },
     "train": {"train": "tests.lightning_task:train"},

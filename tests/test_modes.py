@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import tuner
-from tests.conftest import cli, gone, kill_9_when
+from tests.conftest import cli, gated_script, gone, kill_9_when
 from tests.mode_tasks import Net
 from tuner.config import ConfigError, parse_sweep
 from tuner.config.modes import MODES
@@ -42,7 +42,7 @@ from tuner.trial.frame.spec import TrialSpec
 from tuner.view.export import export
 
 LOOP = {"model": "tests.mode_tasks:model", "data": "tests.mode_tasks:data"}
-SCRIPT = ["python", "tests/mode_script.py", "--lr", "{lr}", "--gate", "{gate}", "--epochs", "{max_epochs}"]
+SCRIPT = gated_script("tests/mode_script.py")
 TASKS: dict[str, dict[str, Any]] = {
     "loop": LOOP,
     "hooks": {**LOOP, "metrics": "tests.mode_tasks:error"},

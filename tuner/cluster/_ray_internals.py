@@ -318,17 +318,8 @@ def no_log_monitor() -> Iterator[None]:
     only with --verbose; the trials' output is in their trial.log. Started, it imports Ray
     and polls the session's logs for the whole sweep (~1.4 CPU-s a sweep on 2 cores).
     Fallback: Ray starts it."""
-    if not checked():
+    with _not_started("start_log_monitor"):
         yield
-        return
-    from ray._private import node
-
-    original = node.Node.start_log_monitor
-    node.Node.start_log_monitor = lambda self: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        node.Node.start_log_monitor = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -339,17 +330,25 @@ def no_autoscaler_monitor() -> Iterator[None]:
     that never grows: it has nothing to scale, and no one asks what it reports (`ray
     status`); started, the monitor imports Ray and polls the GCS for the whole sweep (~0.45
     CPU-s of a sweep's start on 2 cores). Fallback: Ray starts it."""
+    with _not_started("start_monitor"):
+        yield
+
+
+@contextlib.contextmanager
+def _not_started(method: str) -> Iterator[None]:
+    """Within: ray._private.node.Node.`method` (one process it starts) does nothing. Where
+    this Ray is not the checked version, nothing changes (Ray starts the process)."""
     if not checked():
         yield
         return
     from ray._private import node
 
-    original = node.Node.start_monitor
-    node.Node.start_monitor = lambda self: None  # type: ignore[method-assign]
+    original = getattr(node.Node, method)
+    setattr(node.Node, method, lambda self: None)
     try:
         yield
     finally:
-        node.Node.start_monitor = original  # type: ignore[method-assign]
+        setattr(node.Node, method, original)
 
 
 def _start_and_stay(start: Any, head: Any, kwargs: dict[str, Any]) -> None:
