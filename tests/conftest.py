@@ -491,6 +491,7 @@ def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None, on_s
     runs a command in a process of its own, as a user does."""
     import tuner.cluster.connect
     import tuner.driver.sweep
+    import tuner.errors
     from tuner.cli import main
 
     def no_ray(*_: Any, **__: Any) -> None:
@@ -503,6 +504,8 @@ def cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None, on_s
     out, err = io.StringIO(), io.StringIO()
     environ, path = dict(os.environ), list(sys.path)
     with pytest.MonkeyPatch.context() as mp:
+        # As a process of its own: its warnings said once, whatever this process said before.
+        mp.setattr(tuner.errors, "_warned", set())
         if not on_session:
             mp.setattr(tuner.driver.sweep, "connect", no_ray)
             mp.setattr(tuner.cluster.connect, "connect", no_ray)
