@@ -126,6 +126,12 @@ def test_every_stage_of_a_sweep_is_marked_in_its_timeline(cli_sweep: CliSweep) -
         assert len({m["trial"] for m in stages if m["what"] == what}) == 2, (what, stages)
     fit, fit_done = (next(m["t"] for m in stages if m["what"] == w) for w in ("fit", "fit_done"))
     assert all(fit < m["t"] < fit_done for m in stages if m["what"] == "trial"), stages
+    # Each process's first line says whether it is a copy of the warm process (worker_fork):
+    # every trial actor is, and the driver is not.
+    first = {m["pid"]: m for m in reversed(stages)}
+    trials = {m["pid"] for m in stages if m["what"] == "trial"}
+    assert trials and all(first[p]["copied"] for p in trials), stages
+    assert not first[next(m["pid"] for m in stages if m["what"] == "cli")]["copied"]
 
 
 def test_no_credential_of_the_environment_is_left_anywhere_and_rays_files_are_private(

@@ -3,8 +3,8 @@
 With TUNER_TIMELINE naming a file, the driver and every trial process of a private local Ray
 (which inherit the driver's environment) append one JSON line per stage: what, when (epoch
 seconds), the process's CPU seconds so far, its pid, and with its first line when the process
-was born. Unset (always, outside the benchmark), `mark` is one dictionary look-up. Torch- and
-Ray-free.
+was born and whether it was copied from the warm process (tuner.cluster.worker_fork). Unset
+(always, outside the benchmark), `mark` is one dictionary look-up. Torch- and Ray-free.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 ENV = "TUNER_TIMELINE"
+COPIED_ENV = "TUNER_WORKER_COPIED"  # set in each Ray worker copied from tuner.cluster.worker_fork
 _born: list[int] = []  # the pid that has written its birth (a forked child writes its own)
 
 
@@ -28,6 +29,7 @@ def mark(what: str, **facts: Any) -> None:
     if pid not in _born:
         _born[:] = [pid]
         line["born"] = _process_start(pid)
+        line["copied"] = bool(os.environ.get(COPIED_ENV))  # (from the warm process: worker_fork)
     try:
         with open(path, "a") as f:  # one short write: lines of several processes do not mix
             f.write(json.dumps(line) + "\n")

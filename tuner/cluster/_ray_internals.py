@@ -335,6 +335,29 @@ def no_autoscaler_monitor() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def worker_command(setup: str) -> Iterator[bool]:
+    """`ray.init` inside starts a raylet whose Python workers start with the script `setup`
+    (an absolute path) where Ray's own `setup_worker.py` stands (Ray 2.60: ray._private.
+    ray_constants.SETUP_WORKER_FILENAME, which ray._private.node.Node.__init__ joins to Ray's
+    workers directory, an absolute path staying whole, and services.start_raylet puts first
+    in the raylet's --python_worker_command, followed by default_worker.py and its
+    arguments). Yields whether it did; tuner.cluster.worker_launch falls back to Ray's own
+    script for anything it does not serve. Fallback: Ray's own script (every worker starts
+    cold)."""
+    if not checked():
+        yield False
+        return
+    import ray._private.ray_constants as ray_constants
+
+    original = ray_constants.SETUP_WORKER_FILENAME
+    ray_constants.SETUP_WORKER_FILENAME = setup
+    try:
+        yield True
+    finally:
+        ray_constants.SETUP_WORKER_FILENAME = original
+
+
+@contextlib.contextmanager
 def _not_started(method: str) -> Iterator[None]:
     """Within: ray._private.node.Node.`method` (one process it starts) does nothing. Where
     this Ray is not the checked version, nothing changes (Ray starts the process)."""

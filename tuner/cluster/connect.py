@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tuner import timeline
-from tuner.cluster import _ray_internals, join, tls
+from tuner.cluster import _ray_internals, join, tls, worker_fork
 from tuner.cluster.join import LOOPBACK
 
 # Missed health checks (3 s apart, Ray 2.60 default 5) before the GCS gives a local node up.
@@ -92,6 +92,8 @@ def connect(runtime: Runtime) -> str:
     # Its one node declared dead ends the sweep: the GCS waits ~1 min for a raylet starved of
     # CPU (a loaded laptop, several Rays on 2 cores) instead of ~15 s.
     local |= _ray_internals.local_init_options(health_check_failures=LOCAL_HEALTH_CHECK_FAILURES)
+    if _ray_internals.checked():
+        worker_fork.start(os.environ[join.RAY_TMPDIR])  # (its imports beside Ray's and ray.init)
     import ray
 
     # No dashboard (nothing of ours needs its State API since DDP trials run without Ray
@@ -100,7 +102,16 @@ def connect(runtime: Runtime) -> str:
     # Nor a log monitor unless the workers' output is to be shown (--verbose): ~1 s sooner.
     # Nor an autoscaler monitor: one node that never grows has nothing to scale.
     quiet = contextlib.nullcontext() if runtime.verbose else _ray_internals.no_log_monitor()
-    with _ray_internals.api_server_after_init(), quiet, _ray_internals.no_autoscaler_monitor():
+    # Its Python workers copied from a warm process that imports what a trial imports once,
+    # beside this start (tuner.cluster.worker_fork): a trial actor starts in milliseconds.
+    with (
+        _ray_internals.api_server_after_init(),
+        quiet,
+        _ray_internals.no_autoscaler_monitor(),
+        _ray_internals.worker_command(worker_fork.LAUNCHER) as copied,
+    ):
+        if not copied:
+            worker_fork.stop()
         ray.init(
             address="local",
             num_cpus=runtime.num_cpus,
@@ -166,6 +177,7 @@ def leave(code: int) -> None:
             proc.kill()
         except psutil.Error:
             continue
+    worker_fork.stop()  # (the workers copied from it end with their launchers, killed above)
     os._exit(code)  # (init reaps them)
 
 

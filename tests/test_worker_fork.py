@@ -1,0 +1,131 @@
+"""Ray workers copied from a warm process (tuner.cluster.worker_fork, worker_launch): the
+launcher stands for its copy where the raylet started a process, and anything it cannot serve
+as Ray would goes Ray's own way.
+
+The mechanism is tested here with a script of the test's own in the place of Ray's
+default_worker.py (no Ray); the sweeps of the whole suite run on copied workers, and
+tests/test_local_ray.py checks that a user's sweep's trial actors are copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, gone
+from tuner.cluster import worker_fork, worker_launch
+
+# What the copy runs: it says who it is and what it was given, then waits for the test.
+WORKER = """
+import json, os, sys, time
+env = os.environ.get
+seen = {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd(), "env": env("FROM_CONTEXT")}
+seen.update(copied=env("TUNER_WORKER_COPIED"), torch="torch" in sys.modules)
+print(json.dumps(seen), flush=True)
+if "--wait" in sys.argv:
+    time.sleep(600)
+sys.exit(int(sys.argv[sys.argv.index("--exit") + 1]) if "--exit" in sys.argv else 0)
+"""
+
+
+@pytest.fixture
+def warm(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A warm process serving copies that run tmp_path/default_worker.py: (its socket, the script)."""
+    script = tmp_path / "default_worker.py"
+    script.write_text(WORKER)
+    sock = tmp_path / "s.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from tuner.cluster.worker_fork import serve; serve({str(sock)!r}, {str(script)!r})",
+        ],
+        cwd=ROOT,
+    )
+    try:
+        while not sock.exists():  # (bound before its imports: a launcher waits in the backlog)
+            assert proc.poll() is None, "the warm process ended"
+            time.sleep(0.01)
+        yield sock, script
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _launch(sock: Path, script: Path, *args: str, context: dict | None = None, **kw) -> subprocess.Popen:
+    ctx = json.dumps(context if context is not None else {"env_vars": {"FROM_CONTEXT": "x-${HOME}"}})
+    argv = [str(script), *args, "--language=PYTHON", f"--serialized-runtime-env-context={ctx}"]
+    env = {**os.environ, worker_launch.ENV: str(sock)}
+    return subprocess.Popen(
+        [sys.executable, worker_fork.LAUNCHER, *argv], env=env, stdout=subprocess.PIPE, text=True, **kw
+    )
+
+
+def test_a_copy_runs_the_script_with_the_launchers_arguments_environment_and_streams(
+    warm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    sock, script = warm
+    launcher = _launch(sock, script, "--exit", "7", cwd=tmp_path)
+    out, _ = launcher.communicate(timeout=120)
+    seen = json.loads(out)
+    assert launcher.returncode == 7  # its exit status is the copy's
+    assert seen["pid"] != launcher.pid and seen["argv"] == [str(script), "--exit", "7"]
+    assert seen["cwd"] == str(tmp_path) and seen["copied"] == "1"
+    assert seen["env"] == "x-" + os.environ["HOME"]  # the context's variables, expanded as Ray does
+    assert seen["torch"]  # imported once, in the warm process
+
+
+def test_a_launcher_killed_ends_its_copy_and_a_signal_reaches_it(warm: tuple[Path, Path]) -> None:
+    sock, script = warm
+    launcher = _launch(sock, script, "--wait")
+    copy = json.loads(launcher.stdout.readline())["pid"]
+    assert psutil.pid_exists(copy)
+    launcher.kill()  # SIGKILL: nothing of the launcher's runs
+    launcher.wait()
+    gone(copy)  # (fails when the copy outlives its launcher)
+    launcher = _launch(sock, script, "--wait")
+    copy = json.loads(launcher.stdout.readline())["pid"]
+    launcher.send_signal(signal.SIGTERM)  # passed on: the copy ends of it, and so does the launcher
+    assert launcher.wait(timeout=60) == -signal.SIGTERM
+    gone(copy)
+
+
+def test_what_a_copy_cannot_be_goes_rays_own_way(warm: tuple[Path, Path], tmp_path: Path) -> None:
+    """A context with a command prefix (a container), no warm process, a GPU worker: Ray's
+    own set-up script beside the worker script, with the arguments as given."""
+    sock, script = warm
+    (tmp_path / "setup_worker.py").write_text(
+        "import json, sys\nprint(json.dumps({'ray_setup': sys.argv[1:]}))\n"
+    )
+    prefixed = _launch(sock, script, context={"command_prefix": ["conda", "run"]})
+    assert "ray_setup" in json.loads(prefixed.communicate(timeout=120)[0])
+    lost = _launch(tmp_path / "nothing.sock", script)
+    assert "ray_setup" in json.loads(lost.communicate(timeout=120)[0])
+    gpu = _launch(sock, script, context={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})
+    assert "ray_setup" in json.loads(gpu.communicate(timeout=120)[0])
+
+
+def test_the_launcher_reads_rays_arguments_as_rays_set_up_script_does() -> None:
+    ctx = {"env_vars": {"A": "1"}, "py_executable": sys.executable}
+    args = [
+        "/r/default_worker.py",
+        "--x=1",
+        "--language",
+        "PYTHON",
+        f"--serialized-runtime-env-context={json.dumps(ctx)}",
+    ]
+    context, language, rest = worker_launch._split(args)
+    assert (context, language, rest) == (ctx, "PYTHON", ["/r/default_worker.py", "--x=1"])
+    assert worker_launch._servable(context, language, rest)
+    assert not worker_launch._servable({**ctx, "py_executable": "/other/python"}, language, rest)
+    assert not worker_launch._servable({**ctx, "override_worker_entrypoint": "/w.py"}, language, rest)
+    assert not worker_launch._servable(ctx, "JAVA", rest)

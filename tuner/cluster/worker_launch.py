@@ -1,0 +1,129 @@
+"""What the raylet of a Ray that tuner starts runs to start a Python worker: a copy of a warm
+process (tuner.cluster.worker_fork) when one serves this Ray, else Ray's own set-up script.
+
+Standard library only, run as a script: it replaces Ray's `setup_worker.py` in the worker
+command (`_ray_internals.forked_workers`) and must cost nothing next to what it saves. It reads
+the runtime environment context Ray hands that script (its environment variables), and asks the
+warm process at $TUNER_WORKER_FORK for a child running Ray's `default_worker.py` with this
+process's arguments, environment, working directory and standard streams. It then stands for
+that child where the raylet started a process: it passes on SIGTERM, SIGINT and SIGHUP, and
+exits as the child did (the child, for its part, ends if this process is killed).
+
+Anything it cannot serve exactly as Ray would (a context with a command prefix, another Python,
+another entry point; a worker that is not Python; no warm process) goes to Ray's own script,
+unchanged: `exec` of `setup_worker.py` beside `default_worker.py`.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+
+ENV = "TUNER_WORKER_FORK"  # the warm process's socket, in the raylet's environment
+_HEADER = struct.Struct("!I")
+
+
+def _split(args: list[str]) -> tuple[dict, str, list[str]]:
+    """(the runtime env context, the language, the rest: default_worker.py and its arguments),
+    as Ray's setup_worker.py reads them (argparse's parse_known_args of two options)."""
+    values = {"--serialized-runtime-env-context": "{}", "--language": ""}
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in values:
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            values[name] = value
+        else:
+            rest.append(args[i])
+        i += 1
+    return json.loads(values["--serialized-runtime-env-context"] or "{}"), values["--language"], rest
+
+
+def _environment(env_vars: dict[str, str]) -> dict[str, str]:
+    """This process's environment with the context's variables set as Ray's update_envs sets
+    them (each expanded against the environment so far, ${X} of an unset X empty)."""
+    for key, value in (env_vars or {}).items():
+        os.environ[key] = re.sub(r"\$\{[A-Z0-9_]+\}", "", os.path.expandvars(value))
+    return dict(os.environ)
+
+
+def _servable(context: dict, language: str, rest: list[str]) -> bool:
+    return (
+        language == "PYTHON"
+        and not context.get("command_prefix")
+        and not context.get("override_worker_entrypoint")
+        and context.get("py_executable", sys.executable) in (None, sys.executable)
+        and bool(rest)
+        and rest[0].endswith("default_worker.py")
+    )
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the warm process closed the connection")
+        data += chunk
+    return data
+
+
+def _forked(path: str, rest: list[str], env: dict[str, str]) -> int:
+    """Ask the warm process for the worker; the child's exit status (as os.waitstatus_to_exitcode
+    gives it). Raises OSError when no warm process answers (nothing was started then)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    request = json.dumps({"argv": rest, "env": env, "cwd": os.getcwd(), "launcher": os.getpid()}).encode()
+    fds = array.array("i", [0, 1, 2])
+    conn.sendmsg([_HEADER.pack(len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    child = _HEADER.unpack(_recv_exact(conn, _HEADER.size))[0]
+    if child == 0:
+        raise OSError("the warm process could not start the worker")
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            return struct.unpack("!i", _recv_exact(conn, 4))[0]
+        except InterruptedError:
+            continue
+
+
+def main(argv: list[str]) -> None:
+    context, language, rest = _split(argv)
+    path = os.environ.get(ENV)
+    if path and _servable(context, language, rest):
+        own = dict(os.environ)
+        env = _environment(context.get("env_vars") or {})
+        try:
+            code = _forked(path, rest, env)
+        except OSError:  # no warm process (or it failed before starting one): Ray's own way
+            os.environ.clear()
+            os.environ.update(own)
+        else:
+            if code < 0:
+                signal.signal(-code, signal.SIG_DFL)
+                os.kill(os.getpid(), -code)
+            sys.exit(code)
+    workers = os.path.dirname(rest[0]) if rest else ""
+    setup = os.path.join(workers, "setup_worker.py")
+    os.execv(sys.executable, [sys.executable, setup, *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
