@@ -32,6 +32,7 @@ PRIVATE = [
     ("ray._raylet", "Config.health_check_failure_threshold"),
     ("ray._private.authentication.authentication_token_setup", "_enable_token_auth"),
     ("ray._private.ray_constants", "ENABLE_RAY_CLUSTER"),
+    ("ray._private.ray_constants", "SETUP_WORKER_FILENAME"),
     ("ray._private.ray_constants", "DASHBOARD_CLIENT_MAX_SIZE"),
     ("ray._private.ray_constants", "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"),
     ("ray._private.ray_constants", "get_runtime_env_default_excludes"),
@@ -125,6 +126,17 @@ def test_the_private_behaviour_relied_on_is_as_checked() -> None:
     assert "self.head = " in source and "self.all_processes: dict" in source  # read by node_process_ids
     assert "self.start_log_monitor()" in source  # the one start no_log_monitor skips
     assert "self.start_monitor()" in source  # the one start no_autoscaler_monitor skips
+    # worker_command: the set-up script joined to Ray's workers directory (an absolute path
+    # stays whole), first in the raylet's worker command, default_worker.py beside it
+    assert "ray_constants.SETUP_WORKER_FILENAME" in source
+    workers = Path(node.__file__).parent / "workers"
+    assert (workers / ray_constants.SETUP_WORKER_FILENAME).is_file() and (
+        workers / "default_worker.py"
+    ).is_file()
+    from ray._private import services
+
+    start = " ".join(inspect.getsource(services.start_raylet).split())
+    assert "start_worker_command = ( [ sys.executable, setup_worker_path, ]" in start
     assert ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR == "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
     asha = AsyncHyperBandScheduler(metric="m", mode="max", max_t=9, grace_period=1, reduction_factor=3)
     milestones = [m for m, rung in _ray_internals.asha_rungs(asha) if isinstance(rung, dict)]
