@@ -166,6 +166,8 @@ def kind(info: dict[str, Any], root: int, actors: set[int]) -> str:
         return "driver"
     if info["ppid"] == root and "tuner" in info["cmd"]:
         return "driver"  # (the sweep's driver, forked by the command: driver/stopping.py)
+    if "tuner.cluster.worker_fork" in info["cmd"]:
+        return "warm process"  # (the trial actors' imports, done once: tuner/cluster/worker_fork.py)
     for needle, what in KINDS:
         if needle in info["cmd"]:
             return "Ray's processes" if what == "ray" else "other workers"
@@ -332,7 +334,7 @@ def _short(cmd: str) -> str:
 
 def report(name: str, runs: list[dict[str, Any]]) -> list[str]:
     """Markdown: the stages (medians over runs), processes by kind, actors, figure of merit."""
-    kinds = ["driver", "Ray's processes", "trial actors", "other workers"]
+    kinds = ["driver", "Ray's processes", "warm process", "trial actors", "other workers"]
     med = statistics.median
     n = len(runs)
     lines = [

@@ -29,7 +29,7 @@ WORKER = """
 import json, os, sys, time
 env = os.environ.get
 seen = {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd(), "env": env("FROM_CONTEXT")}
-seen.update(copied=env("TUNER_WORKER_COPIED"), torch="torch" in sys.modules)
+seen.update(copied=env("TUNER_WORKER_COPIED"), torch="torch" in sys.modules, group=os.getpgid(0))
 print(json.dumps(seen), flush=True)
 if "--wait" in sys.argv:
     time.sleep(600)
@@ -82,6 +82,8 @@ def test_a_copy_runs_the_script_with_the_launchers_arguments_environment_and_str
     assert seen["cwd"] == str(tmp_path) and seen["copied"] == "1"
     assert seen["env"] == "x-" + os.environ["HOME"]  # the context's variables, expanded as Ray does
     assert seen["torch"]  # imported once, in the warm process
+    # A group of its own, as Ray gives each worker (the raylet ends a worker's group with it)
+    assert seen["group"] == seen["pid"]
 
 
 def test_a_launcher_killed_ends_its_copy_and_a_signal_reaches_it(warm: tuple[Path, Path]) -> None:

@@ -189,6 +189,10 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep_out: list[int])
     Ray's default_worker.py as `python default_worker.py ARGS` runs it. Never returns."""
     code = 1
     try:
+        # A process group of its own, as the raylet gives each worker it starts: the raylet ends
+        # a worker's group with it (its "per-worker process group cleanup"), and a copy left in
+        # this process's group took this process and every other copy with it.
+        os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
