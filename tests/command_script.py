@@ -23,7 +23,8 @@ it behaves as `--kind` says.
 val_loss = base + 1 / epoch, with base = 10 * lr (0 for crash_once). Each run appends, in the
 trial directory, its pid to pids.txt, its first epoch to starts.txt, each epoch it trains to
 trained.txt, and "sigterm" to signals.txt when it is sent SIGTERM (it then exits 143); env.json
-says where it ran, and whether its trial actor imported torch (it has no need to).
+says where it ran, whether its trial actor has torch (it has no need to import it) and whether
+that actor is a copy of tuner's warm process (which imported torch once for every trial).
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def main() -> None:
     if os.environ.get("RANK", "0") == "0":
         _append("pids.txt", str(os.getpid()))
         cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
-        _append("env.json", json.dumps({"cwd": os.getcwd(), "cuda": cuda, "actor_torch": _actor_has_torch()}))
+        copied = bool(os.environ.get("TUNER_WORKER_COPIED"))  # (its actor: a copy of the warm process)
+        seen = {"cwd": os.getcwd(), "cuda": cuda, "actor_torch": _actor_has_torch(), "actor_copied": copied}
+        _append("env.json", json.dumps(seen))
     if args.kind == "crash":
         print("Traceback (most recent call last):\nValueError: boom: the script fails", file=sys.stderr)
         sys.exit(3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import statistics
 import threading
 import time
@@ -120,6 +121,14 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
 @pytest.mark.usefixtures("ray_session")
 def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:
     target = 0.6
+    held = {}
+    if at_once is None:
+        # Both trials mid-way when one meets the target, however fast they start and train:
+        # each model build returns once two have begun (tests/interrupt.py, which never fires).
+        (tmp_path / "chaos").mkdir()
+        held = {"task__model": "tests.interrupt:after_builds", "search__params__hold_builds": 2}
+        held |= {"search__params__chaos_dir": str(tmp_path / "chaos"), "search__params__interrupt_at": "0"}
+        held |= {"search__params__driver_pid": os.getpid()}
     cfg = debug_config(
         tmp_path,
         search__num_samples=12,
@@ -127,6 +136,7 @@ def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:
         schedule__early_stopping=False,
         schedule__stop_at=target,
         resources__max_concurrent_trials=at_once,  # None: as many as fit (2 here)
+        **held,
     )
     out = run_sweep(cfg)
     summary = out.summary

@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import DEBUG, ROOT, cli, debug_config
+from tests.interrupt import heard
 from tuner.config import ConfigError
 from tuner.driver.sweep import AlreadyFinished, SweepOutcome, resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
@@ -40,6 +42,13 @@ SEARCHED = {
 INTERRUPT_AT = "1,3"
 
 
+@pytest.fixture(autouse=True)
+def _interrupts_heard(tmp_path: Path) -> Iterator[None]:
+    """The in-process driver acknowledges each SIGINT a build fires (tests/interrupt.py)."""
+    with heard(str(tmp_path)):
+        yield
+
+
 def _config(root: Path, algorithm: str, interrupt_at: str) -> Any:
     params: dict[str, Any] = {
         **SEARCHED[algorithm],
@@ -47,6 +56,7 @@ def _config(root: Path, algorithm: str, interrupt_at: str) -> Any:
         "chaos_dir": str(root / "chaos"),
         "interrupt_at": interrupt_at,
         "driver_pid": os.getpid(),  # in-process: this test's process drives the sweep
+        "await_stop": True,  # (the build that interrupts waits until the driver heard: `heard`)
     }
     cfg = debug_config(
         root,
