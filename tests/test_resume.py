@@ -138,10 +138,15 @@ def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     finished, midway = _snapshot(sweep)
     out = cli("resume", str(sweep), on_session=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    # A trial caught mid-way that ASHA's rungs stop as the sweep resumes ends there, finished
+    # (sweep.py, _stopped_at_resume); whether one is depends on where the kill caught them.
+    judged = set(re.findall(r"trial (\w+) ends at epoch \d+, judged as it resumes", out.stdout))
+    assert judged <= set(midway), (judged, midway)
+    ended = len(finished) + len(judged)
     assert re.search(
-        rf"resuming debug: {len(finished)} trials finished, {len(midway)} to continue", out.stdout
+        rf"resuming debug: {ended} trials finished, {len(midway) - len(judged)} to continue", out.stdout
     )
-    _check_resumed(sweep, finished, midway)
+    _check_resumed(sweep, finished, {t: e for t, e in midway.items() if t not in judged})
 
 
 def test_ctrl_c_stops_gracefully_then_resume_with_rays_private_api_unused(tmp_path: Path) -> None:
