@@ -591,8 +591,12 @@ def _launch(
             scheduler=plan.scheduler if limits is None else Budgeted(plan.scheduler, limits),
             num_samples=plan.num_samples,
             # Reused actors keep data and imports warm between trials; a DDP trial's actor
-            # also keeps its ranks when its trial ended cleanly (trial/launch/ranks.py).
-            reuse_actors=True,
+            # also keeps its ranks when its trial ended cleanly (trial/launch/ranks.py). Not
+            # where trials pause (a population, at every perturbation): Tune would hand a
+            # paused member's actor to the next and remove the placement group it had just
+            # asked for that one, and Ray keeps the CPUs of a placement group removed while it
+            # is being made, for good (ray-project/ray#64693; seen under load).
+            reuse_actors=not cfg.scheduler.pauses,
             trial_name_creator=names,
             trial_dirname_creator=names,
         ),
