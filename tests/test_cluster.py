@@ -442,9 +442,10 @@ def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_pa
     sweep_dir = tmp_path / "debug"
     try:
         deadline = time.monotonic() + 180  # (a hang guard)
+        job_logs = lambda: live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout  # noqa: E731
         while _held(sweep_dir) < 2:
-            assert time.monotonic() < deadline, live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout
-            assert live.job("long")["status"] in ("PENDING", "RUNNING")
+            assert time.monotonic() < deadline, job_logs()
+            assert live.job("long")["status"] in ("PENDING", "RUNNING"), job_logs()  # (why it ended)
             time.sleep(0.5)
     finally:
         stop = live.run(RAY, "job", "stop", "long", "--no-wait", **live.ray_cli())
