@@ -34,6 +34,7 @@ import sys
 import threading
 from typing import Any, Optional
 
+from tuner.cluster.worker_launch import ENV  # the socket, in the environment launchers inherit
 from tuner.timeline import COPIED_ENV  # set in each worker copied from the warm process
 
 # Imported once here, and so by no worker copied from this process. Never Ray itself: importing
@@ -57,7 +58,6 @@ WARM = (
 )
 _HEADER = struct.Struct("!I")
 _PR_SET_PDEATHSIG = 1
-ENV = "TUNER_WORKER_FORK"  # the socket, in the environment the raylet and its launchers inherit
 OFF_ENV = "TUNER_WORKER_FORK_OFF"  # set (not 0): every worker starts cold, as Ray starts it
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_launch.py")
 _started: list[tuple[subprocess.Popen, str]] = []  # (the warm process, its socket) of this driver
@@ -260,9 +260,11 @@ def serve(path: str, worker: Optional[str] = None) -> None:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(wake_r, selectors.EVENT_READ, "child")
+    keep_out_always = [listener.fileno(), wake_r, wake_w, sel.fileno()]
     with contextlib.suppress(OSError):
         parent_fd = os.pidfd_open(parent)
         sel.register(parent_fd, selectors.EVENT_READ, "parent")
+        keep_out_always.append(parent_fd)
     waiting: dict[int, socket.socket] = {}  # a copy's pid -> its launcher's connection
     while True:
         for key, _ in sel.select():
@@ -284,10 +286,7 @@ def serve(path: str, worker: Optional[str] = None) -> None:
                     os.close(fd)
                 conn.close()  # (the launcher then starts the worker Ray's own way)
                 continue
-            keep_out = [listener.fileno(), wake_r, wake_w, conn.fileno(), sel.fileno()]
-            keep_out += [c.fileno() for c in waiting.values()]
-            if "parent_fd" in locals():
-                keep_out.append(parent_fd)
+            keep_out = [*keep_out_always, conn.fileno(), *(c.fileno() for c in waiting.values())]
             pid = os.fork()
             if pid == 0:
                 _become_worker(request, fds, keep_out)
