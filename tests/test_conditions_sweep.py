@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests import tbread
 from tests.conftest import SPACES, cli, debug_config
+from tests.interrupt import heard
 from tuner.config import load_sweep
 from tuner.driver.sweep import resume_sweep, run_sweep
 from tuner.search.algorithms import random_configs
@@ -99,12 +101,20 @@ CONSTRAINTS = ["width * depth <= 24"]
 TRIALS = 4
 
 
+@pytest.fixture(autouse=True)
+def _interrupts_heard(tmp_path: Path) -> Iterator[None]:
+    """The in-process driver acknowledges each SIGINT a build fires (tests/interrupt.py)."""
+    with heard(str(tmp_path)):
+        yield
+
+
 def _config(root: Path, algorithm: str, interrupt_at: int) -> Any:
     params = {
         **PARAMS,
         "chaos_dir": str(root / "chaos"),
         "interrupt_at": interrupt_at,
         "driver_pid": os.getpid(),
+        "await_stop": True,  # (the build that interrupts waits until the driver heard: `heard`)
     }
     cfg = debug_config(
         root,

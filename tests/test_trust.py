@@ -272,3 +272,27 @@ def test_two_trials_of_one_configuration_each_resume_in_their_own_directory(tmp_
     for trial in before:
         epochs = [json.loads(line)["epoch"] for line in (sweep / trial / "metrics.jsonl").open()]
         assert epochs == list(range(1, 4)), (trial, epochs)  # each continued once, none restarted
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_sweep_resumed_in_the_same_second_continues_its_trials_in_their_own_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray Tune stages a run's driver-side files under the Ray session, in a directory named by
+    # the second the run began; a trial whose directory is already there gets a new name. A
+    # resume begun in the same second as the run it resumes (in one process, on one Ray: a
+    # notebook, these tests) found the interrupted trial staged there by that run, continued
+    # it in a second directory and left the original unfinished, so the next resume ran its
+    # configuration again. The clock Tune reads for that name is held still here.
+    from ray.tune import utils as tune_utils
+
+    monkeypatch.setattr(tune_utils, "date_str", lambda: "2026-11-29_00-00-00")
+    stopped = _sweep(tmp_path / "at", "grid", interrupt_at="1")
+    assert stopped.exit_code == 130, stopped.summary["counts"]
+    began = sorted(t["trial_id"] for t in stopped.summary["trials"])
+    assert began, stopped.summary
+    resumed = resume_sweep(stopped.sweep_dir)
+    assert resumed.summary["status"] == "completed", resumed.summary["counts"]
+    trials = {t["trial_id"]: t["epochs"] for t in resumed.summary["trials"]}
+    assert set(began) <= set(trials) and len(trials) == TRIALS, (began, trials)
+    assert list(trials.values()) == [2] * TRIALS, trials  # the interrupted one continued, in place
