@@ -176,6 +176,10 @@ def test_kill_9_of_the_driver_leaves_no_script_and_resume_repeats_nothing(tmp_pa
 
     sweep = kill_9_when(raw, tmp_path, caught)
     assert _none_left(sweep, 60), "a script outlived the driver"
+    # The killed `tuner sweep` started its own Ray: its trial actors were copies of a warm
+    # process that, for a script's sweep, imported no torch (its actors never need it).
+    seen = [json.loads(t.read_text().splitlines()[0]) for t in sweep.glob("*/env.json")]
+    assert seen and all(e["actor_copied"] and e["actor_torch"] is False for e in seen), seen
     before = {t.name: lines(t / "trained.txt") for t in sweep.glob("*/") if (t / "trained.txt").exists()}
     # (a trial whose first report had reached the journal has a checkpoint to go on from; one
     # started just before the kill may have none, and starts again from nothing)

@@ -131,3 +131,20 @@ def test_the_launcher_reads_rays_arguments_as_rays_set_up_script_does() -> None:
     assert not worker_launch._servable({**ctx, "py_executable": "/other/python"}, language, rest)
     assert not worker_launch._servable({**ctx, "override_worker_entrypoint": "/w.py"}, language, rest)
     assert not worker_launch._servable(ctx, "JAVA", rest)
+
+
+@pytest.mark.parametrize("torch", [True, False])
+def test_the_warm_process_imports_torch_only_for_trials_that_do(torch: bool) -> None:
+    """A script's sweep starts its warm process with NO_TORCH: what it imports then (every
+    module of WARM not in TORCH) imports no torch; else torch and tuner's loops are warm."""
+    args = [] if torch else [worker_fork.NO_TORCH]
+    code = (
+        "import sys\nfrom tuner.cluster import worker_fork\n"
+        f"worker_fork._warm(worker_fork.NO_TORCH not in {args!r})\n"
+        "print(sorted(m for m in ('torch', 'tuner.trial.loop.run', 'tuner.trial.script.run', 'pandas') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    warm = ["pandas", "torch", "tuner.trial.loop.run", "tuner.trial.script.run"]
+    assert out.stdout.split("\n")[0] == str(warm if torch else ["pandas", "tuner.trial.script.run"])

@@ -59,7 +59,7 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
     )
 
 
-def connect(runtime: Runtime) -> str:
+def connect(runtime: Runtime, trials_import_torch: bool = True) -> str:
     """Join the cluster at `runtime.address` (or the job's cluster), else start a private
     local Ray; returns "existing", "job", "local" or the address joined.
 
@@ -93,7 +93,8 @@ def connect(runtime: Runtime) -> str:
     # CPU (a loaded laptop, several Rays on 2 cores) instead of ~15 s.
     local |= _ray_internals.local_init_options(health_check_failures=LOCAL_HEALTH_CHECK_FAILURES)
     if _ray_internals.checked():
-        worker_fork.start(os.environ[join.RAY_TMPDIR])  # (its imports beside Ray's and ray.init)
+        # (its imports beside Ray's and ray.init)
+        worker_fork.start(os.environ[join.RAY_TMPDIR], torch=trials_import_torch)
     import ray
 
     # No dashboard (nothing of ours needs its State API since DDP trials run without Ray

@@ -56,8 +56,11 @@ WARM = (
     "tuner.trial.userloop.run",
     "tuner.trial.script.run",
 )
+# Those of WARM that import torch: left out for trial actors that never do (a script's).
+TORCH = ("torch", "torch._dynamo", "torch.optim", "tuner.trial.loop.run", "tuner.trial.userloop.run")
 _HEADER = struct.Struct("!I")
 _PR_SET_PDEATHSIG = 1
+NO_TORCH = "--no-torch"  # (the warm process's argument: skip TORCH)
 OFF_ENV = "TUNER_WORKER_FORK_OFF"  # set (not 0): every worker starts cold, as Ray starts it
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_launch.py")
 _started: list[tuple[subprocess.Popen, str]] = []  # (the warm process, its socket) of this driver
@@ -70,11 +73,12 @@ def usable() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(os, "pidfd_open")
 
 
-def start(where: str) -> bool:
+def start(where: str, torch: bool = True) -> bool:
     """Start the warm process for the Ray this driver is about to start, its socket in the
     private directory `where` (join.private_temp_dir); False where it cannot be (then every
     worker starts cold). Its imports run beside ray.init's start; it ends with this process
-    (or at `stop`)."""
+    (or at `stop`). `torch`: whether it imports torch (False for trial actors that never
+    do, a script's: a second of CPU less beside Ray's start)."""
     stop()  # (one warm process a driver: that of an earlier Ray of this process is of no use)
     if not usable():
         return False
@@ -85,7 +89,7 @@ def start(where: str) -> bool:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cluster.worker_fork", path],
+        [sys.executable, "-m", "tuner.cluster.worker_fork", path, *(() if torch else (NO_TORCH,))],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -144,8 +148,8 @@ def _default_worker() -> str:
     return os.path.join(here, "_private", "workers", "default_worker.py")
 
 
-def _warm() -> None:
-    for name in WARM:
+def _warm(torch: bool = True) -> None:
+    for name in WARM if torch else [n for n in WARM if n not in TORCH]:
         with contextlib.suppress(Exception):  # what is missing is imported by the worker, as ever
             importlib.import_module(name)
 
@@ -238,9 +242,10 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep_out: list[int])
         os._exit(code)
 
 
-def serve(path: str, worker: Optional[str] = None) -> None:
+def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
     """Serve copies of this process at the Unix socket `path` until the process that started
-    it ends; each runs `worker` (Ray's default_worker.py; tests give a script of their own)."""
+    it ends; each runs `worker` (Ray's default_worker.py; tests give a script of their own).
+    `torch`: whether to import TORCH with the rest of WARM."""
     _die_with_parent()
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # (an import asking for CUDA starts none)
     parent = os.getppid()
@@ -251,7 +256,7 @@ def serve(path: str, worker: Optional[str] = None) -> None:
     finally:
         os.umask(old)
     listener.listen(128)
-    _warm()
+    _warm(torch)
     worker = worker or _default_worker()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -326,4 +331,4 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], torch=NO_TORCH not in sys.argv[2:])

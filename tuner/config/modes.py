@@ -95,6 +95,8 @@ class Mode:
     # processes (a script under torchrun): no ranks of its own, actors reused.
     actor_holds_workers: bool = False
     keeps_weights: bool = True  # a trial keeps its best epoch's weights: best/, export
+    # Its trial actors import torch (those of a script do not: its own processes do).
+    actor_imports_torch: bool = True
     # Its trials run in the directory the sweep was started from, all in that one (relative
     # inputs resolve as in a run alone; relative outputs are shared: driver/workdir.py warns).
     shares_start_dir: bool = False
@@ -242,6 +244,7 @@ MODES: dict[str, Mode] = {
             alone="task.command runs your script",
             actor_holds_workers=True,
             keeps_weights=False,
+            actor_imports_torch=False,
             best_checkpoint=True,
             shares_start_dir=True,
             no_weights="task.command: your script keeps its own weights; tuner keeps the best epoch's "

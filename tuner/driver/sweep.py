@@ -357,7 +357,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: Claim) -> SweepO
     quiet_ray(runtime.verbose)
     timeline.mark("ray_init")
     preload = _preload(cfg.algorithm.preload)
-    connect(runtime)
+    connect(runtime, trials_import_torch=cfg.trial_mode.actor_imports_torch)
     timeline.mark("ray_up")
     preload.join()  # (before anything here imports from Ray Tune itself)
     timeline.mark("preloaded")
