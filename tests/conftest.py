@@ -61,14 +61,26 @@ def settle_s(at_least: float) -> float:
     return max(at_least, time.monotonic() - _TEST_BEGAN[0])
 
 
+# With TUNER_TEST_WINDOWS_OUT naming a file, each test appends a line to it: the pytest process,
+# the test, its wall-clock start and end and that process's own CPU-s in it. With Linux process
+# accounting of the same run, scripts/suite_cpu.py charges every process to its test.
+WINDOWS_ENV = "TUNER_TEST_WINDOWS_OUT"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     stall.mark(item.nodeid)
     _TEST_BEGAN[0] = time.monotonic()
+    began, cpu = time.time(), time.process_time()
     try:
         return (yield)
     finally:
         stall.mark(None)
+        if out := os.environ.get(WINDOWS_ENV):
+            line = {"pid": os.getpid(), "test": item.nodeid, "t0": began, "t1": time.time()}
+            line["cpu"] = round(time.process_time() - cpu, 3)
+            with open(out, "a") as f:  # (one short write: the workers' lines do not interleave)
+                f.write(json.dumps(line) + "\n")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
