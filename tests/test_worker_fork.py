@@ -148,3 +148,20 @@ def test_the_warm_process_imports_torch_only_for_trials_that_do(torch: bool) -> 
     assert out.returncode == 0, out.stderr
     warm = ["pandas", "torch", "tuner.trial.loop.run", "tuner.trial.script.run"]
     assert out.stdout.split("\n")[0] == str(warm if torch else ["pandas", "tuner.trial.script.run"])
+
+
+def test_a_warm_process_leaves_no_socket_and_keeps_its_log_only_when_something_is_in_it(
+    tmp_path: Path,
+) -> None:
+    sock, log = tmp_path / f"fork-{os.getpid()}.sock", tmp_path / f"fork-{os.getpid()}.log"
+    for said in ("", "Traceback (most recent call last): ...\n"):
+        assert worker_fork.start(str(tmp_path), torch=False)
+        try:
+            assert os.environ[worker_launch.ENV] == str(sock)
+            assert log.stat().st_mode & 0o777 == 0o600  # (its own errors, in the private directory)
+            with log.open("a") as f:
+                f.write(said)
+        finally:
+            worker_fork.stop()
+        assert worker_launch.ENV not in os.environ and not sock.exists()
+        assert log.exists() == bool(said) and (not said or log.read_text() == said)

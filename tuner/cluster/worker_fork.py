@@ -88,14 +88,20 @@ def start(where: str, torch: bool = True) -> bool:
     _clear_stale(where)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cluster.worker_fork", path, *(() if torch else (NO_TORCH,))],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # (a Ctrl-C in the terminal is the driver's to handle)
-        close_fds=True,
-    )
+    # Its own errors (a copy's streams are its launcher's: Ray's worker logs) go to a log
+    # beside its socket, in the private directory.
+    log = os.open(_log(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuner.cluster.worker_fork", path, *(() if torch else (NO_TORCH,))],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # (a Ctrl-C in the terminal is the driver's to handle)
+            close_fds=True,
+        )
+    finally:
+        os.close(log)
     _started.append((proc, path))
     os.environ[ENV] = path
     return True
@@ -111,10 +117,24 @@ def stop() -> None:
             proc.wait(timeout=5)
         with contextlib.suppress(OSError):
             os.unlink(path)
+        _drop_empty_log(path)
+
+
+def _log(path: str) -> str:
+    """The warm process's log, beside its socket `path`."""
+    return path[: -len(".sock")] + ".log"
+
+
+def _drop_empty_log(path: str) -> None:
+    """Its log when nothing was written to it (kept otherwise: what went wrong)."""
+    with contextlib.suppress(OSError):
+        if os.path.getsize(_log(path)) == 0:
+            os.unlink(_log(path))
 
 
 def _clear_stale(where: str) -> None:
-    """The sockets of warm processes whose drivers are gone (killed: nothing unlinked them)."""
+    """The sockets (and empty logs) of warm processes whose drivers are gone (killed: nothing
+    unlinked them)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(where):
             if name.startswith("fork-") and name.endswith(".sock"):
@@ -122,6 +142,7 @@ def _clear_stale(where: str) -> None:
                 if pid.isdigit() and not _alive(int(pid)):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(where, name))
+                    _drop_empty_log(os.path.join(where, name))
 
 
 def _alive(pid: int) -> bool:
