@@ -236,9 +236,15 @@ def analyse(res: dict[str, Any]) -> dict[str, Any]:
     slots = max(1, _most_at_once(by_what))
     compute = sum(t["time_s"] for t in res["trials"])
     # Each trial's own time in its actor, from its start there to its end (set-up, epochs,
-    # reports, wind-down): what the figure of merit divides by.
+    # reports, wind-down): what the figure of merit divides by. A trial whose actor
+    # Tune ended right after its last report (Tune's cleanup does not wait for the trial's
+    # thread; the sweep's end kills Ray) may have no end mark: its last report is its end.
     ends = {(m["pid"], m.get("trial")): m["t"] for m in by_what.get("trial_end", [])}
-    spans = sum(ends.get((m["pid"], m.get("trial")), m["t"]) - m["t"] for m in by_what.get("trial", []))
+    last_report = {t["trial"]: max(t["reports"]) for t in res["trials"] if t["reports"]}
+    spans = sum(
+        ends.get((m["pid"], m.get("trial")), last_report.get(m.get("trial"), m["t"])) - m["t"]
+        for m in by_what.get("trial", [])
+    )
     return {
         "wall_s": res["wall"],
         "stages": stages,

@@ -323,7 +323,8 @@ def marked(mark: str) -> list:
 @pytest.fixture(scope="session")
 def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
     """debug.yaml swept once per test session by `python -m tuner sweep` in a process of its
-    own, as a user runs it (2 trials of 1 epoch, its own local Ray of 2 CPUs); the tests of
+    own, as a user runs it (3 trials of 1 epoch, its own local Ray of 2 CPUs: one trial actor
+    runs two trials, one after the other); the tests of
     the CLI's output, the driver's imports and what outlives the driver read this one run."""
     import uuid
 
@@ -331,7 +332,7 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
     mark = uuid.uuid4().hex
     ray_tmp = Path("/tmp") / f"tn{mark[:8]}"  # short: Ray's socket paths must fit 107 bytes
     args = ["sweep", str(DEBUG), "--output", str(out), "--name", "s"]
-    args += ["--num-samples", "2", "--max-epochs", "1", "--num-cpus", "2"]
+    args += ["--num-samples", "3", "--max-epochs", "1", "--num-cpus", "2"]
     secrets = {name: f"{name.lower()}-{uuid.uuid4().hex}" for name in AWS_CREDENTIALS}
     marks = out / "timeline.jsonl"
     env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp), "TUNER_TIMELINE": str(marks)}

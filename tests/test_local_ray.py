@@ -106,7 +106,7 @@ def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last
     run = cli_sweep.run
     assert run.returncode == 0, run.stdout + run.stderr
     summary = json.loads((cli_sweep.sweep_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and len(summary["trials"]) == 2, summary
+    assert summary["status"] == "completed" and len(summary["trials"]) == 3, summary
     assert not cli_sweep.left, cli_sweep.left
     logs = cli_sweep.ray_logs
     names = {p.name for p in logs.iterdir()}
@@ -122,10 +122,23 @@ def test_every_stage_of_a_sweep_is_marked_in_its_timeline(cli_sweep: CliSweep) -
     stages = cli_sweep.marks
     done = [m["what"] for m in stages if m["what"] not in ("trial", "loaded", "first_report", "trial_end")]
     assert done == ["cli", "ray_init", "ray_up", "preloaded", "fit", "fit_done", "finished", "leave"], done
-    for what in ("trial", "loaded", "first_report", "trial_end"):  # both trials, each stage
-        assert len({m["trial"] for m in stages if m["what"] == what}) == 2, (what, stages)
+    for what in ("trial", "loaded", "first_report"):  # every trial, each stage
+        assert len({m["trial"] for m in stages if m["what"] == what}) == 3, (what, stages)
     fit, fit_done = (next(m["t"] for m in stages if m["what"] == w) for w in ("fit", "fit_done"))
     assert all(fit < m["t"] < fit_done for m in stages if m["what"] == "trial"), stages
+    # A trial's end in its actor, after its first report: always for one its actor handed over
+    # to the next trial (Tune waits for the trial's thread before it reuses the actor); an
+    # actor's last trial may leave none under load (Tune ends the actor without waiting for
+    # that thread, the sweep's end kills Ray: scripts/timeline.py ends it at its last report).
+    first_report = {m["trial"]: m["t"] for m in stages if m["what"] == "first_report"}
+    ended = {m["trial"]: m["t"] for m in stages if m["what"] == "trial_end"}
+    assert all(t > first_report[trial] for trial, t in ended.items()), stages
+    actors: dict[int, list[str]] = {}
+    for m in sorted(stages, key=lambda m: m["t"]):
+        if m["what"] == "trial":
+            actors.setdefault(m["pid"], []).append(m["trial"])
+    handed = [trial for trials in actors.values() for trial in trials[:-1]]
+    assert handed and all(trial in ended for trial in handed), (actors, ended)
     # Each process's first line says whether it is a copy of the warm process (worker_fork):
     # every trial actor is, and the driver is not.
     first = {m["pid"]: m for m in reversed(stages)}

@@ -152,7 +152,7 @@ def test_cli_sweep_end_to_end_and_refuses_to_overwrite(cli_sweep: CliSweep) -> N
     assert f"results: {sweep_dir}" in first.stdout
     assert "best: trial" in first.stdout
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    assert len(summary["trials"]) == 2 and all(t["epochs"] == 1 for t in summary["trials"])  # --max-epochs 1
+    assert len(summary["trials"]) == 3 and all(t["epochs"] == 1 for t in summary["trials"])  # --max-epochs 1
     before = sorted(p.name for p in sweep_dir.rglob("*"))
     again = cli(*cli_sweep.args)
     assert again.returncode == 2
