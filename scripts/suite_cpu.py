@@ -17,8 +17,10 @@ A process is charged to the test its pytest process was running when the process
 found by walking its parents up to a pytest process (a parent's record is the one with that pid
 alive at the time: pids are reused). A process whose parent had ended before it (Ray's
 agents, re-parented to init) goes with the process born just before it that has a test; else
-it is "unattributed". Start times have whole-second resolution: a process
-started within a second of a test's end may be charged to its neighbour.
+it is "unattributed". A process that outlived its test (a fixture's: a module's cluster, the
+worker's shared Ray) goes to its file's "(fixtures)" line instead. Start times have
+whole-second resolution: a process started within a second of a test's end may be charged to
+its neighbour.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from typing import Optional
 # etime (float), utime, stime, mem, io, rw, minflt, majflt, swaps (comp_t), comm[16].
 _V3 = struct.Struct("=BBHIIIIIIf8H16s")
 _AHZ = 100.0  # comp_t ticks per second
+# A process that outlived the test it started in by more than this is a fixture's (a module's
+# cluster, a worker's shared Ray): charged to its file as "FILE::(fixtures)", not to the test.
+OUTLIVED_S = 5.0
+SHARED = "::(fixtures)"
 
 
 def _comp(v: int) -> float:
@@ -112,10 +118,12 @@ def charge(procs: list[Proc], windows: list[dict]) -> tuple[dict[str, float], di
             if node is None:
                 break
             if node.ppid in by_worker:
-                ws, t = by_worker[node.ppid], node.start
+                ws, t = by_worker[node.ppid], p.start  # (when it began: a copy's parent is older)
                 i = bisect.bisect_right(starts[node.ppid], t + 1.0) - 1
                 if i >= 0:
                     test = ws[i]["test"]
+                    if p.end > ws[i]["t1"] + OUTLIVED_S:  # a fixture's: the file's, not the test's
+                        test = test.split("::", 1)[0] + SHARED
                 break
             node = lineage.at(node.ppid, node.start)
         if test is None:
