@@ -9,9 +9,12 @@ tests/test_local_ray.py checks that a user's sweep's trial actors are copies.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -165,3 +168,58 @@ def test_a_warm_process_leaves_no_socket_and_keeps_its_log_only_when_something_i
             worker_fork.stop()
         assert worker_launch.ENV not in os.environ and not sock.exists()
         assert log.exists() == bool(said) and (not said or log.read_text() == said)
+
+
+_WAITS = """import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def _catches_sigterm(pid: int) -> bool:
+    caught = next(
+        ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("SigCgt:")
+    )
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_launcher_signals_its_copy_through_the_pidfd_it_was_handed_never_by_its_pid(tmp_path: Path) -> None:
+    """Once a copy has ended and the warm process has reaped it, its pid may be any process's
+    (or thread's) by the time the raylet's SIGTERM reaches the launcher. A stand-in warm
+    process hands the launcher another process's pid (the bystander's) with the copy's pidfd:
+    the SIGTERM reaches the copy, and the bystander is left alone."""
+    copy, bystander = (
+        subprocess.Popen([sys.executable, "-c", _WAITS], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    )
+    sock = tmp_path / "w.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(1)
+    try:
+        assert copy.stdout.readline() == "up\n" and bystander.stdout.readline() == "up\n"
+        launcher = _launch(sock, tmp_path / "default_worker.py")
+        conn, _ = listener.accept()
+        _, fds, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(3 * 4))
+        for _, _, data in fds:  # (the launcher's standard streams: not needed here)
+            for fd in array.array("i", data[: len(data) - len(data) % 4]):
+                os.close(fd)
+        pidfd = os.pidfd_open(copy.pid)
+        conn.sendmsg(
+            [struct.pack("!I", bystander.pid)],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))],
+        )
+        os.close(pidfd)
+        while not _catches_sigterm(launcher.pid):  # (it passes signals on once it has the copy)
+            assert launcher.poll() is None
+            time.sleep(0.01)
+        launcher.send_signal(signal.SIGTERM)
+        assert copy.wait(timeout=60) == 143
+        assert bystander.poll() is None  # (with its pid, it would have been signalled instead)
+        conn.sendall(struct.pack("!i", 143))  # (the copy's exit, as the warm process reports it)
+        assert launcher.wait(timeout=60) == 143
+    finally:
+        listener.close()
+        for p in (copy, bystander):
+            p.kill()
+            p.wait()

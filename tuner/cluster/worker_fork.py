@@ -318,9 +318,25 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
                 _become_worker(request, fds, keep_out)
             for fd in fds:
                 os.close(fd)
+            # With a pidfd of the copy, taken before it can be reaped (its pid is the copy's
+            # until this process waits for it): the launcher signals the copy through it,
+            # never through a pid that may be another process's by then. Without one, the
+            # copy goes and the launcher, told 0, starts the worker Ray's own way.
             try:
-                conn.sendall(_HEADER.pack(pid))
+                pidfd = os.pidfd_open(pid)
             except OSError:
+                os.kill(pid, signal.SIGKILL)  # (its own child, not yet reaped: still this copy)
+                pid, pidfd = 0, -1
+            try:
+                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))] if pid else []
+                conn.sendmsg([_HEADER.pack(pid)], rights)
+            except OSError:
+                conn.close()
+                continue
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
+            if not pid:
                 conn.close()
                 continue
             waiting[pid] = conn

@@ -6,8 +6,9 @@ command (`_ray_internals.forked_workers`) and must cost nothing next to what it 
 the runtime environment context Ray hands that script (its environment variables), and asks the
 warm process at $TUNER_WORKER_FORK for a child running Ray's `default_worker.py` with this
 process's arguments, environment, working directory and standard streams. It then stands for
-that child where the raylet started a process: it passes on SIGTERM, SIGINT and SIGHUP, and
-exits as the child did (the child, for its part, ends if this process is killed).
+that child where the raylet started a process: it passes on SIGTERM, SIGINT and SIGHUP (through
+a pidfd of the child the warm process hands it), and exits as the child did (the child, for its
+part, ends if this process is killed).
 
 Anything it cannot serve exactly as Ray would (a context with a command prefix, another Python,
 another entry point; a worker that is not Python; no warm process) goes to Ray's own script,
@@ -77,6 +78,20 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
+def _child(conn: socket.socket) -> tuple[int, int]:
+    """The warm process's answer: the child's pid (0: none started) and a pidfd of it."""
+    fds = array.array("i")
+    data, ancillary, _, _ = conn.recvmsg(_HEADER.size, socket.CMSG_SPACE(fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    data += _recv_exact(conn, _HEADER.size - len(data)) if len(data) < _HEADER.size else b""
+    child = _HEADER.unpack(data)[0]
+    if child and len(fds) != 1:
+        raise OSError("the warm process sent no pidfd of the worker")
+    return child, (fds[0] if fds else -1)
+
+
 def _forked(path: str, rest: list[str], env: dict[str, str]) -> int:
     """Ask the warm process for the worker; the child's exit status (as os.waitstatus_to_exitcode
     gives it). Raises OSError when no warm process answers (nothing was started then)."""
@@ -85,14 +100,18 @@ def _forked(path: str, rest: list[str], env: dict[str, str]) -> int:
     request = json.dumps({"argv": rest, "env": env, "cwd": os.getcwd(), "launcher": os.getpid()}).encode()
     fds = array.array("i", [0, 1, 2])
     conn.sendmsg([_HEADER.pack(len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-    child = _HEADER.unpack(_recv_exact(conn, _HEADER.size))[0]
+    child, pidfd = _child(conn)
     if child == 0:
         raise OSError("the warm process could not start the worker")
 
     def forward(signum: int, frame: object) -> None:
+        # Through the child's pidfd, never its pid: once the child has ended and the warm
+        # process has reaped it, its pid may be another process's, or a thread's of any
+        # process (kill() takes thread ids too): the raylet's SIGTERM for this process once
+        # reached the test process, whose sweep then stopped as if the user had asked.
         try:
-            os.kill(child, signum)
-        except ProcessLookupError:
+            signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:  # (it has ended)
             pass
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
