@@ -107,8 +107,8 @@ def _forked(path: str, rest: list[str], env: dict[str, str]) -> int:
     def forward(signum: int, frame: object) -> None:
         # Through the child's pidfd, never its pid: once the child has ended and the warm
         # process has reaped it, its pid may be another process's, or a thread's of any
-        # process (kill() takes thread ids too): the raylet's SIGTERM for this process once
-        # reached the test process, whose sweep then stopped as if the user had asked.
+        # process (kill() takes thread ids too), and the raylet's SIGTERM for this process
+        # would reach that one.
         try:
             signal.pidfd_send_signal(pidfd, signum)
         except ProcessLookupError:  # (it has ended)
