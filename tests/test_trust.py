@@ -296,3 +296,29 @@ def test_a_sweep_resumed_in_the_same_second_continues_its_trials_in_their_own_di
     trials = {t["trial_id"]: t["epochs"] for t in resumed.summary["trials"]}
     assert set(began) <= set(trials) and len(trials) == TRIALS, (began, trials)
     assert list(trials.values()) == [2] * TRIALS, trials  # the interrupted one continued, in place
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_sweeps_of_one_name_begun_in_the_same_second_keep_their_own_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray Tune stages a run's files in a directory named by the sweep's name and the second it
+    # began, and copies that directory into the sweep: a second sweep named alike begun in the
+    # same second on the same Ray copied the first one's trials into itself. Tune's clock is
+    # held still here.
+    from ray.tune import utils as tune_utils
+
+    monkeypatch.setattr(tune_utils, "date_str", lambda: "2026-11-29_00-00-00")
+    ran = {}
+    for lr in (0.01, 0.03):
+        root = tmp_path / str(lr)
+        root.mkdir()
+        cfg = debug_config(root, search__params={"lr": lr, "width": 8, "depth": 1}, search__num_samples=1)
+        ran[lr] = run_sweep(cfg)
+    for lr, out in ran.items():
+        assert out.exit_code == 0 and out.summary["status"] == "completed", out.summary["counts"]
+        trials = out.summary["trials"]
+        assert [t["config"]["lr"] for t in trials] == [lr], trials  # its own, and no other
+        assert {p.name for p in Path(out.sweep_dir).iterdir() if (p / "params.json").exists()} == {
+            trials[0]["trial_id"]
+        }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import autotune, resources, stopping
+from tuner.driver import autotune, resources, staging, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full, storage_unavailable, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, record, records, summarize
 from tuner.search import algorithms, warm
@@ -511,33 +510,10 @@ class TrialNames:
                 if config_key == k:
                     name = old
                     del self.pending[i]
-                    _unstage(trial, name)
+                    staging.unstage(trial, name)
                     break
             self.given[trial.trial_id] = name
         return self.given[trial.trial_id]
-
-
-def _unstage(trial: Any, name: str) -> None:
-    """Removes what an earlier run of this sweep left of a continued trial in Ray Tune's
-    driver-side staging directory, before Tune looks there.
-
-    Tune stages a run's files under the Ray session in a directory named by the second the
-    run began (`Trial.local_experiment_path`), and gives a trial whose directory is already
-    there a new name with 4 random hex characters. A resume begun in the same second as the
-    run it resumes, on the same Ray (in one process: a notebook, the tests), found the
-    interrupted trial staged there, continued it in a new directory of the sweep and left the
-    original unfinished. Tune calls the naming object with a new trial before it looks; the
-    earlier run has ended (one run of a sweep at a time), so what it staged is stale."""
-    try:
-        staging, sweep = trial.local_experiment_path, trial.remote_experiment_path
-    except (AttributeError, RuntimeError, TypeError):  # (a Tune without them: nothing staged)
-        return
-    staging, sweep = os.path.realpath(staging), os.path.realpath(sweep)
-    if os.path.commonpath([staging, sweep]) in (staging, sweep):
-        return  # staged in the sweep itself (not so in Ray 2.60): that is the trial's own
-    staged = os.path.join(staging, name)
-    if os.path.isdir(staged):
-        shutil.rmtree(staged, ignore_errors=True)
 
 
 def _launch(
@@ -601,6 +577,7 @@ def _launch(
         callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), place.trials_write_here))
     # (After TrialRecordCallback and SweepLimits: it reads the records they write.)
     callbacks.append(dashboard.Dashboard(place, cfg.objectives, cfg.schedule.max_epochs))
+    callbacks.append(staging.StagingCleanup())  # (last: at the run's end, what Tune staged goes)
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs, name = place.ray_storage()
