@@ -20,7 +20,7 @@ from tuner.cluster import _ray_internals, join
 from tuner.cluster.connect import Runtime, connect, keep_credentials_home, quiet_ray, warn_unshared
 from tuner.config import MAX_TRIALS, ConfigError, SweepConfig, settled, to_yaml, yamlfile
 from tuner.config.schedule import TrackingSection
-from tuner.driver import autotune, resources, staging, stopping
+from tuner.driver import autotune, resources, stopping
 from tuner.errors import DiskFull, ExitCode, disk_full, storage_unavailable, warn
 from tuner.results import FAILED, TARGET, TrialRecord, leaderboard, record, records, summarize
 from tuner.search import algorithms, warm
@@ -510,6 +510,8 @@ class TrialNames:
                 if config_key == k:
                     name = old
                     del self.pending[i]
+                    from tuner.driver import staging  # (Ray Tune's: not before Ray is up)
+
                     staging.unstage(trial, name)
                     break
             self.given[trial.trial_id] = name
@@ -533,7 +535,7 @@ def _launch(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
     from ray.tune.stopper import CombinedStopper
 
-    from tuner.driver import dashboard, verdicts
+    from tuner.driver import dashboard, staging, verdicts
     from tuner.driver.callbacks import HParamsCallback, TrialRecordCallback, hparam_domains
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
