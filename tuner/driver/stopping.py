@@ -65,7 +65,9 @@ def user_stops() -> Iterator[None]:
     ours = [s for s in STOP_SIGNALS if before[s] != signal.SIG_IGN]
 
     def first(signum: int, frame: Any) -> None:
-        INTERRUPTED.set()
+        # Set from another thread: this handler runs in the main thread between two bytecodes,
+        # maybe inside INTERRUPTED.wait() holding the Event's lock, and set() there deadlocked.
+        threading.Thread(target=INTERRUPTED.set, name="interrupted").start()
         if signal.SIGINT in ours:
             signal.signal(signal.SIGINT, again)  # the next one stops at once
         try:
