@@ -104,6 +104,21 @@ def test_a_launcher_killed_ends_its_copy_and_a_signal_reaches_it(warm: tuple[Pat
     gone(copy)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_copy_ended_by_a_signal_ends_its_launcher_by_the_same_signal(
+    warm: tuple[Path, Path], signum: int
+) -> None:
+    """What the raylet sees of a worker that a signal ended (the raylet's group cleanup sends
+    SIGKILL): its launcher ended by that signal, silently (SIGKILL's handler cannot be set:
+    a traceback in raylet.err and exit status 1 before)."""
+    sock, script = warm
+    launcher = _launch(sock, script, "--wait", stderr=subprocess.PIPE)
+    copy = json.loads(launcher.stdout.readline())["pid"]
+    os.kill(copy, signum)
+    assert launcher.wait(timeout=60) == -signum
+    assert launcher.stderr.read() == ""
+
+
 def test_what_a_copy_cannot_be_goes_rays_own_way(warm: tuple[Path, Path], tmp_path: Path) -> None:
     """A context with a command prefix (a container), no warm process, a GPU worker: Ray's
     own set-up script beside the worker script, with the arguments as given."""

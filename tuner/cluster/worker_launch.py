@@ -18,6 +18,7 @@ unchanged: `exec` of `setup_worker.py` beside `default_worker.py`.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import re
@@ -135,9 +136,11 @@ def main(argv: list[str]) -> None:
             os.environ.clear()
             os.environ.update(own)
         else:
-            if code < 0:
-                signal.signal(-code, signal.SIG_DFL)
+            if code < 0:  # the copy ended by a signal: so does this process, as Ray expects
+                with contextlib.suppress(OSError, ValueError):  # (SIGKILL's cannot be set)
+                    signal.signal(-code, signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
+                code = 128 - code  # (a signal this process ignores anyway: the shell's status)
             sys.exit(code)
     workers = os.path.dirname(rest[0]) if rest else ""
     setup = os.path.join(workers, "setup_worker.py")
