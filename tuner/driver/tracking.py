@@ -26,7 +26,7 @@ from ray.tune import Callback
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite, read_record, recorded_failure
 from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
@@ -168,6 +168,18 @@ class Tracking(Callback):
         self.end(interrupted=bool(unfinished))
 
 
+def ended_as(place: Place, name: str) -> Optional[str]:
+    """How the sweep's trial `name` ended, as a tracker's run ends (FINISHED, FAILED), by its
+    record in the sweep; None for a trial not ended (to be continued) or not found."""
+    if not name or os.sep in name or name in (".", ".."):
+        return None
+    trial_dir = os.path.join(place.local, name)
+    status = (read_record(trial_dir) or {}).get("status")
+    if status == "ERROR" or (status == "TERMINATED" and recorded_failure(trial_dir)):
+        return FAILED
+    return FINISHED if status == "TERMINATED" else None
+
+
 def sweep_key(place: Place, name: str, new: Callable[[], str]) -> tuple[str, bool]:
     """(the sweep's id with a tracker, kept in the sweep's file `name`, whether it was there
     before); `new()` makes one for a sweep that has none yet."""
@@ -229,6 +241,17 @@ class MLflowTracking(Tracking):
         self.parent, earlier = sweep_key(self.place, MLFLOW_RUN_FILE, new)
         if earlier:
             self.client.update_run(self.parent, status="RUNNING")
+            self._close_ended()
+
+    def _close_ended(self) -> None:
+        """The runs of trials an earlier run of the sweep ended without closing their runs
+        (its driver killed between the trial's record and MLflow): closed now as the trials
+        ended, never left RUNNING. A trial to be continued keeps its run (open reopens it)."""
+        query = f"tags.`{PARENT_TAG}` = '{self.parent}' and attributes.status = 'RUNNING'"
+        for run in self.client.search_runs([self.experiment_id], filter_string=query, max_results=50000):
+            status = ended_as(self.place, run.data.tags.get(TRIAL_TAG, ""))
+            if status is not None:
+                self.client.set_terminated(run.info.run_id, status=status)
 
     def open(self, trial: Any, name: str) -> str:
         from mlflow.entities import Param
