@@ -25,3 +25,48 @@ def test_a_directory_made_beside_the_event_file_is_not_taken_for_it(
     written = callbacks._write(str(tmp_path), tb.session_end_summary("success"), ".experiment")
     assert os.path.basename(written).startswith("events.out.tfevents.") and written.endswith(".experiment")
     assert os.path.isfile(written)
+
+
+def test_a_killed_runs_ended_trials_get_their_session_end_when_the_sweep_goes_on(tmp_path: Path) -> None:
+    """The driver killed (-9) after a trial's record said it ended but before its HParams
+    session end was written: the next run of the sweep writes it as the trial ended (a trial
+    to be continued gets none). Seen under load in test_places: one trial of an s3 sweep
+    without its status in TensorBoard, while the same trial on the local place had it."""
+    from types import SimpleNamespace
+
+    from tests.tbread import hparams
+    from tuner.sweepdir import Place, write_record
+    from tuner.sweepdir.files import METRICS_FILE
+
+    place = Place(str(tmp_path))
+    first = callbacks.HParamsCallback(place, {}, ["val_acc"])
+    ended = {"done_1": "TERMINATED", "failed_2": "TERMINATED", "error_3": "ERROR", "cut_4": "RUNNING"}
+    for name, status in ended.items():
+        trial = SimpleNamespace(trial_id=name, config={}, path=str(tmp_path / name), last_result={})
+        first.on_trial_start(0, [], trial)
+        write_record(str(tmp_path / name), {"trial_id": name, "status": status, "started": 0.0})
+    (tmp_path / "failed_2" / METRICS_FILE).write_text('{"epoch": 1, "failure": "diverged"}\n')
+    # (killed here: no trial's end written)
+
+    def ends() -> dict[str, object]:
+        out = {}
+        for name in ended:
+            found = hparams(tmp_path / name).get("session_end")
+            out[name] = None if found is None else found.status
+        return out
+
+    assert set(ends().values()) == {None}
+    callbacks.HParamsCallback(place, {}, ["val_acc"]).setup()
+    want_ok = hparams_status(tb.session_end_summary("success"))
+    want_failed = hparams_status(tb.session_end_summary("failure"))
+    assert ends() == {"done_1": want_ok, "failed_2": want_failed, "error_3": want_failed, "cut_4": None}
+    callbacks.HParamsCallback(place, {}, ["val_acc"]).setup()  # (a third run adds nothing)
+    assert [len(list((tmp_path / n).glob(f"*{callbacks.STATUS_FILE_SUFFIX}"))) for n in ended] == [1, 1, 1, 0]
+
+
+def hparams_status(summary: object) -> object:
+    """The status an HParams session-end summary carries, as TensorBoard parses it."""
+    from tensorboard.plugins.hparams import metadata
+
+    (value,) = summary.value  # type: ignore[attr-defined]
+    return metadata.parse_session_end_info_plugin_data(value.metadata.plugin_data.content).status

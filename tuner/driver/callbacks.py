@@ -23,11 +23,13 @@ from tuner.sweepdir import (
     HPARAMS_SESSION_MARKER,
     NEVER_STARTED,
     NOTICE,
+    ended_failed,
     error_file,
     error_line,
     json_safe,
     read_record,
     recorded_failure,
+    trial_dirs,
     trial_disk_full,
     write_record,
 )
@@ -215,6 +217,17 @@ class HParamsCallback(Callback):
         self.first = dict(first or {})  # columns before the reported ones: tag -> (header, description)
         self._started: set[str] = set()
         self._described = False
+
+    def setup(self, **info: Any) -> None:
+        # A trial an earlier run of the sweep ended (its record says so) without writing its
+        # session's end here (that driver killed between the two): written now, as it ended.
+        for path in trial_dirs(self.sweep_dir):
+            failed = ended_failed(path)
+            if failed is None or not os.path.exists(os.path.join(path, HPARAMS_SESSION_MARKER)):
+                continue
+            if not any(n.endswith(STATUS_FILE_SUFFIX) for n in os.listdir(path)):
+                summary = tb.session_end_summary("failure" if failed else "success")
+                self.places.saved(_write(path, summary, STATUS_FILE_SUFFIX))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         # The experiment is described at the first result: only then are the names of the

@@ -26,7 +26,7 @@ from ray.tune import Callback
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, finite, read_record, recorded_failure
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, ended_failed, finite
 from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
@@ -173,11 +173,8 @@ def ended_as(place: Place, name: str) -> Optional[str]:
     record in the sweep; None for a trial not ended (to be continued) or not found."""
     if not name or os.sep in name or name in (".", ".."):
         return None
-    trial_dir = os.path.join(place.local, name)
-    status = (read_record(trial_dir) or {}).get("status")
-    if status == "ERROR" or (status == "TERMINATED" and recorded_failure(trial_dir)):
-        return FAILED
-    return FINISHED if status == "TERMINATED" else None
+    failed = ended_failed(os.path.join(place.local, name))
+    return None if failed is None else (FAILED if failed else FINISHED)
 
 
 def sweep_key(place: Place, name: str, new: Callable[[], str]) -> tuple[str, bool]:
