@@ -165,3 +165,70 @@ def test_a_ddp_trials_arms_run_one_ranks_batch_under_ddp(tmp_path: Path) -> None
     import torch.distributed as dist
 
     assert not dist.is_initialized()  # the arms' group of one is gone with them
+
+
+SLOWING = """
+import torch
+
+CLOCK = [0.0]  # seconds on the test's clock: each forward advances it by its step's time
+STEP_S = [0.001]
+SLOW_FROM = 50  # the forward from which a step takes 200x longer (a load come to stay)
+FORWARDS = [0]
+
+
+class Net(torch.nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(features, classes)
+
+    def forward(self, x):
+        FORWARDS[0] += 1
+        CLOCK[0] += STEP_S[0] * (200 if FORWARDS[0] >= SLOW_FROM else 1)
+        return self.fc(x)
+
+
+def model(config, input_shape, num_classes):
+    return Net(input_shape[0], num_classes)
+"""
+
+
+@pytest.mark.slow
+def test_a_longer_window_the_machine_slows_past_its_plan_is_cut_and_the_arm_keeps_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The arm's first window (32 steps of 1 ms on the test's clock) is short of MIN_WINDOW_S, so
+    # a longer one follows, planned at that pace; from its first steps on, each step takes 200x
+    # longer, as under a load that came while it ran. It is cut at OVERRUN_S, and the arm keeps
+    # the first window's rate, rather than running on into the budget and failing (it did: an
+    # arm measured 15x faster than it then ran hit a 120-s budget in a loaded test run).
+    import sys
+    import types
+
+    (tmp_path / "autotune_slowing.py").write_text(SLOWING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import autotune_slowing  # type: ignore[import-not-found]
+
+    def now() -> float:
+        return autotune_slowing.CLOCK[0]
+
+    monkeypatch.setattr(autotune_measure, "time", types.SimpleNamespace(monotonic=now, perf_counter=now))
+    spec = TrialSpec(
+        model="autotune_slowing:model",
+        data="synthetic",
+        data_args={"samples": 400, "features": 8, "classes": 3},
+        cpus_per_worker=1,
+        search_path=str(tmp_path),
+    )
+    config = {**TrainingSection().model_dump(), "batch_size": 16, "lr": 1e-2, "threads": 1}
+    budget = 120.0
+    m = autotune_measure.measure(config, spec, {}, autotune_measure.device_for(spec), seconds_left=budget)
+    assert sys.modules["autotune_slowing"] is autotune_slowing
+    assert m.error is None, m
+    first = autotune_measure.window_steps(0)
+    assert m.steps == first and len(m.segments) == autotune.SEGMENTS
+    # The first window's pace on the test's clock: 16 samples a 1-ms step, every segment.
+    assert m.samples_per_s == pytest.approx(16 / 0.001) and m.spread == pytest.approx(0, abs=1e-6)
+    # Cut where its plan was overrun: its steps at 200x then took OVERRUN_S, not the budget.
+    assert autotune_measure.OVERRUN_S <= m.seconds < autotune_measure.OVERRUN_S + 1.0 < budget
+    longer = autotune_measure.longer_window(first, first * 0.001, first * 0.001, 0)
+    assert autotune_slowing.FORWARDS[0] < autotune_slowing.SLOW_FROM + longer  # it did not finish

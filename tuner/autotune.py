@@ -8,25 +8,25 @@ far, one setting after another (`DIMENSIONS` order), so the arms are the sum of 
 values, not their product.
 
 An arm is read at its steady rate, the rate a trial then trains at: after `WARMUP_STEPS` that
-pay for compiling, cuDNN's benchmark and the allocator's growth, the steps the loader's
-prefetch buffer holds are taken untimed (while a slow first step ran, its workers filled it:
-timed, they read as speed the loader does not have), then a window of whole rounds of the
-loader's workers, at least `MIN_STEPS` and long enough that one round's phase moves the rate by
-less than `MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations (a window
-shorter than `MIN_WINDOW_S` at the arm's pace is timed again, as many steps longer as it
-needs). The arm's rate is the median of the segments' (one the machine's other work slowed is
-left out); their spread, shown with it, is its noise. A setting moves off its current value only
-for a gain above `MIN_GAIN` that the segments bear out: the arm's segments are faster than the
-best arm's in at least `SURE` of their pairs (a rank test, as the machine's other work only ever
-slows a segment, by any amount). An arm chosen over the reference is then measured once more
-beside it (the reference, then the choice): the choice stands, and its printed gain is
-taken, only on both windows of each (`pooled`), so that the load of the moment one arm ran
-does not pass for a setting's gain. A DDP or FSDP trial's arm runs
-one rank's share of the batch with the trial's strategy (on a process group of one), so its
-samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the same batches in every
-arm) is compared with the reference's: one off by more than `LOSS_TOLERANCE` (relative) is
-refused however fast it is (AMP can hurt what a trial learns), as is one that fails (out of
-memory, a compile error). The choice is the fastest arm that passes.
+pay for compiling, cuDNN's benchmark and the allocator's growth, the steps the loader's prefetch
+buffer holds are taken untimed (while a slow first step ran, its workers filled it: timed, they
+read as speed the loader does not have), then a window of whole rounds of the loader's workers,
+at least `MIN_STEPS` and long enough that one round's phase moves the rate by less than
+`MIN_GAIN`, timed in `SEGMENTS` segments between device synchronisations (a window shorter than
+`MIN_WINDOW_S` at the arm's pace is timed again, as many steps longer as it needs; one the
+machine slows far past its plan is cut and the window before it kept). The arm's rate is the
+median of the segments' (one the machine's other work slowed is left out); their spread, shown
+with it, is its noise. A setting moves off its current value only for a gain above `MIN_GAIN`
+that the segments bear out: the arm's segments are faster than the best arm's in at least `SURE`
+of their pairs (a rank test, as the machine's other work only ever slows a segment, by any
+amount). An arm chosen over the reference is then measured once more beside it (the reference,
+then the choice): the choice stands, and its printed gain is taken, only on both windows of each
+(`pooled`), so that the load of the moment one arm ran does not pass for a setting's gain. A DDP
+or FSDP trial's arm runs one rank's share of the batch with the trial's strategy (on a process
+group of one), so its samples/s are one rank's. Its loss after the first `LOSS_AT` steps (the
+same batches in every arm) is compared with the reference's: one off by more than
+`LOSS_TOLERANCE` (relative) is refused however fast it is (AMP can hurt what a trial learns), as
+is one that fails (out of memory, a compile error). The choice is the fastest arm that passes.
 
 Cost: measuring stops at the sweep's budget (`training.autotune: true` is `DEFAULT_BUDGET_S`
 seconds, a number is its own budget): no arm starts after it is spent and a running arm stops

@@ -201,11 +201,16 @@ class _Budget(Exception):
     """The budget ran out inside the arm's steps."""
 
 
+class _Overrun(Exception):
+    """A longer window ran past OVERRUN_S: the machine slowed down under it."""
+
+
 def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotune.Measurement:
     """Warm-up, the loader's buffer, then the timed window (see `window_steps`)."""
     batches = _steps(p)
     losses: list[torch.Tensor] = []
     count = [0, 0]  # optimizer steps taken, timed steps taken
+    cut = [math.inf]  # the clock's reading at which a longer window is cut
 
     def step(timed: bool) -> int:
         x, y = next(batches)
@@ -215,12 +220,17 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
             losses.append(loss / len(y))
         if timed:
             count[1] += 1
-        if count[0] > warmup and time.monotonic() > deadline:
-            raise _Budget
+        if count[0] > warmup:
+            now = time.monotonic()
+            if now > deadline:
+                raise _Budget
+            if now > cut[0]:
+                raise _Overrun
         return len(y)
 
     workers = p.train.workers()
     window, timed = window_steps(workers), 0
+    kept: tuple[int, list[float]] = (0, [])  # the last complete window: its steps, its rates
     try:
         for _ in range(warmup):
             step(False)
@@ -231,9 +241,12 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
             # once it is here.
             for _ in range((-count[0]) % max(1, workers) + 1):
                 step(False)
+            if timed:
+                cut[0] = time.monotonic() + OVERRUN_S
             started = time.perf_counter()
             rates = _window(step, gpu, window)
             elapsed = time.perf_counter() - started
+            kept = (window, rates)
             rate = statistics.median(rates)
             paced = window * p.per_rank_batch / rate  # seconds at its own pace
             timed += 1
@@ -243,6 +256,11 @@ def _timed(p: Any, gpu: Any, warmup: int, deadline: float, t0: float) -> autotun
     except _Budget:
         why = f"stopped at the budget after {count[1]} of {window} timed steps"
         return autotune.Measurement(seconds=time.monotonic() - t0, error=why)
+    except _Overrun:
+        # The arm keeps the window it completed: shorter than MIN_WINDOW_S at its pace, but
+        # measured whole, where the longer one would have run on into the budget.
+        window, rates = kept
+        rate = statistics.median(rates)
     loss = float(torch.stack(losses).mean()) if losses else math.nan
     ordered = sorted(rates)
     spread = (ordered[-2] - ordered[1]) / 2 / rate  # the fastest and slowest segments left out
@@ -268,6 +286,10 @@ def _window(step: Any, gpu: Any, window: int) -> list[float]:
 # work included, which the median leaves out of the pace).
 MAX_WINDOWS = 3
 MAX_WINDOW_S = 10.0
+# A longer window still running this many real seconds after it began (planned for at most
+# MAX_WINDOW_S) met a machine that slowed down under it, a load that came and may stay: it is
+# cut, and the arm keeps its last complete window, rather than run on into the budget and fail.
+OVERRUN_S = 3 * MAX_WINDOW_S
 
 
 def longer_window(window: int, paced: float, elapsed: float, workers: int) -> int:
