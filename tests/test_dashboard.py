@@ -303,9 +303,17 @@ def test_resume_and_extend_continue_the_sweep_runs_steps(ray_session, tmp_path: 
     resumed = cli("resume", str(sweep), on_session=True)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert _points(sweep) == [(n, float(n)) for n in range(1, 4)]  # on from where it stopped
+    # The moment a driver killed outright can leave: a trial's end recorded, its TensorBoard
+    # session end not yet written. The sweep's next run writes it, as its twin's was written.
+    ended = [sweep / t["trial_id"] for t in json.loads((sweep / "summary.json").read_text())["trials"]]
+    status = {p.name: tbread.hparams(p)["session_end"].status for p in ended}
+    for lost in ended[0].glob("*.tuner-status"):
+        lost.unlink()
+    assert "session_end" not in tbread.hparams(ended[0])
     grown = cli("extend", str(sweep), "--num-samples", "1", on_session=True)
     assert grown.returncode == 0, grown.stdout[-2000:] + grown.stderr[-2000:]
     assert _points(sweep) == [(n, float(n)) for n in range(1, 5)]
+    assert {p.name: tbread.hparams(p)["session_end"].status for p in ended} == status
     trials = json.loads((sweep / "summary.json").read_text())["trials"]
     run = tbread.steps(sweep / "sweep")
     assert same_points(run["sweep/best/val_acc"], _running_best(str(sweep), trials))
@@ -347,6 +355,7 @@ def test_a_trial_finished_as_its_driver_was_killed_gets_its_end_on_resume(tmp_pa
     values reached TensorBoard left its outcome column at unfinished (7) for good: the trial
     never runs again. The next driver of the sweep (resume, extend) writes its end; a trial
     whose end is there already gets no file more."""
+    from tuner.driver.callbacks import CatchUp
     from tuner.driver.dashboard import Dashboard, EventFile
     from tuner.sweepdir import Place, write_record
 
@@ -359,7 +368,9 @@ def test_a_trial_finished_as_its_driver_was_killed_gets_its_end_on_resume(tmp_pa
         outcome = results.Outcome.UNFINISHED if name == "cut" else results.Outcome.COMPLETED
         EventFile(str(trial), ".tuner-best").scalars({EPOCHS: 3, OUTCOME: outcome.code}, 3)
     before = {p.name for p in sweep.rglob("*tuner-best")}
-    Dashboard(Place(str(sweep)), [("val_acc", "max")], max_epochs=3).setup()
+    again = Dashboard(Place(str(sweep)), [("val_acc", "max")], max_epochs=3)
+    again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
+    CatchUp(Place(str(sweep)), [again]).setup()
     assert tbread.scalars(sweep / "cut")[OUTCOME][-1] == results.Outcome.COMPLETED.code == 0
     assert tbread.scalars(sweep / "cut")[BEST][-1] == pytest.approx(0.3)
     assert {p.name for p in (sweep / "whole").glob("*tuner-best")} <= before

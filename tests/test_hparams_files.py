@@ -55,12 +55,17 @@ def test_a_killed_runs_ended_trials_get_their_session_end_when_the_sweep_goes_on
             out[name] = None if found is None else found.status
         return out
 
+    def next_run() -> None:  # a callback of the sweep's next run, set up as Tune does
+        again = callbacks.HParamsCallback(place, {}, ["val_acc"])
+        again.setup()
+        callbacks.CatchUp(place, [again]).setup()
+
     assert set(ends().values()) == {None}
-    callbacks.HParamsCallback(place, {}, ["val_acc"]).setup()
+    next_run()
     want_ok = hparams_status(tb.session_end_summary("success"))
     want_failed = hparams_status(tb.session_end_summary("failure"))
     assert ends() == {"done_1": want_ok, "failed_2": want_failed, "error_3": want_failed, "cut_4": None}
-    callbacks.HParamsCallback(place, {}, ["val_acc"]).setup()  # (a third run adds nothing)
+    next_run()  # (a third run adds nothing)
     assert [len(list((tmp_path / n).glob(f"*{callbacks.STATUS_FILE_SUFFIX}"))) for n in ended] == [1, 1, 1, 0]
 
 

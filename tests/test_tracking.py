@@ -176,6 +176,7 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     pytest.importorskip("mlflow", reason=NO_MLFLOW)
     from mlflow.tracking import MlflowClient
 
+    from tuner.driver.callbacks import CatchUp
     from tuner.driver.tracking import MLflowTracking
     from tuner.sweepdir.files import METRICS_FILE, write_record
 
@@ -199,7 +200,8 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
 
     assert set(statuses().values()) == {"RUNNING"}
     again = MLflowTracking(uri, "exp", "s", Place(str(sweep)))
-    again.setup()
+    again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
+    CatchUp(Place(str(sweep)), [again]).setup()
     assert not again.failed and again.parent == first.parent
     assert statuses() == {"done_1": "FINISHED", "failed_2": "FAILED", "error_3": "FAILED", "cut_4": "RUNNING"}
     again.on_trial_start(0, [], trials["cut_4"])  # continued, in its run
@@ -252,6 +254,78 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
     again.setup()
     assert again.prefix == prefix
     again.on_experiment_end([])
+
+
+KILLED_DRIVER = """
+import os, signal, sys
+from types import SimpleNamespace
+from tuner.config.schedule import WandbSection
+from tuner.driver.tracking import WandbTracking
+from tuner.sweepdir import Place, write_record
+
+sweep = sys.argv[1]
+tracker = WandbTracking(WandbSection(), "s", Place(sweep))
+tracker.setup()
+ended = {"done_1": "TERMINATED", "failed_2": "ERROR", "cut_3": "RUNNING", "whole_4": "TERMINATED"}
+for name, status in ended.items():
+    trial = SimpleNamespace(trial_id=name, config={"lr": 0.1}, path=os.path.join(sweep, name), last_result={})
+    os.makedirs(trial.path, exist_ok=True)
+    tracker.on_trial_start(0, [], trial)
+    tracker.on_trial_result(0, [], trial, {"epoch": 1, "val_acc": 0.5})
+    write_record(trial.path, {"trial_id": name, "status": status, "started": 0.0})
+    if name == "whole_4":  # (its run ended as Tune told the tracker)
+        tracker.on_trial_complete(0, [], trial)
+assert not tracker.failed
+os.kill(os.getpid(), signal.SIGKILL)  # before the tracker heard of the others' ends
+"""
+
+
+@pytest.mark.slow  # (two drivers' W&B clients and service processes start: seconds)
+def test_a_killed_drivers_wandb_runs_of_ended_trials_end_as_the_trials_did_when_the_sweep_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver killed (-9) after trials' records said they ended but before W&B heard: the
+    sweep's next run (`resume`, `extend`) resumes each such trial's run and ends it as the trial
+    ended; a trial to be continued keeps its run open for its own continuation, and a run the
+    killed driver had ended is not touched again."""
+    pytest.importorskip("wandb", reason=NO_WANDB)
+    import os
+    import subprocess
+    import sys
+
+    from tuner.config.schedule import WandbSection
+    from tuner.driver.callbacks import CatchUp
+    from tuner.driver.tracking import WandbTracking
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_DRIVER, str(tmp_path)], capture_output=True, text=True, env=os.environ
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    prefix = (tmp_path / ".wandb_sweep").read_text().strip()
+    before = offline_runs(tmp_path / "wandb")
+    assert [r.exit_code for r in before[f"{prefix}-whole_4"]] == [0]
+    # Only that run ended. (W&B's offline files of the runs the kill cut hold nothing: its
+    # service, killed with the driver, had not written them out; a W&B server would show them
+    # running, then crashed.)
+    assert [k for k, parts in before.items() if any(r.exit_code is not None for r in parts)] == [
+        f"{prefix}-whole_4"
+    ]
+
+    again = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
+    again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
+    CatchUp(Place(str(tmp_path)), [again]).setup()
+    again.on_experiment_end([])
+    assert not again.failed
+    runs = offline_runs(tmp_path / "wandb")
+    for name, code, status in (("done_1", 0, "finished"), ("failed_2", 1, "failed")):
+        [closed] = runs[f"{prefix}-{name}"]  # (its run, resumed to be ended)
+        assert closed.exit_code == code and closed.summary["tuner_status"] == status, (name, closed)
+        assert closed.name == name and closed.group == "s" and closed.job_type == "trial"
+    assert f"{prefix}-cut_3" not in runs  # not resumed: left to the trial's continuation
+    assert [r.exit_code for r in runs[f"{prefix}-whole_4"]] == [0]
+    assert (tmp_path / ".wandb_open").read_text().split() == ["cut_3"]  # (its own to continue)
 
 
 def test_a_tracker_that_fails_is_one_warning_and_tracking_stops(

@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
@@ -23,13 +23,12 @@ from tuner.sweepdir import (
     HPARAMS_SESSION_MARKER,
     NEVER_STARTED,
     NOTICE,
-    ended_failed,
+    ended_trials,
     error_file,
     error_line,
     json_safe,
     read_record,
     recorded_failure,
-    trial_dirs,
     trial_disk_full,
     write_record,
 )
@@ -195,6 +194,25 @@ def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
     return domains
 
 
+class CatchUp(Callback):
+    """At the start of a sweep's run: the trials an earlier run ended (their records say so),
+    read once and handed to every callback that keeps something of a trial's end, through its
+    `ended_earlier(ended)` (trial directory name -> whether it failed). An earlier run killed
+    outright (kill -9, its node lost) can record a trial's end and die before those callbacks
+    heard of it; each writes now what it would have written then, and nothing where it had.
+    Comes after them among the callbacks: their own setup has run."""
+
+    def __init__(self, place: Place, callbacks: Sequence[Any]):
+        self.sweep_dir = place.local
+        self.hooks = [cb.ended_earlier for cb in callbacks if callable(getattr(cb, "ended_earlier", None))]
+
+    def setup(self, **info: Any) -> None:
+        ended = ended_trials(self.sweep_dir) if self.hooks else {}
+        if ended:
+            for hook in self.hooks:
+                hook(ended)
+
+
 class HParamsCallback(Callback):
     """Writes TensorBoard HParams: experiment at the sweep root, a session per trial.
 
@@ -218,12 +236,12 @@ class HParamsCallback(Callback):
         self._started: set[str] = set()
         self._described = False
 
-    def setup(self, **info: Any) -> None:
-        # A trial an earlier run of the sweep ended (its record says so) without writing its
-        # session's end here (that driver killed between the two): written now, as it ended.
-        for path in trial_dirs(self.sweep_dir):
-            failed = ended_failed(path)
-            if failed is None or not os.path.exists(os.path.join(path, HPARAMS_SESSION_MARKER)):
+    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+        """(CatchUp) A trial an earlier run of the sweep ended without writing its session's
+        end here (that driver killed between the two): written now, as it ended."""
+        for name, failed in ended.items():
+            path = os.path.join(self.sweep_dir, name)
+            if not os.path.exists(os.path.join(path, HPARAMS_SESSION_MARKER)):
                 continue
             if not any(n.endswith(STATUS_FILE_SUFFIX) for n in os.listdir(path)):
                 summary = tb.session_end_summary("failure" if failed else "success")

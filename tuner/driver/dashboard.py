@@ -25,7 +25,7 @@ import io
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -119,19 +119,26 @@ class Dashboard(Callback):
         self.metric, self.direction = self.objectives[0]
         self.live: dict[str, _Live] = {}  # by Tune's trial id
         self.history = SweepHistory(self.objectives)
+        self.earlier: dict[str, TrialRecord] = {}  # what earlier runs ended, until CatchUp asks
         self.run = EventFile(os.path.join(place.local, SWEEP_RUN), ".sweep", place)
 
     def setup(self, **info: Any) -> None:
         # What earlier runs of this sweep finished (resume, extend): the points go on from there.
         earlier = self._records()
         self.history = replay(earlier, self.objectives)
-        # A trial that finished as the last driver was killed, after its record and before its
-        # last values here (a remote place's pull widens that moment): its columns would say
-        # unfinished for good, as it never runs again. Its end is written now.
-        for done in earlier:
-            path = os.path.join(self.sweep_dir, done.trial_id)
-            if done.outcome is not Outcome.UNFINISHED and _last_outcome(path) == Outcome.UNFINISHED.code:
+        self.earlier = {done.trial_id: done for done in earlier}
+
+    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+        """(CatchUp) A trial that finished as the last driver was killed, after its record and
+        before its last values here (a remote place's pull widens that moment): its columns
+        would say unfinished for good, as it never runs again. Its end is written now."""
+        for name in ended:
+            done, path = self.earlier.get(name), os.path.join(self.sweep_dir, name)
+            if done is None or done.outcome is Outcome.UNFINISHED:
+                continue
+            if _last_outcome(path) == Outcome.UNFINISHED.code:
                 self._write_trial(_Live(path, EventFile(path, ".tuner-best", self.place)), done)
+        self.earlier = {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         path = trial_dir(trial)

@@ -536,7 +536,7 @@ def _launch(
     from ray.tune.stopper import CombinedStopper
 
     from tuner.driver import dashboard, staging, verdicts
-    from tuner.driver.callbacks import HParamsCallback, TrialRecordCallback, hparam_domains
+    from tuner.driver.callbacks import CatchUp, HParamsCallback, TrialRecordCallback, hparam_domains
     from tuner.driver.failfast import FailFast
     from tuner.driver.limits import Budgeted, SweepLimits, UserStopped
     from tuner.trial.launch.trainables import trainable_for
@@ -579,6 +579,7 @@ def _launch(
         callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), place.trials_write_here))
     # (After TrialRecordCallback and SweepLimits: it reads the records they write.)
     callbacks.append(dashboard.Dashboard(place, cfg.objectives, cfg.schedule.max_epochs))
+    callbacks.append(CatchUp(place, callbacks))  # (after those it hands ended trials to)
     callbacks.append(staging.StagingCleanup())  # (last: at the run's end, what Tune staged goes)
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
@@ -26,7 +26,7 @@ from ray.tune import Callback
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_RUN_FILE, ended_failed, finite
+from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_OPEN_FILE, WANDB_RUN_FILE, finite
 from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
@@ -119,6 +119,10 @@ class Tracking(Callback):
     def end(self, interrupted: bool) -> None:
         """The sweep's run ended (interrupted: trials were cut off)."""
 
+    def close_earlier(self, ended: Mapping[str, str]) -> None:
+        """End the runs an earlier run of the sweep left open for trials it ended, as they
+        ended (`ended`: trial directory name -> FINISHED or FAILED); any other run as it is."""
+
     # ------------------------------------------------------------------ Tune's hooks
 
     def _run(self, trial: Any) -> Any:
@@ -129,6 +133,13 @@ class Tracking(Callback):
     @_best_effort
     def setup(self, **info: Any) -> None:
         self.start()
+
+    @_best_effort
+    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+        # (CatchUp: trials an earlier run of the sweep ended, its driver killed before the
+        # tracker heard: their runs are never left running. A trial to be continued keeps its
+        # run, which `open` continues.)
+        self.close_earlier({name: FAILED if failed else FINISHED for name, failed in ended.items()})
 
     @_best_effort
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -166,15 +177,6 @@ class Tracking(Callback):
             self.close(run, KILLED)
         self.runs.clear()
         self.end(interrupted=bool(unfinished))
-
-
-def ended_as(place: Place, name: str) -> Optional[str]:
-    """How the sweep's trial `name` ended, as a tracker's run ends (FINISHED, FAILED), by its
-    record in the sweep; None for a trial not ended (to be continued) or not found."""
-    if not name or os.sep in name or name in (".", ".."):
-        return None
-    failed = ended_failed(os.path.join(place.local, name))
-    return None if failed is None else (FAILED if failed else FINISHED)
 
 
 def sweep_key(place: Place, name: str, new: Callable[[], str]) -> tuple[str, bool]:
@@ -238,15 +240,11 @@ class MLflowTracking(Tracking):
         self.parent, earlier = sweep_key(self.place, MLFLOW_RUN_FILE, new)
         if earlier:
             self.client.update_run(self.parent, status="RUNNING")
-            self._close_ended()
 
-    def _close_ended(self) -> None:
-        """The runs of trials an earlier run of the sweep ended without closing their runs
-        (its driver killed between the trial's record and MLflow): closed now as the trials
-        ended, never left RUNNING. A trial to be continued keeps its run (open reopens it)."""
+    def close_earlier(self, ended: Mapping[str, str]) -> None:
         query = f"tags.`{PARENT_TAG}` = '{self.parent}' and attributes.status = 'RUNNING'"
         for run in self.client.search_runs([self.experiment_id], filter_string=query, max_results=50000):
-            status = ended_as(self.place, run.data.tags.get(TRIAL_TAG, ""))
+            status = ended.get(run.data.tags.get(TRIAL_TAG, ""))
             if status is not None:
                 self.client.set_terminated(run.info.run_id, status=status)
 
@@ -299,7 +297,9 @@ class WandbTracking(Tracking):
     config the trial's configuration, every reported number logged with `epoch` as its step
     metric (so a resumed trial's epochs fall in place), its outcome in the summary
     (`tuner_status`, `tuner_failure`). The run's id is the sweep's prefix (WANDB_RUN_FILE) and
-    the trial's directory name, so a trial continued later continues its run. W&B's own files
+    the trial's directory name, so a trial continued later continues its run; the trials whose
+    runs are open are listed in WANDB_OPEN_FILE, for the next run of the sweep to end those of
+    trials that ended while a killed driver could not (`close_earlier`). W&B's own files
     go under the sweep directory (`wandb/`, unless WANDB_DIR says otherwise). W&B is told not
     to record the driver's console, command line, git remote or machine (the command line may
     hold a webhook's credentials): the sweep's environment.json has its versions and commit."""
@@ -317,6 +317,9 @@ class WandbTracking(Tracking):
 
         self.wandb = wandb
         self.prefix, _ = sweep_key(self.place, WANDB_RUN_FILE, lambda: uuid.uuid4().hex[:8])
+        # The trials whose runs an earlier run of the sweep opened and never ended (W&B cannot
+        # be asked which runs are unfinished without its server).
+        self.open_names = set((self.place.read(WANDB_OPEN_FILE) or "").split())
         wanted = {
             "console": "off",
             "disable_git": True,
@@ -329,8 +332,19 @@ class WandbTracking(Tracking):
         known = getattr(wandb.Settings, "model_fields", wanted)  # (older W&B lacks a few)
         self.settings = wandb.Settings(**{k: v for k, v in wanted.items() if k in known})
 
+    def _opened(self, name: str, is_open: bool) -> None:
+        """Keep the sweep's list of trials with a run open (WANDB_OPEN_FILE) in step."""
+        before = set(self.open_names)
+        (self.open_names.add if is_open else self.open_names.discard)(name)
+        if self.open_names != before:
+            self.place.write(WANDB_OPEN_FILE, "".join(f"{n}\n" for n in sorted(self.open_names)))
+
     def open(self, trial: Any, name: str) -> Any:
+        return self._init(name, dict(trial.config))
+
+    def _init(self, name: str, config: dict[str, Any]) -> Any:
         s = self.section
+        self._opened(name, True)  # (first: a driver killed in between leaves it listed)
         run = self.wandb.init(
             project=s.project or self.sweep_name,
             entity=s.entity,
@@ -340,7 +354,7 @@ class WandbTracking(Tracking):
             id=f"{self.prefix}-{name}",
             resume="allow",  # a trial continued (paused, `resume`) logs on in its run
             reinit="create_new",  # one run per running trial, side by side in the driver
-            config=dict(trial.config),
+            config=config,
             tags=list(s.tags) or None,
             mode=s.mode,
             dir=os.environ.get("WANDB_DIR") or self.sweep_dir,
@@ -361,6 +375,11 @@ class WandbTracking(Tracking):
         if status == KILLED:
             run.mark_preempting()  # cut off, to be continued by `tuner resume`
         run.finish(exit_code=0 if status == FINISHED else 1)
+        self._opened(run.id[len(self.prefix) + 1 :], False)
+
+    def close_earlier(self, ended: Mapping[str, str]) -> None:
+        for name in sorted(self.open_names & set(ended)):
+            self.close(self._init(name, {}), ended[name])  # (resumed to be ended: the same run)
 
     def end(self, interrupted: bool) -> None:
         self.wandb.teardown()  # W&B's service process ends with the sweep's run

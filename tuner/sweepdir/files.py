@@ -80,6 +80,7 @@ FRAMEWORK_DIR = "framework"
 WARM_FILE = "warm_start.json"  # the sweeps it started from, resolved once (search.warm_start)
 MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (tracking.mlflow)
 WANDB_RUN_FILE = ".wandb_sweep"  # the prefix of the sweep's W&B run ids (tracking.wandb)
+WANDB_OPEN_FILE = ".wandb_open"  # the trials whose W&B runs the driver opened and has not ended
 WANDB_DIR = "wandb"  # W&B's own files of the sweep's runs (tracking.wandb; W&B names it)
 LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
@@ -552,6 +553,17 @@ def ended_failed(trial_dir: str) -> Optional[bool]:
     if status not in ("TERMINATED", "ERROR"):
         return None
     return status == "ERROR" or recorded_failure(trial_dir) is not None
+
+
+def ended_trials(sweep_dir: str) -> dict[str, bool]:
+    """The sweep's trials whose records say they ended, by directory name: whether each ended
+    failed (`ended_failed`). A trial to be continued is not among them."""
+    found = {}
+    for path in trial_dirs(sweep_dir):
+        failed = ended_failed(path)
+        if failed is not None:
+            found[os.path.basename(path)] = failed
+    return found
 
 
 def _is_row(row: Any) -> bool:
