@@ -14,15 +14,24 @@ staged 4 random hex characters more).
 `StagingCleanup` removes the run's staging directory when Tune has ended the run (after its
 last copy into the sweep); `unstage` removes a continued trial's stale staged copy before Tune
 looks (a run that could not clean up: its driver killed). Never anything inside the sweep.
+`OwnSecond` keeps two drivers of same-named sweeps on one node (drivers of one Ray cluster,
+started in the same second) from staging in one directory while both run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
+import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 from ray.tune import Callback
+
+from tuner.sweepdir.place import cache_root
 
 
 def staging_dir(trial: Any) -> Optional[str]:
@@ -55,3 +64,54 @@ class StagingCleanup(Callback):
             staging = staging_dir(trial)
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+class OwnSecond(Callback):
+    """A run of a sweep named `name` begins Tune holding a lock of the node for that name (a
+    file under the cache root), and lets it go once Tune has named its staging directory (at
+    the callbacks' setup), writing the second it had reached then. The next run of that name,
+    holding the lock in turn, waits for a later second if the clock has not passed that one:
+    its staging's second is later, its directory another. Uncontended, it costs a lock.
+
+        with OwnSecond(name) as own:  # (and `own` among the run's callbacks)
+            tuner.fit()
+    """
+
+    def __init__(
+        self,
+        name: str,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        self.path = os.path.join(cache_root(), "staging", f"{digest}.lock")
+        self.clock, self.sleep = clock, sleep
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> OwnSecond:
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)  # (held by another run of the name for its start)
+            taken = os.pread(self.fd, 32, 0).decode(errors="replace").strip()
+        except OSError:  # (a cache that cannot be written: runs as Tune alone would)
+            self._release()
+            return self
+        if taken.isdigit() and self.clock() < int(taken) + 1:
+            self.sleep(int(taken) + 1 - self.clock())
+        return self
+
+    def setup(self, **info: Any) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, f"{int(self.clock())}\n".encode(), 0)
+        self._release()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._release()  # (Tune failed before its setup)
+
+    def _release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # (the lock goes with it)
+            self.fd = None

@@ -580,10 +580,12 @@ def _launch(
     # (After TrialRecordCallback and SweepLimits: it reads the records they write.)
     callbacks.append(dashboard.Dashboard(place, cfg.objectives, cfg.schedule.max_epochs))
     callbacks.append(CatchUp(place, callbacks))  # (after those it hands ended trials to)
-    callbacks.append(staging.StagingCleanup())  # (last: at the run's end, what Tune staged goes)
+    callbacks.append(staging.StagingCleanup())  # (last at the run's end: what Tune staged goes)
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]
     storage_path, storage_fs, name = place.ray_storage()
+    own_second = staging.OwnSecond(name)  # (Tune stages by the name and second it begins)
+    callbacks.append(own_second)
     names = TrialNames(start.resumed_dirs, plan.names)
     trainable = tune.with_resources(
         tune.with_parameters(trainable_for(spec), spec=spec), resources=resources.tune_request(res, spec)
@@ -630,7 +632,7 @@ def _launch(
         flush=True,
     )
     timeline.mark("fit")
-    with stopping.user_stops():
+    with stopping.user_stops(), own_second:
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:
         return FAILED
