@@ -402,29 +402,70 @@ def s3_env(s3, monkeypatch: pytest.MonkeyPatch):
     return s3
 
 
+class _NsClusterHolder:
+    """The session's namespaced cluster: started when a test first asks for it, stopped after
+    the last test of its group in this worker (`pytest_runtest_teardown`: its nodes and S3
+    server would otherwise idle for the rest of the run), started again should another ask."""
+
+    def __init__(self, factory: pytest.TempPathFactory):
+        self.factory, self.cluster, self.unavailable = factory, None, ""
+
+    def get(self) -> Any:
+        from tests import s3server
+        from tests.nscluster import NsCluster, Unavailable
+
+        if self.unavailable:
+            pytest.skip(self.unavailable)
+        if self.cluster is not None:
+            return self.cluster
+        cluster = NsCluster(workers=1, cpus=1, base=self.factory.mktemp("nscluster"))
+
+        def storage(c: NsCluster) -> dict[str, str]:
+            assert c.base is not None
+            c.s3 = s3server.start(c.host_ip, c.base / "moto.log")
+            c.on_stop.append(c.s3.stop)
+            return c.s3.env()
+
+        try:
+            cluster.start(setup=storage)
+        except Unavailable as why:
+            self.unavailable = f"no namespaced cluster here: {why}"
+            pytest.skip(self.unavailable)
+        self.cluster = cluster
+        return cluster
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+_NS_HOLDER: list[_NsClusterHolder] = []
+
+
 @pytest.fixture(scope="session")
-def ns_cluster(tmp_path_factory: pytest.TempPathFactory):
+def _ns_cluster_holder(tmp_path_factory: pytest.TempPathFactory):
+    holder = _NsClusterHolder(tmp_path_factory)
+    _NS_HOLDER.append(holder)
+    yield holder
+    holder.stop()
+    _NS_HOLDER.remove(holder)
+
+
+@pytest.fixture
+def ns_cluster(_ns_cluster_holder: _NsClusterHolder):
     """A Ray head and one worker node (1 CPU each), each a separate "machine": network, mount,
     PID and UTS namespaces of its own (tests/nscluster.py), token authentication on, with an
     S3 server (moto) on the host that the nodes reach (`cluster.s3`; its variables are in the
-    nodes' environment). Skips, saying why, where namespaces cannot be made."""
-    from tests import s3server
-    from tests.nscluster import NsCluster, Unavailable
+    nodes' environment), one for the tests of its group (ONE_WORKER). Skips, saying why, where
+    namespaces cannot be made."""
+    return _ns_cluster_holder.get()
 
-    cluster = NsCluster(workers=1, cpus=1, base=tmp_path_factory.mktemp("nscluster"))
 
-    def storage(c: NsCluster) -> dict[str, str]:
-        assert c.base is not None
-        c.s3 = s3server.start(c.host_ip, c.base / "moto.log")
-        c.on_stop.append(c.s3.stop)
-        return c.s3.env()
-
-    try:
-        cluster.start(setup=storage)
-    except Unavailable as why:
-        pytest.skip(f"no namespaced cluster here: {why}")
-    yield cluster
-    cluster.stop()
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:
+    uses = "ns_cluster" in getattr(item, "fixturenames", ())
+    if uses and _NS_HOLDER and "ns_cluster" not in getattr(nextitem, "fixturenames", ()):
+        _NS_HOLDER[0].stop()  # (the group's last test in this worker: see _NsClusterHolder)
 
 
 def assert_resources_returned(within_s: float = 10.0) -> None:
