@@ -370,7 +370,7 @@ def test_a_trial_finished_as_its_driver_was_killed_gets_its_end_on_resume(tmp_pa
     before = {p.name for p in sweep.rglob("*tuner-best")}
     again = Dashboard(Place(str(sweep)), [("val_acc", "max")], max_epochs=3)
     again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
-    CatchUp(Place(str(sweep)), [again]).setup()
+    CatchUp(Place(str(sweep)), [again], ("val_acc", "max"), max_epochs=3).setup()
     assert tbread.scalars(sweep / "cut")[OUTCOME][-1] == results.Outcome.COMPLETED.code == 0
     assert tbread.scalars(sweep / "cut")[BEST][-1] == pytest.approx(0.3)
     assert {p.name for p in (sweep / "whole").glob("*tuner-best")} <= before

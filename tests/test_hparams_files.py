@@ -41,11 +41,19 @@ def test_a_killed_runs_ended_trials_get_their_session_end_when_the_sweep_goes_on
     place = Place(str(tmp_path))
     first = callbacks.HParamsCallback(place, {}, ["val_acc"])
     ended = {"done_1": "TERMINATED", "failed_2": "TERMINATED", "error_3": "ERROR", "cut_4": "RUNNING"}
+    # Ended by their journals, the driver stopped before their records said so: one trained to
+    # max_epochs (3), one failed. (Seen in a 1-worker run: a Ctrl-C as a trial reported its last
+    # epoch, and its status never written.)
+    ended.update(last_5="RUNNING", diverged_6="RUNNING")
     for name, status in ended.items():
         trial = SimpleNamespace(trial_id=name, config={}, path=str(tmp_path / name), last_result={})
         first.on_trial_start(0, [], trial)
         write_record(str(tmp_path / name), {"trial_id": name, "status": status, "started": 0.0})
     (tmp_path / "failed_2" / METRICS_FILE).write_text('{"epoch": 1, "failure": "diverged"}\n')
+    rows = "".join(f'{{"epoch": {e}, "val_acc": 0.5}}\n' for e in (1, 2, 3))
+    (tmp_path / "last_5" / METRICS_FILE).write_text(rows)
+    (tmp_path / "diverged_6" / METRICS_FILE).write_text('{"epoch": 1, "failure": "diverged"}\n')
+    (tmp_path / "cut_4" / METRICS_FILE).write_text('{"epoch": 1, "val_acc": 0.5}\n')
     # (killed here: no trial's end written)
 
     def ends() -> dict[str, object]:
@@ -58,15 +66,19 @@ def test_a_killed_runs_ended_trials_get_their_session_end_when_the_sweep_goes_on
     def next_run() -> None:  # a callback of the sweep's next run, set up as Tune does
         again = callbacks.HParamsCallback(place, {}, ["val_acc"])
         again.setup()
-        callbacks.CatchUp(place, [again]).setup()
+        callbacks.CatchUp(place, [again], ("val_acc", "max"), max_epochs=3).setup()
 
     assert set(ends().values()) == {None}
     next_run()
     want_ok = hparams_status(tb.session_end_summary("success"))
     want_failed = hparams_status(tb.session_end_summary("failure"))
-    assert ends() == {"done_1": want_ok, "failed_2": want_failed, "error_3": want_failed, "cut_4": None}
+    assert ends() == {
+        **{"done_1": want_ok, "failed_2": want_failed, "error_3": want_failed, "cut_4": None},
+        **{"last_5": want_ok, "diverged_6": want_failed},
+    }
     next_run()  # (a third run adds nothing)
-    assert [len(list((tmp_path / n).glob(f"*{callbacks.STATUS_FILE_SUFFIX}"))) for n in ended] == [1, 1, 1, 0]
+    written = [len(list((tmp_path / n).glob(f"*{callbacks.STATUS_FILE_SUFFIX}"))) for n in ended]
+    assert written == [1, 1, 1, 0, 1, 1]
 
 
 def hparams_status(summary: object) -> object:

@@ -185,12 +185,16 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     sweep.mkdir()
     first = MLflowTracking(uri, "exp", "s", Place(str(sweep)))
     first.setup()
+    # (last_5: ended by its journal, trained to max_epochs, before its record said so)
     ended = {"done_1": "TERMINATED", "failed_2": "TERMINATED", "error_3": "ERROR", "cut_4": "RUNNING"}
+    ended["last_5"] = "RUNNING"
     trials = {name: _trial(sweep, name, lr=0.1) for name in ended}
     for name, status in ended.items():
         first.on_trial_start(0, [], trials[name])
         write_record(str(sweep / name), {"trial_id": name, "status": status})
     (sweep / "failed_2" / METRICS_FILE).write_text(json.dumps({"epoch": 1, "failure": "diverged"}) + "\n")
+    rows = [{"epoch": e, "val_acc": 0.5} for e in (1, 2, 3)]
+    (sweep / "last_5" / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     # (killed here: no completion, no end reached MLflow)
     client = MlflowClient(tracking_uri=uri)
 
@@ -201,13 +205,16 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     assert set(statuses().values()) == {"RUNNING"}
     again = MLflowTracking(uri, "exp", "s", Place(str(sweep)))
     again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
-    CatchUp(Place(str(sweep)), [again]).setup()
+    CatchUp(Place(str(sweep)), [again], ("val_acc", "max"), max_epochs=3).setup()
     assert not again.failed and again.parent == first.parent
-    assert statuses() == {"done_1": "FINISHED", "failed_2": "FAILED", "error_3": "FAILED", "cut_4": "RUNNING"}
+    assert statuses() == {
+        **{"done_1": "FINISHED", "failed_2": "FAILED", "error_3": "FAILED", "cut_4": "RUNNING"},
+        "last_5": "FINISHED",
+    }
     again.on_trial_start(0, [], trials["cut_4"])  # continued, in its run
     again.on_trial_complete(0, [], trials["cut_4"])
     again.on_experiment_end([])
-    assert statuses()["cut_4"] == "FINISHED" and len(statuses()) == 4
+    assert statuses()["cut_4"] == "FINISHED" and len(statuses()) == 5
     assert client.get_run(first.parent).info.status == "FINISHED"
 
 
@@ -315,7 +322,7 @@ def test_a_killed_drivers_wandb_runs_of_ended_trials_end_as_the_trials_did_when_
 
     again = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
     again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
-    CatchUp(Place(str(tmp_path)), [again]).setup()
+    CatchUp(Place(str(tmp_path)), [again], ("val_acc", "max"), max_epochs=3).setup()
     again.on_experiment_end([])
     assert not again.failed
     runs = offline_runs(tmp_path / "wandb")

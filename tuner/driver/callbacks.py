@@ -16,14 +16,13 @@ from ray.tune import Callback
 
 from tuner.driver.stopping import INTERRUPTED
 from tuner.errors import DiskFull, StorageUnavailable
-from tuner.results import Outcome, clock, number
+from tuner.results import Outcome, TrialRecord, clock, number, records
 from tuner.space.params import Choice, Fixed, Grid, ParamT, values_of
 from tuner.sweepdir import (
     HPARAMS_EXPERIMENT_MARKER,
     HPARAMS_SESSION_MARKER,
     NEVER_STARTED,
     NOTICE,
-    ended_trials,
     error_file,
     error_line,
     json_safe,
@@ -195,19 +194,24 @@ def hparam_domains(params: dict[str, ParamT]) -> dict[str, Any]:
 
 
 class CatchUp(Callback):
-    """At the start of a sweep's run: the trials an earlier run ended (their records say so),
-    read once and handed to every callback that keeps something of a trial's end, through its
-    `ended_earlier(ended)` (trial directory name -> whether it failed). An earlier run killed
-    outright (kill -9, its node lost) can record a trial's end and die before those callbacks
-    heard of it; each writes now what it would have written then, and nothing where it had.
-    Comes after them among the callbacks: their own setup has run."""
+    """At the start of a sweep's run: the trials an earlier run ended, read once as the sweep's
+    results read them (`results.record`: by its record, or by its journal where the driver died
+    before recording the end), handed to every callback that keeps something of a trial's end
+    through its `ended_earlier(ended)` (trial directory name -> its TrialRecord). An earlier run
+    killed outright (kill -9, its node lost) or stopped by Ctrl-C as a trial ended can leave a
+    trial ended without those callbacks having heard; each writes now what it would have written
+    then, and nothing where it had. Comes after them among the callbacks: their setup has run."""
 
-    def __init__(self, place: Place, callbacks: Sequence[Any]):
-        self.sweep_dir = place.local
+    def __init__(self, place: Place, callbacks: Sequence[Any], objective: tuple[str, str], max_epochs: int):
+        self.sweep_dir, self.objective, self.max_epochs = place.local, objective, max_epochs
         self.hooks = [cb.ended_earlier for cb in callbacks if callable(getattr(cb, "ended_earlier", None))]
 
     def setup(self, **info: Any) -> None:
-        ended = ended_trials(self.sweep_dir) if self.hooks else {}
+        if not self.hooks:
+            return
+        metric, direction = self.objective
+        found = records(self.sweep_dir, metric, direction, self.max_epochs, [])
+        ended = {os.path.basename(t.path): t for t in found if t.outcome is not Outcome.UNFINISHED}
         if ended:
             for hook in self.hooks:
                 hook(ended)
@@ -236,15 +240,15 @@ class HParamsCallback(Callback):
         self._started: set[str] = set()
         self._described = False
 
-    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+    def ended_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
         """(CatchUp) A trial an earlier run of the sweep ended without writing its session's
-        end here (that driver killed between the two): written now, as it ended."""
-        for name, failed in ended.items():
+        end here (that driver killed or stopped between the two): written now, as it ended."""
+        for name, done in ended.items():
             path = os.path.join(self.sweep_dir, name)
             if not os.path.exists(os.path.join(path, HPARAMS_SESSION_MARKER)):
                 continue
             if not any(n.endswith(STATUS_FILE_SUFFIX) for n in os.listdir(path)):
-                summary = tb.session_end_summary("failure" if failed else "success")
+                summary = tb.session_end_summary("failure" if done.outcome.failed else "success")
                 self.places.saved(_write(path, summary, STATUS_FILE_SUFFIX))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:

@@ -119,26 +119,20 @@ class Dashboard(Callback):
         self.metric, self.direction = self.objectives[0]
         self.live: dict[str, _Live] = {}  # by Tune's trial id
         self.history = SweepHistory(self.objectives)
-        self.earlier: dict[str, TrialRecord] = {}  # what earlier runs ended, until CatchUp asks
         self.run = EventFile(os.path.join(place.local, SWEEP_RUN), ".sweep", place)
 
     def setup(self, **info: Any) -> None:
         # What earlier runs of this sweep finished (resume, extend): the points go on from there.
-        earlier = self._records()
-        self.history = replay(earlier, self.objectives)
-        self.earlier = {done.trial_id: done for done in earlier}
+        self.history = replay(self._records(), self.objectives)
 
-    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+    def ended_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
         """(CatchUp) A trial that finished as the last driver was killed, after its record and
         before its last values here (a remote place's pull widens that moment): its columns
         would say unfinished for good, as it never runs again. Its end is written now."""
-        for name in ended:
-            done, path = self.earlier.get(name), os.path.join(self.sweep_dir, name)
-            if done is None or done.outcome is Outcome.UNFINISHED:
-                continue
+        for name, done in ended.items():
+            path = os.path.join(self.sweep_dir, name)
             if _last_outcome(path) == Outcome.UNFINISHED.code:
                 self._write_trial(_Live(path, EventFile(path, ".tuner-best", self.place)), done)
-        self.earlier = {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         path = trial_dir(trial)

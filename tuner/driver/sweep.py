@@ -579,7 +579,10 @@ def _launch(
         callbacks.append(SharedWrites(spec.start_dir or os.getcwd(), place.trials_write_here))
     # (After TrialRecordCallback and SweepLimits: it reads the records they write.)
     callbacks.append(dashboard.Dashboard(place, cfg.objectives, cfg.schedule.max_epochs))
-    callbacks.append(CatchUp(place, callbacks))  # (after those it hands ended trials to)
+    # (After those it hands the trials earlier runs ended to.)
+    callbacks.append(
+        CatchUp(place, callbacks, (cfg.objective, cfg.objective_direction), cfg.schedule.max_epochs)
+    )
     callbacks.append(staging.StagingCleanup())  # (last at the run's end: what Tune staged goes)
     # Ctrl-C and SIGTERM (driver/stopping.py) reach Tune through UserStopped.
     stoppers = [s for s in (limits, fail_fast, UserStopped()) if s is not None]

@@ -31,6 +31,7 @@ from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
+    from tuner.results import TrialRecord
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -135,11 +136,11 @@ class Tracking(Callback):
         self.start()
 
     @_best_effort
-    def ended_earlier(self, ended: Mapping[str, bool]) -> None:
+    def ended_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
         # (CatchUp: trials an earlier run of the sweep ended, its driver killed before the
         # tracker heard: their runs are never left running. A trial to be continued keeps its
         # run, which `open` continues.)
-        self.close_earlier({name: FAILED if failed else FINISHED for name, failed in ended.items()})
+        self.close_earlier({name: FAILED if t.outcome.failed else FINISHED for name, t in ended.items()})
 
     @_best_effort
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -546,26 +546,6 @@ def recorded_failure(trial_dir: Optional[str]) -> Optional[dict[str, Any]]:
     return rows[-1] if rows and rows[-1].get("failure") else None
 
 
-def ended_failed(trial_dir: str) -> Optional[bool]:
-    """Whether the trial ended failed, by its record (ERROR) and journal (a failure it
-    recorded itself); None when its record does not say it ended (to be continued)."""
-    status = (read_record(trial_dir) or {}).get("status")
-    if status not in ("TERMINATED", "ERROR"):
-        return None
-    return status == "ERROR" or recorded_failure(trial_dir) is not None
-
-
-def ended_trials(sweep_dir: str) -> dict[str, bool]:
-    """The sweep's trials whose records say they ended, by directory name: whether each ended
-    failed (`ended_failed`). A trial to be continued is not among them."""
-    found = {}
-    for path in trial_dirs(sweep_dir):
-        failed = ended_failed(path)
-        if failed is not None:
-            found[os.path.basename(path)] = failed
-    return found
-
-
 def _is_row(row: Any) -> bool:
     """An epoch's record as the loop writes it: an object with an integer epoch (valid JSON of
     another shape, written by hand or by another tool, is skipped like a cut-short line)."""
