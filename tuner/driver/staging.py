@@ -71,7 +71,9 @@ class OwnSecond(Callback):
     file under the cache root), and lets it go once Tune has named its staging directory (at
     the callbacks' setup), writing the second it had reached then. The next run of that name,
     holding the lock in turn, waits for a later second if the clock has not passed that one:
-    its staging's second is later, its directory another. Uncontended, it costs a lock.
+    its staging's second is later, its directory another. Uncontended, it costs a lock. (By
+    name alone: drivers of the name on other Rays of the machine wait their turn too, a second
+    at most, where a lock per Ray node would leave a file behind for every sweep run.)
 
         with OwnSecond(name) as own:  # (and `own` among the run's callbacks)
             tuner.fit()
