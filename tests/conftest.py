@@ -429,8 +429,12 @@ class _NsClusterHolder:
         try:
             cluster.start(setup=storage)
         except Unavailable as why:
+            cluster.stop()  # (what it had started)
             self.unavailable = f"no namespaced cluster here: {why}"
             pytest.skip(self.unavailable)
+        except BaseException:
+            cluster.stop()
+            raise
         self.cluster = cluster
         return cluster
 
