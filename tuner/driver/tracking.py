@@ -335,9 +335,8 @@ class WandbTracking(Tracking):
 
     def _opened(self, name: str, is_open: bool) -> None:
         """Keep the sweep's list of trials with a run open (WANDB_OPEN_FILE) in step."""
-        before = set(self.open_names)
-        (self.open_names.add if is_open else self.open_names.discard)(name)
-        if self.open_names != before:
+        if (name in self.open_names) != is_open:
+            self.open_names ^= {name}
             self.place.write(WANDB_OPEN_FILE, "".join(f"{n}\n" for n in sorted(self.open_names)))
 
     def open(self, trial: Any, name: str) -> Any:
