@@ -512,6 +512,38 @@ def test_trials_are_placed_on_both_nodes(live: Live, tmp_path: Path) -> None:
     assert len(nodes) == 2 and nodes == alive, (pids, nodes, alive)
 
 
+# What the workers of each node of the cluster are: a task pinned to each node says whether it
+# runs in a copy of a warm process, and what its parent process is.
+_WHO = """
+import json, os, sys, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+ray.init(address=sys.argv[1])
+
+@ray.remote(num_cpus=0)
+def who():
+    parent = open(f"/proc/{os.getppid()}/cmdline").read().split(chr(0))
+    return {"copied": os.environ.get("TUNER_WORKER_COPIED"), "parent": parent}
+
+nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+print(json.dumps([ray.get(who.options(scheduling_strategy=On(n, soft=False)).remote()) for n in nodes]))
+"""
+
+
+@pytest.mark.slow
+def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live) -> None:
+    """As a private local Ray does (tuner.cluster.worker_fork): a sweep joined to the cluster
+    starts each trial actor without importing torch, Ray Tune and tuner in it (~3 CPU-s, about
+    half of a debug sweep's wall; BENCHMARKS.md)."""
+    # (as `tuner cluster env` exports them: token auth, and 127.0.0.1 kept as the GCS's address)
+    keep = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    out = live.run(sys.executable, "-c", _WHO, live.state["gcs"], **keep)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(seen) == 2, seen
+    for worker in seen:
+        assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
+
+
 @pytest.mark.slow
 def test_sweep_without_address_starts_its_own_ray_even_with_a_cluster_around(
     live: Live, tmp_path: Path

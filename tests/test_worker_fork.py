@@ -42,18 +42,17 @@ sys.exit(int(sys.argv[sys.argv.index("--exit") + 1]) if "--exit" in sys.argv els
 
 @pytest.fixture
 def warm(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A warm process serving copies that run tmp_path/default_worker.py: (its socket, the script)."""
+    """A warm process serving copies that run tmp_path/default_worker.py: (its socket, the script).
+    It has imported tmp_path/warm_extra.py besides what it imports itself; its standard error is
+    tmp_path/warm.log."""
     script = tmp_path / "default_worker.py"
     script.write_text(WORKER)
+    (tmp_path / "warm_extra.py").write_text("")
     sock = tmp_path / "s.sock"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"from tuner.cluster.worker_fork import serve; serve({str(sock)!r}, {str(script)!r})",
-        ],
-        cwd=ROOT,
-    )
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import warm_extra; "
+    code += f"from tuner.cluster.worker_fork import serve; serve({str(sock)!r}, {str(script)!r})"
+    with open(tmp_path / "warm.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=log)
     try:
         while not sock.exists():  # (bound before its imports: a launcher waits in the backlog)
             assert proc.poll() is None, "the warm process ended"
@@ -132,6 +131,35 @@ def test_what_a_copy_cannot_be_goes_rays_own_way(warm: tuple[Path, Path], tmp_pa
     assert "ray_setup" in json.loads(lost.communicate(timeout=120)[0])
     gpu = _launch(sock, script, context={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})
     assert "ray_setup" in json.loads(gpu.communicate(timeout=120)[0])
+
+
+def test_once_a_module_it_imported_changes_on_disk_every_worker_starts_cold(
+    warm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A cluster's node lives for days, and tuner may be reinstalled or edited under it (or torch
+    upgraded): a copy would run what its warm process imported then, not what is on disk. Once a
+    file it imported has changed, every worker goes Ray's own way, and its log says which."""
+    sock, script = warm
+    (tmp_path / "setup_worker.py").write_text("import json\nprint(json.dumps({'ray_setup': 1}))\n")
+    assert json.loads(_launch(sock, script).communicate(timeout=120)[0])["copied"] == "1"
+    extra = tmp_path / "warm_extra.py"
+    os.utime(extra, ns=(extra.stat().st_atime_ns, extra.stat().st_mtime_ns + 10**9))
+    for _ in range(2):
+        assert json.loads(_launch(sock, script).communicate(timeout=120)[0]) == {"ray_setup": 1}
+    said = (tmp_path / "warm.log").read_text()
+    assert said.count(f"{extra} changed since it was imported here: workers start cold") == 1, said
+
+
+def test_what_ray_starts_through_its_set_up_script_that_is_no_worker_gets_rays_script() -> None:
+    """A head node's client server is `python SETUP -m ray.util.client.server ...`: with the
+    launcher in SETUP's place, Ray's own script, found in the installed Ray (its head node died
+    at once when the launcher looked for it beside `-m`)."""
+    import ray
+
+    ray_setup = Path(ray.__file__).parent / "_private" / "workers" / "setup_worker.py"
+    assert ray_setup.is_file()
+    assert worker_launch._ray_setup_worker(["-m", "ray.util.client.server", "--port=1"]) == str(ray_setup)
+    assert worker_launch._ray_setup_worker(["/r/default_worker.py"]) == "/r/setup_worker.py"
 
 
 def test_the_launcher_reads_rays_arguments_as_rays_set_up_script_does() -> None:

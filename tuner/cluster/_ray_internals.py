@@ -525,7 +525,3 @@ def working_dir_files(root: str, excludes: list[str]) -> Optional[list[tuple[str
     excluded = [packaging._get_excludes(top, every)]
     packaging._dir_travel(top, excluded, add, include_gitignore=include_gitignore, logger=quiet)
     return found
-
-
-if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
-    ray_start_on_loopback(sys.argv[1:])

@@ -32,7 +32,7 @@ from typing import Any, Optional
 from tuner.cluster import join as cluster
 from tuner.cluster import tls
 from tuner.cluster.join import LOOPBACK
-from tuner.cluster.nodes import node_args, node_env
+from tuner.cluster.nodes import FORK_DIR_ENV, node_args, node_env
 from tuner.errors import ExitCode
 
 STATE_FILE = "cluster.json"
@@ -57,7 +57,7 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tuner.cluster._ray_internals", *args],
+            [sys.executable, "-m", "tuner.cluster.nodes", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -140,10 +140,11 @@ def start(args: argparse.Namespace) -> int:
         dashboard=f"http://{LOOPBACK}:{ports['dashboard-port']}",
         client=f"ray://{LOOPBACK}:{ports['ray-client-server-port']}",
     )
-    extra: dict[str, str] = {}
+    # (each node's warm process, its Python workers' source, has its socket there: 0700)
+    extra: dict[str, str] = {FORK_DIR_ENV: state["temp_dir"]}
     if args.tls:
         state["tls"] = str(state_dir / TLS_DIR)
-        extra = machine_certificate(state_dir / TLS_DIR).env()
+        extra |= machine_certificate(state_dir / TLS_DIR).env()
     state["nodes"].append(
         {"name": "head", **spawn(head_args, node_env(True) | extra, state_dir / "head.log")}
     )

@@ -1,15 +1,28 @@
-"""One node of a local cluster: its free loopback ports and its `ray start` arguments and
-environment (every socket on 127.0.0.1, token authentication on)."""
+"""One node of a cluster tuner starts on this machine: its free loopback ports, its `ray start`
+arguments and environment (every socket on 127.0.0.1, token authentication on), and the node
+itself, whose Python workers are copies of a warm process.
+
+The node's `ray start` runs in this process beside a warm process (tuner.cluster.worker_fork),
+as a private local Ray's start does, so that a sweep joined to the cluster starts its trial
+actors in milliseconds rather than each importing torch, Ray Tune and tuner (~3 CPU-s each).
+
+    python -m tuner.cluster.nodes RAY_START_ARGS...   (cluster/local.py spawns each node so)
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import random
 import socket
 import sys
+import tempfile
 from typing import Any, Optional
 
 from tuner.cluster.join import LOOPBACK
+
+FORK_DIR_ENV = "TUNER_NODE_FORK_DIR"  # a private (0700) directory for the warm process's socket
 
 WORKER_PORTS = 200  # ports each node's raylet hands its worker processes
 # Ports a node listens on besides the worker range, in `ray start` flag names.
@@ -96,3 +109,33 @@ def node_env(head: bool) -> dict[str, str]:
         dashboard, autoscaler = free_ports(2)
         env.update(DASHBOARD_METRIC_PORT=str(dashboard), AUTOSCALER_METRIC_PORT=str(autoscaler))
     return env
+
+
+def ray_start(argv: list[str]) -> None:
+    """`ray start ARGV` in this process on loopback (_ray_internals.ray_start_on_loopback), its
+    Python workers copied from a warm process started beside it, its socket in $TUNER_NODE_FORK_DIR
+    (a private directory; else one made for it, removed at exit). The warm process ends with this
+    one; where copies cannot be made (another Ray, no fork), every worker starts cold, as Ray
+    starts it."""
+    from tuner.cluster import _ray_internals, worker_fork
+
+    where = os.environ.pop(FORK_DIR_ENV, "")
+    if not where:
+        where = tempfile.mkdtemp(prefix="tuner-fork-")
+        atexit.register(lambda: os.path.isdir(where) and _remove_empty(where))
+    atexit.register(worker_fork.stop)  # (runs first: its socket goes, then the directory)
+    if _ray_internals.checked():
+        worker_fork.start(where)
+    with _ray_internals.worker_command(worker_fork.LAUNCHER) as copied:
+        if not copied:
+            worker_fork.stop()
+        _ray_internals.ray_start_on_loopback(argv)
+
+
+def _remove_empty(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
+    ray_start(sys.argv[1:])

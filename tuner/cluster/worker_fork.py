@@ -278,6 +278,8 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
         os.umask(old)
     listener.listen(128)
     _warm(torch)
+    imported = _sources()
+    changed = ""  # (the first of them found changed: no copies from then on)
     worker = worker or _default_worker()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -307,7 +309,13 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
             except (OSError, ValueError):
                 conn.close()
                 continue
-            if not _servable(request, worker) or len(fds) != 3:
+            if not changed and (changed := _changed(imported)):
+                print(
+                    f"{changed} changed since it was imported here: workers start cold from now on",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if changed or not _servable(request, worker) or len(fds) != 3:
                 for fd in fds:
                     os.close(fd)
                 conn.close()  # (the launcher then starts the worker Ray's own way)
@@ -341,6 +349,31 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
                 continue
             waiting[pid] = conn
         _reap(waiting)
+
+
+def _sources() -> dict[str, int]:
+    """The files this process imported tuner from, and every top-level module's (a package's
+    `__init__.py`: pip replaces it when it upgrades the package), with their modification
+    times. A copy runs what was imported here, not what is on disk now: a node of a cluster
+    lives for days, and tuner or torch may be reinstalled under it (or tuner's source edited)."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and ("." not in name or name.startswith("tuner.")):
+            with contextlib.suppress(OSError):
+                found[path] = os.stat(path).st_mtime_ns
+    return found
+
+
+def _changed(imported: dict[str, int]) -> str:
+    """The first of `imported` whose file changed or went, or ""."""
+    for path, mtime in imported.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return path
+        except OSError:
+            return path
+    return ""
 
 
 def _servable(request: dict[str, Any], worker: str) -> bool:

@@ -142,9 +142,20 @@ def main(argv: list[str]) -> None:
                 os.kill(os.getpid(), -code)
                 code = 128 - code  # (a signal this process ignores anyway: the shell's status)
             sys.exit(code)
-    workers = os.path.dirname(rest[0]) if rest else ""
-    setup = os.path.join(workers, "setup_worker.py")
-    os.execv(sys.executable, [sys.executable, setup, *argv])
+    os.execv(sys.executable, [sys.executable, _ray_setup_worker(rest), *argv])
+
+
+def _ray_setup_worker(rest: list[str]) -> str:
+    """Ray's own set-up script: beside default_worker.py, or (for what Ray starts through it that
+    is no worker: `-m ray.util.client.server` on a head node) in the installed Ray's workers
+    directory, found without importing Ray."""
+    if rest and rest[0].endswith("default_worker.py"):
+        return os.path.join(os.path.dirname(rest[0]), "setup_worker.py")
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    ray_dir = os.path.dirname(spec.origin) if spec and spec.origin else ""
+    return os.path.join(ray_dir, "_private", "workers", "setup_worker.py")
 
 
 if __name__ == "__main__":
