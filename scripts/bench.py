@@ -1,7 +1,7 @@
 """tuner against the hand-written peers, measured side by side in one run on this machine.
 
 usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCHMARKS.md] [--smoke]
-                              [--address GCS] [--against DIR]
+                              [--address GCS] [--against DIR] [--joined]
 
 Sections (issues 7 and 16):
   fixed       issue 16's command (digits_mlp, random, 30 trials, <= 27 epochs, seed 1) against
@@ -9,7 +9,9 @@ Sections (issues 7 and 16):
               best, our fixed cost (start -> first epoch, last epoch -> results / summary /
               exit), issue 50's figure of merit and where the seconds went, stage by stage
               (scripts/timeline.py); with --against DIR, the tuner of another checkout too
-              (`git archive main | tar -x -C DIR`), a third party of each repeat; bench_fixed.py
+              (`git archive main | tar -x -C DIR`), a third party of each repeat; with --joined,
+              the command joined to a `tuner cluster start` cluster kept running through the
+              runs, another party; bench_fixed.py
   throughput  30-trial sweeps of digits_mlp (<= 27 epochs): wall time, epochs/s, best val_acc,
               ours (bohb, random, optuna) vs ../shared/peers or $TUNER_PEERS (Optuna in-process; Ray Tune with
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
@@ -501,6 +503,11 @@ def main() -> None:
         metavar="DIR",
         type=Path,
         help="fixed section: also run the tuner of this other checkout (e.g. main), alternating",
+    )
+    p.add_argument(
+        "--joined",
+        action="store_true",
+        help="fixed section: also run its command joined to a `tuner cluster start` cluster it starts",
     )
     p.add_argument(
         "--address",

@@ -12,16 +12,23 @@ cost goes, from the process's own output (line times) and its trial records (epo
 and, from the stages its processes mark (scripts/timeline.py), issue 50's figure of merit: the
 wall over the trials' own times on the slots they had; its stage-by-stage timeline, and the
 wall against the peer's pair by pair (each run of ours beside the peer's run next to it).
+
+With --joined (bench.py), the same command also runs joined to a `tuner cluster start` cluster
+of this machine's CPUs that the section starts for it and stops after (`--address`), as a party
+of its own in the alternation: what a sweep costs where a cluster is kept running (no Ray start;
+trial actors copied from each node's warm process). Its nodes write the trials' marks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -59,11 +66,45 @@ def timed(
     return start, lines, proc.pid, procs
 
 
-def ours(work: Path, trials: int, epochs: int, seed: int, tree: Path = ROOT) -> dict[str, Any]:
-    """One sweep of the tuner in `tree` (another checkout: --against), timed."""
+@contextlib.contextmanager
+def warm_cluster(work: Path) -> Iterator[tuple[str, Path]]:
+    """A `tuner cluster start` cluster of this machine's CPUs, its state under `work`, its
+    nodes' trials marking their stages in a file of its own: (its GCS address, that file)."""
+    marks = work / "joined.timeline.jsonl"
+    env = {**os.environ, "TUNER_CLUSTER_DIR": str(work / "joined-cluster"), timeline.ENV: str(marks)}
+    cluster = [sys.executable, "-m", "tuner", "cluster"]
+    started = subprocess.run(
+        [*cluster, "start", "--num-cpus", str(os.cpu_count() or 1)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"tuner cluster start failed:\n{started.stdout}{started.stderr}")
+        yield json.loads((work / "joined-cluster" / "cluster.json").read_text())["gcs"], marks
+    finally:
+        subprocess.run([*cluster, "stop"], cwd=ROOT, env=env, capture_output=True)
+
+
+def ours(
+    work: Path,
+    trials: int,
+    epochs: int,
+    seed: int,
+    tree: Path = ROOT,
+    joined: Optional[tuple[str, Path]] = None,
+) -> dict[str, Any]:
+    """One sweep of the tuner in `tree` (another checkout: --against), timed; `joined`: on
+    that cluster (warm_cluster), not a Ray of its own."""
     name = f"fixed-{seed}-{time.monotonic_ns()}"
     args = [*COMMAND, "--num-samples", str(trials), "--max-epochs", str(epochs), "--seed", str(seed)]
     marks = work / f"{name}.timeline.jsonl"
+    if joined:  # (the file its nodes' trials write to: this run's alone)
+        args += ["--address", joined[0]]
+        marks = joined[1]
+        marks.write_text("")
     env = {**os.environ, timeline.ENV: str(marks)}
     if tree != ROOT:  # (run from there, it imports its own tuner first; so do Ray's workers)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
@@ -111,22 +152,30 @@ def fixed(cfg: Any, work: Path, peers: Path, have_peers: bool) -> dict[str, Any]
     """cfg.repeats alternating runs of ours, (with cfg.against) the tuner of another checkout,
     and (when present) the peer, seed cfg.fixed_seed; who goes first turns each repeat."""
     against: Optional[Path] = getattr(cfg, "against", None)
-    res: dict[str, list[dict[str, Any]]] = {"ours": [], "before": [], "peer": []}
-    turn = ["ours", *(["before"] if against else []), "peer"]
-    for rep in range(cfg.repeats):
-        k = rep % len(turn)
-        for who in turn[k:] + turn[:k]:
-            if who == "ours":
-                r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
-            elif who == "before" and against:
-                r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, against)
-            elif have_peers:
-                r = peer(peers, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
-            else:
-                continue
-            res[who].append(r)
-            figures = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, (int, float)))
-            print(f"  [fixed] {who} run {rep}: {figures}", flush=True)
+    res: dict[str, list[dict[str, Any]]] = {"ours": [], "before": [], "joined": [], "peer": []}
+    turn = [
+        "ours",
+        *(["before"] if against else []),
+        *(["joined"] if getattr(cfg, "joined", False) else []),
+        "peer",
+    ]
+    with warm_cluster(work) if "joined" in turn else contextlib.nullcontext() as joined:
+        for rep in range(cfg.repeats):
+            k = rep % len(turn)
+            for who in turn[k:] + turn[:k]:
+                if who == "ours":
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
+                elif who == "before" and against:
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, against)
+                elif who == "joined":
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, joined=joined)
+                elif have_peers:
+                    r = peer(peers, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
+                else:
+                    continue
+                res[who].append(r)
+                figures = ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, (int, float)))
+                print(f"  [fixed] {who} run {rep}: {figures}", flush=True)
     return res
 
 
@@ -149,7 +198,14 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
         + ["--seed", str(cfg.fixed_seed)]
     )
     lines = [f"### Fixed cost and whole-process wall: `{command}`", ""]
-    before = res.get("before") or []
+    before, joined = res.get("before") or [], res.get("joined") or []
+    if joined:
+        lines += [
+            '"joined": the same command with `--address` of a `tuner cluster start` cluster of '
+            "this machine's CPUs, kept running through the runs (no Ray start in its wall; trial "
+            "actors copied from its nodes' warm processes), alternating with the others.",
+            "",
+        ]
     if before:
         lines += [
             f"With `--against {cfg.against}`: that checkout's tuner ran as a third party of each repeat "
@@ -176,6 +232,15 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
                 if before
                 else []
             ),
+            *(
+                [
+                    f"| tuner random, joined to a running cluster | {med('joined', 'wall'):.1f} | "
+                    + ", ".join(f"{r['wall']:.2f}" for r in joined)
+                    + f" | {med('joined', 'best'):.4f} | {med('joined', 'epochs'):.0f} |"
+                ]
+                if joined
+                else []
+            ),
             f"| peer optuna in-process | {med('peer', 'wall'):.1f} | "
             + ", ".join(f"{r['wall']:.2f}" for r in res["peer"])
             + f" | {med('peer', 'best'):.4f} | {med('peer', 'epochs'):.0f} |",
@@ -185,16 +250,17 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
             + f"; target <= {WALL_TARGET}x: {'met' if ratio <= WALL_TARGET else 'not met'}); best "
             f"val_acc {gap:+.2f} pt (target within 0.5 pt: {'met' if gap >= -0.5 else 'not met'})",
         ]
-        if before:
-            pairs = [b["wall"] / p["wall"] for b, p in zip(before, res["peer"], strict=False)]
-            lines.append(
-                f"- before, wall / peer: **{statistics.median(pairs):.2f}x** ("
-                + ", ".join(f"{x:.2f}" for x in pairs)
-                + ")"
-            )
+        for runs_of, label in ((before, "before"), (joined, "joined")):
+            if runs_of:
+                pairs = [b["wall"] / p["wall"] for b, p in zip(runs_of, res["peer"], strict=False)]
+                lines.append(
+                    f"- {label}, wall / peer: **{statistics.median(pairs):.2f}x** ("
+                    + ", ".join(f"{x:.2f}" for x in pairs)
+                    + ")"
+                )
     else:
         lines.append("- no peer here: wall ratio not measured")
-    for who, label in (("ours", ""), ("before", "before, ")):
+    for who, label in (("ours", ""), ("before", "before, "), ("joined", "joined, ")):
         merits = [r["merit"] for r in res.get(who, []) if r.get("merit")]
         if merits:
             merit = statistics.median(merits)
@@ -226,7 +292,11 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
         )
         lines.append(f"| {label} | {med('ours', key):.2f} | {runs(key)} | {verdict} |")
     lines.append("")
-    for who, label in (("ours", "tuner random"), ("before", "tuner random, before")):
+    for who, label in (
+        ("ours", "tuner random"),
+        ("before", "tuner random, before"),
+        ("joined", "tuner random, joined to a running cluster"),
+    ):
         stages = [r["timeline"] for r in res.get(who, []) if r.get("timeline")]
         if stages:
             lines += [f"Where the seconds of {label} went (scripts/timeline.py):", ""]

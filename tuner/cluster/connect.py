@@ -20,6 +20,7 @@ from tuner.cluster.join import LOOPBACK
 
 # Missed health checks (3 s apart, Ray 2.60 default 5) before the GCS gives a local node up.
 LOCAL_HEALTH_CHECK_FAILURES = 20
+_joined: list[bool] = []  # [whether the workers' output is shown] once this process joined a cluster
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def connect(runtime: Runtime, trials_import_torch: bool = True) -> str:
         join.check(joining, runtime.allow_insecure_cluster)
         if runtime.num_cpus:
             join.warn("--num-cpus sizes only a local Ray that tuner starts: ignored")
+        _joined[:] = [runtime.verbose]
         if runtime.address:
             ray.init(address=str(joining), **common)
             return str(joining)
@@ -149,13 +151,19 @@ def leave(code: int) -> None:
     stop in turn, then waited for) would keep the user waiting 1.5-2.5 s for nothing.
 
     Its processes (and what they started: agents, trial workers) are killed, then this
-    process exits with `code` without running Ray's exit handler. Returns (doing nothing)
-    in a process that joined a cluster or started no Ray: those exit as usual.
+    process exits with `code` without running Ray's exit handler. A process that joined a
+    cluster leaves it now (`ray.shutdown`) and returns: Ray's exit handler would first sleep
+    half a second for the workers' output to reach the console, which tuner shows only with
+    --verbose (then it is left to that handler). One that started no Ray returns at once.
     """
     if "ray" not in sys.modules:  # (a command that never started Ray pays no import for it)
         return
     pids = _ray_internals.node_process_ids()  # [] unless this process started the Ray
     if not pids:
+        import ray
+
+        if _joined == [False] and ray.is_initialized():
+            ray.shutdown()
         return
     timeline.mark("leave")
     import psutil
