@@ -12,12 +12,10 @@ actors in milliseconds rather than each importing torch, Ray Tune and tuner (~3 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import random
 import socket
 import sys
-import tempfile
 from typing import Any, Optional
 
 from tuner.cluster.join import LOOPBACK
@@ -113,28 +111,20 @@ def node_env(head: bool) -> dict[str, str]:
 
 def ray_start(argv: list[str]) -> None:
     """`ray start ARGV` in this process on loopback (_ray_internals.ray_start_on_loopback), its
-    Python workers copied from a warm process started beside it, its socket in $TUNER_NODE_FORK_DIR
-    (a private directory; else one made for it, removed at exit). The warm process ends with this
-    one; where copies cannot be made (another Ray, no fork), every worker starts cold, as Ray
-    starts it."""
+    Python workers copied from a warm process started beside it, whose socket goes in the
+    private directory $TUNER_NODE_FORK_DIR names (cluster/local.py: the cluster's temporary
+    directory). The warm process ends with this one. Without that directory, or where copies
+    cannot be made (another Ray, no fork), every worker starts cold, as Ray starts it."""
     from tuner.cluster import _ray_internals, worker_fork
 
     where = os.environ.pop(FORK_DIR_ENV, "")
-    if not where:
-        where = tempfile.mkdtemp(prefix="tuner-fork-")
-        atexit.register(lambda: os.path.isdir(where) and _remove_empty(where))
-    atexit.register(worker_fork.stop)  # (runs first: its socket goes, then the directory)
-    if _ray_internals.checked():
+    if where and _ray_internals.checked():
         worker_fork.start(where)
+        atexit.register(worker_fork.stop)
     with _ray_internals.worker_command(worker_fork.LAUNCHER) as copied:
         if not copied:
             worker_fork.stop()
         _ray_internals.ray_start_on_loopback(argv)
-
-
-def _remove_empty(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
 
 
 if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
