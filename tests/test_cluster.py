@@ -522,7 +522,7 @@ ray.init(address=sys.argv[1])
 @ray.remote(num_cpus=0)
 def who():
     parent = open(f"/proc/{os.getppid()}/cmdline").read().split(chr(0))
-    return {"copied": os.environ.get("TUNER_WORKER_COPIED"), "parent": parent}
+    return {"copied": os.environ.get("TUNER_WORKER_COPIED"), "parent": parent, "cwd": os.getcwd()}
 
 nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 print(json.dumps([ray.get(who.options(scheduling_strategy=On(n, soft=False)).remote()) for n in nodes]))
@@ -530,7 +530,7 @@ print(json.dumps([ray.get(who.options(scheduling_strategy=On(n, soft=False)).rem
 
 
 @pytest.mark.slow
-def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live) -> None:
+def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live, tmp_path: Path) -> None:
     """As a private local Ray does (tuner.cluster.worker_fork): a sweep joined to the cluster
     starts each trial actor without importing torch, Ray Tune and tuner in it (~3 CPU-s, about
     half of a debug sweep's wall; BENCHMARKS.md)."""
@@ -542,6 +542,27 @@ def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live) -
     assert len(seen) == 2, seen
     for worker in seen:
         assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
+    # A submitted job's workers too (`tuner submit` uploads a working_dir: each worker starts in
+    # the node's copy of it).
+    (tmp_path / "who.py").write_text(_WHO)
+    job = live.run(
+        RAY,
+        "job",
+        "submit",
+        "--working-dir",
+        str(tmp_path),
+        "--",
+        "python",
+        "who.py",
+        "auto",
+        **live.ray_cli(),
+    )
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    seen = json.loads(next(ln for ln in reversed(job.stdout.splitlines()) if ln.startswith("[{")))
+    assert len(seen) == 2, seen
+    for worker in seen:
+        assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
+        assert (Path(worker["cwd"]) / "who.py").read_text() == _WHO, seen
 
 
 @pytest.mark.slow

@@ -133,6 +133,30 @@ def test_what_a_copy_cannot_be_goes_rays_own_way(warm: tuple[Path, Path], tmp_pa
     assert "ray_setup" in json.loads(gpu.communicate(timeout=120)[0])
 
 
+def test_a_jobs_working_dir_is_served_as_ray_would_unless_it_holds_a_module_the_copy_has(
+    warm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A submitted job's working_dir reaches the worker as Ray's WorkingDirPlugin makes it: a
+    command prefix `cd DIR &&` (DIR shell-quoted) and DIR first on PYTHONPATH. The copy starts
+    in DIR, with DIR on its path. A working_dir with its own copy of a module the warm process
+    has imported (tuner, torch) goes Ray's way: a worker Ray starts imports that copy."""
+    sock, script = warm
+    (tmp_path / "setup_worker.py").write_text("import json\nprint(json.dumps({'ray_setup': 1}))\n")
+    job = tmp_path / "job dir"  # (a space: the prefix quotes it, as Ray does)
+    job.mkdir()
+    (job / "project_code.py").write_text("")
+    context = {
+        "command_prefix": ["cd", f"'{job}'", "&&"],
+        "env_vars": {"PYTHONPATH": f"{job}:${{PYTHONPATH}}"},
+    }
+    seen = json.loads(_launch(sock, script, context=context).communicate(timeout=120)[0])
+    assert seen["copied"] == "1" and seen["cwd"] == str(job), seen
+    (job / "tuner").mkdir()  # (a project that ships its own tuner)
+    assert json.loads(_launch(sock, script, context=context).communicate(timeout=120)[0]) == {"ray_setup": 1}
+    other = {"command_prefix": ["cd", f"'{job}'", "&&", "source", "env.sh", "&&"]}
+    assert json.loads(_launch(sock, script, context=other).communicate(timeout=120)[0]) == {"ray_setup": 1}
+
+
 def test_once_a_module_it_imported_changes_on_disk_every_worker_starts_cold(
     warm: tuple[Path, Path], tmp_path: Path
 ) -> None:

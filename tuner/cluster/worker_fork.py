@@ -231,13 +231,12 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep_out: list[int])
             if fd > 2:
                 os.close(fd)
         env = request["env"]
-        before = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        added = _added_paths(env)
         os.environ.clear()
         os.environ.update(env)
         os.environ[COPIED_ENV] = "1"  # (what the trial's timeline records: tuner.timeline)
         os.chdir(request["cwd"])
         argv = request["argv"]
-        added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in before]
         sys.path[0:1] = [os.path.dirname(argv[0]), *added]
         sys.argv = list(argv)
         threads = env.get("OMP_NUM_THREADS")
@@ -381,7 +380,26 @@ def _servable(request: dict[str, Any], worker: str) -> bool:
     it, never before a fork, and no copy is made of a process that might have (a GPU worker
     starts cold, as Ray starts it)."""
     argv, env = request.get("argv") or [""], request.get("env") or {}
-    return argv[0] == worker and not env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return argv[0] == worker and not env.get("CUDA_VISIBLE_DEVICES", "").strip() and not _shadowed(env)
+
+
+def _added_paths(env: dict[str, str]) -> list[str]:
+    """The directories the worker's PYTHONPATH has that this process's had not (a job's
+    working_dir, its py_modules): first on the worker's sys.path, as Python puts them."""
+    before = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in before]
+
+
+def _shadowed(env: dict[str, str]) -> bool:
+    """Whether a directory the worker's PYTHONPATH adds holds a module of a name this process
+    has imported (a job's working_dir with its own copy of tuner, say): a worker started as Ray
+    starts it imports that one, so this one must start cold."""
+    imported = {name for name in sys.modules if "." not in name}
+    for path in _added_paths(env):
+        with contextlib.suppress(OSError):
+            if any(entry.split(".", 1)[0] in imported for entry in os.listdir(path)):
+                return True
+    return False
 
 
 def _reap(waiting: dict[int, socket.socket]) -> None:

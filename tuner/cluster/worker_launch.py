@@ -10,9 +10,9 @@ that child where the raylet started a process: it passes on SIGTERM, SIGINT and 
 a pidfd of the child the warm process hands it), and exits as the child did (the child, for its
 part, ends if this process is killed).
 
-Anything it cannot serve exactly as Ray would (a context with a command prefix, another Python,
-another entry point; a worker that is not Python; no warm process) goes to Ray's own script,
-unchanged: `exec` of `setup_worker.py` beside `default_worker.py`.
+Anything it cannot serve exactly as Ray would (a context with a command prefix other than a job's
+working_dir's `cd DIR &&`, another Python, another entry point; a worker that is not Python; no
+warm process) goes to Ray's own script, unchanged: `exec` of `setup_worker.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import struct
@@ -58,10 +59,29 @@ def _environment(env_vars: dict[str, str]) -> dict[str, str]:
     return dict(os.environ)
 
 
+def _directory(prefix: list[str]) -> str | None:
+    """The directory a command prefix of `cd DIR &&` steps alone leaves the worker in (a job's
+    working_dir: Ray's WorkingDirPlugin adds one, DIR shell-quoted), this process's own for
+    none; None for any other prefix (a container, a conda run: Ray's way)."""
+    where = os.getcwd()
+    if len(prefix) % 3:
+        return None
+    for i in range(0, len(prefix), 3):
+        cd, quoted, then = prefix[i : i + 3]
+        try:
+            words = shlex.split(quoted)
+        except ValueError:
+            return None
+        if cd != "cd" or then != "&&" or len(words) != 1 or not os.path.isdir(os.path.join(where, words[0])):
+            return None
+        where = os.path.normpath(os.path.join(where, words[0]))
+    return where
+
+
 def _servable(context: dict, language: str, rest: list[str]) -> bool:
     return (
         language == "PYTHON"
-        and not context.get("command_prefix")
+        and _directory(context.get("command_prefix") or []) is not None
         and not context.get("override_worker_entrypoint")
         and context.get("py_executable", sys.executable) in (None, sys.executable)
         and bool(rest)
@@ -93,12 +113,12 @@ def _child(conn: socket.socket) -> tuple[int, int]:
     return child, (fds[0] if fds else -1)
 
 
-def _forked(path: str, rest: list[str], env: dict[str, str]) -> int:
+def _forked(path: str, rest: list[str], env: dict[str, str], cwd: str) -> int:
     """Ask the warm process for the worker; the child's exit status (as os.waitstatus_to_exitcode
     gives it). Raises OSError when no warm process answers (nothing was started then)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    request = json.dumps({"argv": rest, "env": env, "cwd": os.getcwd(), "launcher": os.getpid()}).encode()
+    request = json.dumps({"argv": rest, "env": env, "cwd": cwd, "launcher": os.getpid()}).encode()
     fds = array.array("i", [0, 1, 2])
     conn.sendmsg([_HEADER.pack(len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     child, pidfd = _child(conn)
@@ -130,8 +150,11 @@ def main(argv: list[str]) -> None:
     if path and _servable(context, language, rest):
         own = dict(os.environ)
         env = _environment(context.get("env_vars") or {})
+        cwd = _directory(context.get("command_prefix") or []) or os.getcwd()
+        if context.get("command_prefix"):
+            env["PWD"] = cwd  # (as bash's `cd` leaves it)
         try:
-            code = _forked(path, rest, env)
+            code = _forked(path, rest, env, cwd)
         except OSError:  # no warm process (or it failed before starting one): Ray's own way
             os.environ.clear()
             os.environ.update(own)
