@@ -46,6 +46,7 @@ import yaml
 
 from tests.conftest import DEBUG, ROOT, cli, files_holding, log_tail
 from tuner.search.plan import key
+from tuner.sweepdir.files import WANDB_OPEN_FILE
 
 TRIALS, EPOCHS = 3, 3
 HELD_LR = 0.002  # the trial held at its second epoch (see _sweep_file)
@@ -170,6 +171,14 @@ class Place:
                 s[2] = True
         return {k: tuple(v) for k, v in out.items()}  # type: ignore[misc]
 
+    def wandb_open(self) -> list[str]:
+        """The trials the place's list of open W&B runs names (WANDB_OPEN_FILE), sorted."""
+        if self.kind == S3:
+            present = f"out/c/{WANDB_OPEN_FILE}" in self.s3.keys(self.bucket, "out/c/")
+        else:
+            present = (Path(self.uri) / WANDB_OPEN_FILE).is_file()
+        return sorted(self._read(WANDB_OPEN_FILE).decode().split()) if present else []
+
     def _read(self, rel: str) -> bytes:
         if self.kind == S3:
             return self.s3.read(self.bucket, f"out/c/{rel}")
@@ -204,7 +213,7 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
         while True:
             states = place.states()
             done = [s for s in states.values() if s[0] == "TERMINATED"]
-            midway = [s for s in states.values() if s[0] == "RUNNING" and s[2] and 1 <= s[1] < EPOCHS]
+            midway = [t for t, s in states.items() if s[0] == "RUNNING" and s[2] and 1 <= s[1] < EPOCHS]
             if not refused and states:  # it runs: a second driver elsewhere (its own cache)
                 other = {**place.env, "TUNER_CACHE_DIR": str(place.tmp / "other-cache")}
                 for extra in ([], ["--resume-if-exists"]):
@@ -212,7 +221,10 @@ def _exercise(place: Place, project: Path, sweep_file: Path) -> dict[str, Any]:
                         "sweep", str(sweep_file), "--output", place.output, *extra, env=other, cwd=project
                     )
                     refused.append(f"{again.returncode} {again.stderr.strip()}")
-            if len(done) == TRIALS - 1 and midway:  # (the held one, its first epoch kept)
+            # (the held one, its first epoch kept; and the place's list of open W&B runs down
+            # to it: killed after a trial's end reached the place but before the list did, the
+            # resume ends that trial's run once more, a part more than where the list had landed)
+            if len(done) == TRIALS - 1 and midway and place.wandb_open() == midway:
                 break
             if driver.poll() is not None or time.monotonic() > deadline:
                 why = "the sweep ended (or never got) before two trials finished and the third waited"
