@@ -428,13 +428,12 @@ class _NsClusterHolder:
 
         try:
             cluster.start(setup=storage)
-        except Unavailable as why:
+        except BaseException as why:
             cluster.stop()  # (what it had started)
+            if not isinstance(why, Unavailable):
+                raise
             self.unavailable = f"no namespaced cluster here: {why}"
             pytest.skip(self.unavailable)
-        except BaseException:
-            cluster.stop()
-            raise
         self.cluster = cluster
         return cluster
 

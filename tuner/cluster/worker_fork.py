@@ -278,6 +278,7 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
     listener.listen(128)
     _warm(torch)
     imported = _sources()
+    top_level = {name for name in sys.modules if "." not in name}  # (what a working_dir may shadow)
     changed = ""  # (the first of them found changed: no copies from then on)
     worker = worker or _default_worker()
     wake_r, wake_w = os.pipe()
@@ -314,7 +315,7 @@ def serve(path: str, worker: Optional[str] = None, torch: bool = True) -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-            if changed or not _servable(request, worker) or len(fds) != 3:
+            if changed or not _servable(request, worker, top_level) or len(fds) != 3:
                 for fd in fds:
                     os.close(fd)
                 conn.close()  # (the launcher then starts the worker Ray's own way)
@@ -375,12 +376,16 @@ def _changed(imported: dict[str, int]) -> str:
     return ""
 
 
-def _servable(request: dict[str, Any], worker: str) -> bool:
+def _servable(request: dict[str, Any], worker: str, top_level: set[str]) -> bool:
     """Ray's default worker, and not one given a GPU: CUDA must start in the process that uses
     it, never before a fork, and no copy is made of a process that might have (a GPU worker
     starts cold, as Ray starts it)."""
     argv, env = request.get("argv") or [""], request.get("env") or {}
-    return argv[0] == worker and not env.get("CUDA_VISIBLE_DEVICES", "").strip() and not _shadowed(env)
+    return (
+        argv[0] == worker
+        and not env.get("CUDA_VISIBLE_DEVICES", "").strip()
+        and not _shadowed(env, top_level)
+    )
 
 
 def _added_paths(env: dict[str, str]) -> list[str]:
@@ -390,14 +395,13 @@ def _added_paths(env: dict[str, str]) -> list[str]:
     return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in before]
 
 
-def _shadowed(env: dict[str, str]) -> bool:
+def _shadowed(env: dict[str, str], top_level: set[str]) -> bool:
     """Whether a directory the worker's PYTHONPATH adds holds a module of a name this process
-    has imported (a job's working_dir with its own copy of tuner, say): a worker started as Ray
-    starts it imports that one, so this one must start cold."""
-    imported = {name for name in sys.modules if "." not in name}
+    has imported (`top_level`; a job's working_dir with its own copy of tuner, say): a worker
+    started as Ray starts it imports that one, so this one must start cold."""
     for path in _added_paths(env):
         with contextlib.suppress(OSError):
-            if any(entry.split(".", 1)[0] in imported for entry in os.listdir(path)):
+            if any(entry.split(".", 1)[0] in top_level for entry in os.listdir(path)):
                 return True
     return False
 
