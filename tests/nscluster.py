@@ -2,15 +2,17 @@
 namespaces of its own (Linux, root).
 
     host (the tests)          10.A.B.1 on bridge tnb<pid>
-      ├─ veth ─ node "head"   10.A.B.2   ray start --head  (GCS, dashboard, job API)
-      └─ veth ─ node "w1"     10.A.B.3   ray start --address 10.A.B.2:6379
+      ├─ veth ─ node "head"   10.A.B.2   tuner cluster node -- --head  (GCS, dashboard, job API)
+      └─ veth ─ node "w1"     10.A.B.3   tuner cluster node -- --address 10.A.B.2:6379
 
 A node starts as `ip netns exec NS unshare --mount --pid --uts --fork --mount-proc python
 tests/nscluster.py`: that Python is PID 1 of the node (`node_main` below). It gives the node
 private file systems (tmpfs on /tmp, /var/tmp, /dev/shm and the home directory, its own
 /etc/hosts; the rest of the machine read-only, like a shared software image), writes the
-cluster's token (read from its stdin) to a 0600 file there, starts `ray start --block` and
-reaps orphans until that ends. Every process of the node descends from it, so all keep its one
+cluster's token (read from its stdin) to a 0600 file there, starts `ray start --block` (as
+`python -m tuner cluster node`, which starts its Python workers as copies of a warm process, as
+a real machine's node is started in deploy/slurm/tuner.sbatch) and reaps orphans until that
+ends. Every process of the node descends from it, so all keep its one
 view of the files; no node sees another's, and the host sees them only through
 /proc/PID/root. Killing it ends every process of the node at once, as a power cut would, and
 its file systems vanish with them.
@@ -333,7 +335,9 @@ class NsCluster:
             "tls": [p.decode() for p in tls_pem or ()],
             "keep": _keep_paths(),
             "env": env,
-            "ray_start": [str(Path(sys.executable).with_name("ray")), "start", *args],
+            # `ray start`, its workers copies of a warm process, as a real machine's node is started
+            # with tuner installed (deploy/slurm/tuner.sbatch)
+            "ray_start": [sys.executable, "-m", "tuner", "cluster", "node", "--", *args],
         }
         node.log = self.base / f"{node.name}.log"
         with open(node.log, "ab") as log:

@@ -8,6 +8,7 @@ user's ~/.ray) and stop only the processes it started.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -294,6 +295,25 @@ SCRIPTS = ROOT / "scripts"
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+def test_a_node_without_a_token_is_refused_in_one_line_before_ray_starts(tmp_path: Path) -> None:
+    # `tuner cluster node` turns token authentication on; with no token anywhere Ray looks (a
+    # new HOME, no RAY_AUTH_TOKEN*), the node refuses before any of Ray's processes start.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "tuner", "cluster", "node", "--", "--head", "--num-cpus=1"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.splitlines() == [
+        "error: RAY_AUTH_MODE=token and no Ray token here: set RAY_AUTH_TOKEN_PATH (a 0600 file every "
+        "node can read) or RAY_AUTH_TOKEN, or RAY_AUTH_MODE=disabled"
+    ]
+    assert out.stdout == ""  # (a node that starts says so first, then Ray prints its start)
+    usage = cli("cluster", "node", "--help").stdout
+    assert usage.startswith("usage: python -m tuner cluster node -- RAY_START_ARGS"), usage
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("cluster")
@@ -514,19 +534,7 @@ def test_trials_are_placed_on_both_nodes(live: Live, tmp_path: Path) -> None:
 
 # What the workers of each node of the cluster are: a task pinned to each node says whether it
 # runs in a copy of a warm process, and what its parent process is.
-_WHO = """
-import json, os, sys, ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
-ray.init(address=sys.argv[1])
-
-@ray.remote(num_cpus=0)
-def who():
-    parent = open(f"/proc/{os.getppid()}/cmdline").read().split(chr(0))
-    return {"copied": os.environ.get("TUNER_WORKER_COPIED"), "parent": parent, "cwd": os.getcwd()}
-
-nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-print(json.dumps([ray.get(who.options(scheduling_strategy=On(n, soft=False)).remote()) for n in nodes]))
-"""
+WHO = ROOT / "tests" / "who_runs_workers.py"  # (a task on each node: how its worker started)
 
 
 @pytest.mark.slow
@@ -536,7 +544,7 @@ def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live, t
     half of a debug sweep's wall; BENCHMARKS.md)."""
     # (as `tuner cluster env` exports them: token auth, and 127.0.0.1 kept as the GCS's address)
     keep = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    out = live.run(sys.executable, "-c", _WHO, live.state["gcs"], **keep)
+    out = live.run(sys.executable, str(WHO), live.state["gcs"], **keep)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(seen) == 2, seen
@@ -544,7 +552,7 @@ def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live, t
         assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
     # A submitted job's workers too (`tuner submit` uploads a working_dir: each worker starts in
     # the node's copy of it).
-    (tmp_path / "who.py").write_text(_WHO)
+    shutil.copy(WHO, tmp_path / "who.py")
     job = live.run(
         RAY,
         "job",
@@ -562,7 +570,7 @@ def test_every_node_starts_its_workers_as_copies_of_a_warm_process(live: Live, t
     assert len(seen) == 2, seen
     for worker in seen:
         assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
-        assert (Path(worker["cwd"]) / "who.py").read_text() == _WHO, seen
+        assert (Path(worker["cwd"]) / "who.py").read_text() == WHO.read_text(), seen
 
 
 @pytest.mark.slow

@@ -112,6 +112,12 @@ def test_sbatch_script_is_valid_bash_and_runs_a_valid_retryable_sweep() -> None:
     # The token: made 0600 (umask 077, then chmod), named by RAY_AUTH_TOKEN_PATH, never echoed.
     assert "umask 077" in text and 'chmod 600 "$RAY_AUTH_TOKEN_PATH"' in text
     assert "export RAY_AUTH_MODE=token" in text and not re.search(r"(echo|cat) .*TOKEN", text)
+    # Every node (head, workers) is `tuner cluster node`, its workers copies of a warm process,
+    # never a plain `ray start`; each keeps --block (its end is the node's end).
+    code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    assert not [ln for ln in code if "ray start" in ln]
+    assert sum("python -m tuner cluster node -- " in ln for ln in code) == 2
+    assert "--block" in next(ln for ln in code if ln.startswith("ray_common="))
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

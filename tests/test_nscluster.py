@@ -86,6 +86,27 @@ def test_ray_listens_on_each_node_own_address_and_asks_for_the_token(ns_cluster:
     assert sorted(join.probe(target, token=c.token) or []) == sorted(n.ip for n in c.nodes)
 
 
+def test_each_machine_node_started_by_tuner_cluster_node_copies_its_workers(
+    ns_cluster: nscluster.NsCluster,
+) -> None:
+    # Each node here is `python -m tuner cluster node`, as deploy/slurm/tuner.sbatch starts a
+    # machine's node: a task on each node runs in a worker copied from that node's own warm
+    # process, whose socket is in a private directory of the node's own /tmp.
+    c = ns_cluster
+    out = c.run(c.head, ["python", str(ROOT / "tests" / "who_runs_workers.py"), c.gcs], timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(seen) == 2, seen
+    for worker in seen:
+        assert worker["copied"] == "1" and "tuner.cluster.worker_fork" in worker["parent"], seen
+    for node in c.nodes:
+        private = c.run(node, ["sh", "-c", "stat -c '%a %U' /tmp/tuner-node-*"]).stdout
+        assert private == "700 root\n", (node.name, private)
+        files = c.run(node, ["sh", "-c", "cd /tmp/tuner-node-* && ls && cat *.log"]).stdout.split()
+        assert [f for f in files if f.endswith(".sock")] == ["fork-2.sock"], files  # (PID 2 of the node)
+        assert files == ["fork-2.log", "fork-2.sock"], files  # (its log, empty: nothing went wrong)
+
+
 def test_a_cluster_that_fails_to_start_leaves_nothing_behind(tmp_path: Path) -> None:
     nscluster.check_available()  # (the fixture's skip reason, if any, applies here too)
     made: set[str] = set()

@@ -3,6 +3,7 @@
     python -m tuner cluster start [--workers N] [--num-cpus N] [--object-store-mb MB] [--tls]
     python -m tuner cluster status | env | stop
     python -m tuner cluster ca DIR | cert DIR --ca CA_DIR [--ip IP ...]
+    python -m tuner cluster node -- RAY_START_ARGS   (a node of any cluster: cluster/nodes.py)
 
 Every listening socket is on 127.0.0.1, at random free ports, and token authentication is
 on: the token is made (mode 0600) where Ray looks for it if there is none, and never
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner.cluster import join as cluster
-from tuner.cluster import tls
+from tuner.cluster import nodes, tls
 from tuner.cluster.join import LOOPBACK
 from tuner.cluster.nodes import FORK_DIR_ENV, node_args, node_env
 from tuner.errors import ExitCode
@@ -430,6 +431,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dns", action="append", default=[], help="another name of this machine")
     p.add_argument("--name", default="tuner cluster node", help="the certificate's common name")
     p.set_defaults(verb_func=make_cert)
+    nodes.add_parser(verbs)
     for name, func, text in [
         ("status", status, "the nodes and addresses of the cluster"),
         ("env", env, "shell exports that point Ray's CLI at the cluster"),
@@ -442,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the `cluster` verb of parsed arguments."""
     if args.verb == "start":
         return start(args)
-    if args.verb in ("ca", "cert"):
+    if args.verb in ("ca", "cert", "node"):
         return int(args.verb_func(args))
     state = load_state(args.state_dir)
     if not state:  # stdout stays empty, for `eval "$(python -m tuner cluster env)"`

@@ -1,21 +1,26 @@
-"""One node of a cluster tuner starts on this machine: its free loopback ports, its `ray start`
-arguments and environment (every socket on 127.0.0.1, token authentication on), and the node
-itself, whose Python workers are copies of a warm process.
+"""A Ray node whose Python workers are copies of a warm process: the nodes of a cluster tuner
+starts on this machine (their free loopback ports, `ray start` arguments and environment:
+every socket on 127.0.0.1, token authentication on), and `tuner cluster node`, the same for a
+node of any cluster (Slurm's recipe, machines of your own).
 
 The node's `ray start` runs in this process beside a warm process (tuner.cluster.worker_fork),
-as a private local Ray's start does, so that a sweep joined to the cluster starts its trial
-actors in milliseconds rather than each importing torch, Ray Tune and tuner (~3 CPU-s each).
+as a private local Ray's start does, so that a sweep on the cluster starts its trial actors in
+milliseconds rather than each importing torch, Ray Tune and tuner (~3 CPU-s each).
 
     python -m tuner.cluster.nodes RAY_START_ARGS...   (cluster/local.py spawns each node so)
+    python -m tuner cluster node -- RAY_START_ARGS... (a node of any cluster)
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import contextlib
 import os
 import random
 import socket
 import sys
+import tempfile
 from typing import Any, Optional
 
 from tuner.cluster.join import LOOPBACK
@@ -109,23 +114,95 @@ def node_env(head: bool) -> dict[str, str]:
     return env
 
 
-def ray_start(argv: list[str]) -> None:
-    """`ray start ARGV` in this process on loopback (_ray_internals.ray_start_on_loopback), its
+def ray_start(argv: list[str], where: str = "", loopback: bool = True) -> None:
+    """`ray start ARGV` in this process (on loopback: _ray_internals.ray_start_on_loopback), its
     Python workers copied from a warm process started beside it, whose socket goes in the
-    private directory $TUNER_NODE_FORK_DIR names (cluster/local.py: the cluster's temporary
-    directory). The warm process ends with this one. Without that directory, or where copies
-    cannot be made (another Ray, no fork), every worker starts cold, as Ray starts it."""
+    private directory `where`. The warm process ends with this one. Without that directory, or
+    where copies cannot be made (another Ray, no fork), every worker starts cold, as Ray starts
+    it."""
     from tuner.cluster import _ray_internals, worker_fork
 
-    where = os.environ.pop(FORK_DIR_ENV, "")
     if where and _ray_internals.checked():
         worker_fork.start(where)
         atexit.register(worker_fork.stop)
     with _ray_internals.worker_command(worker_fork.LAUNCHER) as copied:
         if not copied:
             worker_fork.stop()
-        _ray_internals.ray_start_on_loopback(argv)
+        if loopback:
+            _ray_internals.ray_start_on_loopback(argv)
+        else:
+            _ray_command(["start", *argv])
+
+
+def _ray_command(argv: list[str]) -> None:
+    """The `ray` command, run in this process (its entry point, as Ray's package names it), so
+    that what this process set up for the node it starts (worker_command) holds there."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="ray")
+    sys.argv = ["ray", *argv]
+    script.load()()
+
+
+def node(args: argparse.Namespace) -> int:
+    """`tuner cluster node -- RAY_START_ARGS`: `ray start --block RAY_START_ARGS` here, its
+    workers copies of a warm process whose socket lives in a private (0700) temporary
+    directory, removed when the node ends (kept if the warm process wrote its log there).
+    Token authentication is on unless RAY_AUTH_MODE says otherwise, and a node without a token
+    says so in one line before anything starts."""
+    from tuner.cluster import _ray_internals
+    from tuner.errors import ExitCode
+
+    argv = list(args.ray_args)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if "--block" not in argv:  # (the warm process, and the copies, live as long as this process)
+        argv.insert(0, "--block")
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if os.environ["RAY_AUTH_MODE"] == "token" and not _ray_internals.ray_token():
+        print(
+            "error: RAY_AUTH_MODE=token and no Ray token here: set RAY_AUTH_TOKEN_PATH (a 0600 file "
+            "every node can read) or RAY_AUTH_TOKEN, or RAY_AUTH_MODE=disabled",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    where = tempfile.mkdtemp(prefix="tuner-node-")
+    atexit.register(_remove_if_empty, where)  # (after the warm process's end, which runs first)
+    print(
+        f"[tuner] this node's workers are copies of a warm process; its log, if it has one: {where}",
+        flush=True,
+    )
+    ray_start(argv, where, loopback=False)
+    return ExitCode.OK
+
+
+def _remove_if_empty(where: str) -> None:
+    """The node's private directory, unless its warm process left a log there (what went wrong)."""
+    with contextlib.suppress(OSError):
+        os.rmdir(where)
+
+
+def add_parser(verbs: Any) -> None:
+    """The `node` verb under `tuner cluster`."""
+    p = verbs.add_parser(
+        "node",
+        help="ray start --block here, its Python workers copies of a warm process (any cluster's node)",
+        description="Run `ray start --block RAY_START_ARGS` on this machine as tuner's own nodes "
+        "run it: every Python worker of the node starts as a copy of a process that has already "
+        "imported torch, Ray Tune and tuner, so trial actors start in milliseconds. For the "
+        "nodes of a cluster tuner does not start (deploy/slurm/tuner.sbatch, machines of your "
+        "own). Token authentication is on unless RAY_AUTH_MODE says otherwise. Ends with its "
+        "node (SIGTERM, Ctrl-C).",
+        usage="python -m tuner cluster node -- RAY_START_ARGS...",
+    )
+    p.add_argument(
+        "ray_args",
+        nargs=argparse.REMAINDER,
+        metavar="-- RAY_START_ARGS",
+        help="`ray start` options after `--` (e.g. -- --head --port=6379, or -- --address=HEAD:6379)",
+    )
+    p.set_defaults(verb_func=node)
 
 
 if __name__ == "__main__":  # a node of `python -m tuner cluster start` (cluster/local.py spawns it)
-    ray_start(sys.argv[1:])
+    ray_start(sys.argv[1:], os.environ.pop(FORK_DIR_ENV, ""))
