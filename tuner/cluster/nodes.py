@@ -166,6 +166,12 @@ def node(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
+    from tuner.cluster import worker_fork
+
+    if not (_ray_internals.checked() and worker_fork.usable()):
+        print("[tuner] this node's workers start as Ray starts them (no copies here)", flush=True)
+        ray_start(argv, loopback=False)
+        return ExitCode.OK
     where = tempfile.mkdtemp(prefix="tuner-node-")
     atexit.register(_remove_if_empty, where)  # (after the warm process's end, which runs first)
     print(
@@ -173,7 +179,7 @@ def node(args: argparse.Namespace) -> int:
         flush=True,
     )
     ray_start(argv, where, loopback=False)
-    return ExitCode.OK
+    return ExitCode.OK  # (not reached: `ray start` exits this process when its node ends)
 
 
 def _remove_if_empty(where: str) -> None:
