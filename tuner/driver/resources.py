@@ -220,13 +220,13 @@ def _fit_count(res: TrialResources, cluster: dict[str, float]) -> int:
 def pending_trials(res: TrialResources) -> Iterator[Optional[int]]:
     """Within: Tune keeps as many trials pending as fit on the cluster at once (yielded), not
     one. For a searcher it did not build itself (every one of ours) Tune keeps one pending
-    unless a ConcurrencyLimiter says more, so it asked for the next trial only once the one
-    before it had its actor: N slots freed together (a sweep's start, trials stopped at one
-    rung) filled one actor start after another, N of them in a row (~0.6 s each with copied
-    actors on 2 cores, ~3 s with cold ones). A limit the sweep sets
-    (resources.max_concurrent_trials, multi-worker trials) is Tune's already through its
-    ConcurrencyLimiter, and a TUNE_MAX_PENDING_TRIALS_PG of the user's stands: then nothing
-    changes (None)."""
+    unless a ConcurrencyLimiter says more, so the next trial is asked for only once the one
+    before it has its actor: two slots freed together (a sweep's start, two trials stopped at
+    one rung) filled one after the other, ~0.6 s apart with copied actors on 2 cores (the
+    issue's sweep: 9% of its wall joined to a cluster, 5% with a Ray of its own; BENCHMARKS.md).
+    A limit the sweep sets (resources.max_concurrent_trials, multi-worker trials) is Tune's
+    already through its ConcurrencyLimiter, and a TUNE_MAX_PENDING_TRIALS_PG of the user's
+    stands: then nothing changes (None)."""
     if res.max_concurrent is not None or PENDING_ENV in os.environ:
         yield None
         return
