@@ -8,10 +8,9 @@ turns a measured peak into a GPU fraction here (arithmetic in `tuner.packing`).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
@@ -31,9 +30,6 @@ DRIVER_BUNDLE = {"memory": 1}
 # it (as Ray's own accelerator_type option does) keeps a trial on nodes of that kind.
 ACCELERATOR = "accelerator_type:"
 KIND_SHARE = 0.001
-# Ray Tune's own setting (documented among its environment variables): how many trials it
-# keeps pending, asked of the searcher with their actors on the way.
-PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 
 
 @dataclass(frozen=True)
@@ -214,30 +210,6 @@ def _fit_count(res: TrialResources, cluster: dict[str, float]) -> int:
     per_trial = {"CPU": res.workers * res.cpus_per_worker, "GPU": res.workers * res.gpus_per_worker}
     counts = [math.floor(cluster.get(k, 0) / v + 1e-9) for k, v in per_trial.items() if v > 0]
     return max(1, min(counts)) if counts else 1
-
-
-@contextlib.contextmanager
-def pending_trials(res: TrialResources) -> Iterator[Optional[int]]:
-    """Within: Tune keeps as many trials pending as fit on the cluster at once (yielded), not
-    one. For a searcher it did not build itself (every one of ours) Tune keeps one pending
-    unless a ConcurrencyLimiter says more, so the next trial is asked for only once the one
-    before it has its actor: two slots freed together (a sweep's start, two trials stopped at
-    one rung) filled one after the other, ~0.6 s apart with copied actors on 2 cores (the
-    issue's sweep: 9% of its wall joined to a cluster, 5% with a Ray of its own; BENCHMARKS.md).
-    A limit the sweep sets (resources.max_concurrent_trials, multi-worker trials) is Tune's
-    already through its ConcurrencyLimiter, and a TUNE_MAX_PENDING_TRIALS_PG of the user's
-    stands: then nothing changes (None)."""
-    if res.max_concurrent is not None or PENDING_ENV in os.environ:
-        yield None
-        return
-    import ray
-
-    fits = _fit_count(res, ray.cluster_resources())
-    os.environ[PENDING_ENV] = str(fits)
-    try:
-        yield fits
-    finally:
-        os.environ.pop(PENDING_ENV, None)
 
 
 def check_feasible(res: TrialResources, cluster: dict[str, float], nodes: list[dict[str, float]]) -> None:

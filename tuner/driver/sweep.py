@@ -635,7 +635,7 @@ def _launch(
         flush=True,
     )
     timeline.mark("fit")
-    with stopping.user_stops(), own_second, resources.pending_trials(res):
+    with stopping.user_stops(), own_second:
         tuner.fit()
     if fail_fast is not None and fail_fast.error is not None:
         return FAILED
