@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import pytest
 
-from tests.conftest import DEBUG, ROOT, cli, marked, processes_left, run_cli, unheld
+from tests.conftest import DEBUG, ROOT, cli, gone, marked, processes_left, run_cli, unheld
 from tests.terminal import CTRL_Z, Terminal
 from tuner.cluster._ray_internals import FALLBACKS_ENV
 from tuner.search.algorithms import random_configs
@@ -68,10 +68,23 @@ def _midway(sweep: Path, trial: str, record: dict) -> bool:
 
 
 def _interrupt_when_caught_midway(proc: subprocess.Popen, sweep: Path, sig: int) -> None:
-    """Signal the driver once a trial has finished and another is mid-way with a checkpoint."""
-    _stop_when_caught_midway(proc, sweep, lambda: os.kill(proc.pid, sig))
+    """Signal the driver once a trial has finished and another is mid-way with a checkpoint.
+    After SIGKILL, wait until every process of the run is gone: its trials live on a moment,
+    until Ray ends them, and one that wrote its last epoch after the test's snapshot would be
+    finished for the resume but mid-way for the test (seen once in a full tier)."""
+    import psutil
+
+    tree: list[int] = []
+
+    def stop() -> None:
+        if sig == signal.SIGKILL:
+            tree.extend(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+        os.kill(proc.pid, sig)
+
+    _stop_when_caught_midway(proc, sweep, stop)
     if sig == signal.SIGKILL:
         unheld(sweep)
+        gone(*tree)
 
 
 def _stop_when_caught_midway(proc: subprocess.Popen, sweep: Path, stop: Any, epochs: int = 0) -> float:
