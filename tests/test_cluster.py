@@ -465,7 +465,8 @@ def test_job_stop_interrupts_the_sweep_and_resume_finishes_it(live: Live, tmp_pa
         job_logs = lambda: live.run(RAY, "job", "logs", "long", **live.ray_cli()).stdout  # noqa: E731
         while _held(sweep_dir) < 2:
             assert time.monotonic() < deadline, job_logs()
-            assert live.job("long")["status"] in ("PENDING", "RUNNING"), job_logs()  # (why it ended)
+            job = live.job("long")  # (why it ended: its logs, and Ray's word when it has no logs)
+            assert job["status"] in ("PENDING", "RUNNING"), (job_logs(), job.get("message"))
             time.sleep(0.5)
     finally:
         stop = live.run(RAY, "job", "stop", "long", "--no-wait", **live.ray_cli())
