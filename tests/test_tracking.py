@@ -121,6 +121,54 @@ def test_an_unreachable_store_is_one_line_before_ray_starts(tmp_path: Path, stor
     assert took < 120, f"{took:.0f} s to refuse it"
 
 
+_TELEMETRY_PROBE = """
+import json, os, sys
+from tuner.driver import mlflow_store
+from tuner.errors import ConfigError
+try:
+    mlflow_store.check(sys.argv[1], "e")
+except ConfigError:
+    pass  # (nothing listens there: what matters is how MLflow was imported)
+from mlflow.telemetry import get_telemetry_client
+print(json.dumps({"client": get_telemetry_client() is not None,
+                  "env": os.environ.get(mlflow_store.TELEMETRY_ENV)}))
+"""
+
+
+@pytest.mark.parametrize("user", ["", "DO_NOT_TRACK=false", "MLFLOW_DISABLE_TELEMETRY=1"])
+def test_mlflow_imported_for_tracking_sends_its_makers_nothing(tmp_path: Path, user: str) -> None:
+    """MLflow 3 starts a telemetry client (a thread that fetches its configuration from
+    mlflow-telemetry.io, then posts usage events) in every process that imports it, unless
+    told not to or run under CI or pytest (PYTEST_CURRENT_TEST, left out here as a user's
+    shell has none). The driver imports it for the store the user named: none is started.
+    A user's own setting of either variable is left as it is. (Any request that got out
+    would go to a proxy on loopback where nothing listens.)"""
+    pytest.importorskip("mlflow", reason=NO_MLFLOW)
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    ci = {"PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK"}
+    env = {k: v for k, v in os.environ.items() if k not in ci}
+    proxy = f"http://127.0.0.1:{_closed_port()}"
+    env.update(HTTPS_PROXY=proxy, HTTP_PROXY=proxy, NO_PROXY="")
+    if user:
+        name, _, value = user.partition("=")
+        env[name] = value
+    done = subprocess.run(
+        [sys.executable, "-c", _TELEMETRY_PROBE, f"http://127.0.0.1:{_closed_port()}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    if not user:
+        assert seen == {"client": False, "env": "true"}, seen
+    else:  # the user's word: ours is not added (MLflow reads theirs)
+        assert seen["env"] == (user.partition("=")[2] if user.startswith("MLFLOW") else None), seen
+
+
 @pytest.mark.slow
 def test_a_store_that_fails_mid_sweep_is_one_warning_and_the_sweep_goes_on(tmp_path: Path) -> None:
     pytest.importorskip("mlflow", reason=NO_MLFLOW)

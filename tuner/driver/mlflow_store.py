@@ -20,6 +20,17 @@ from tuner.errors import ConfigError
 
 FIELD = "tracking.mlflow.uri"
 REQUEST_TIMEOUT_S = 10
+# MLflow 3 sends usage events to its makers from every process that imports it (a thread
+# fetching https://config.mlflow-telemetry.io, then posting records) unless told not to. The
+# driver imports it on the user's behalf, for the store they named and nothing else: off,
+# unless the user set either variable themselves.
+TELEMETRY_ENV, DO_NOT_TRACK_ENV = "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK"
+
+
+def no_telemetry() -> None:
+    """Before MLflow's import: its telemetry off, unless the user said otherwise."""
+    if TELEMETRY_ENV not in os.environ and DO_NOT_TRACK_ENV not in os.environ:
+        os.environ[TELEMETRY_ENV] = "true"
 
 
 @contextlib.contextmanager
@@ -44,6 +55,7 @@ def brief(retries: int = 2) -> Iterator[None]:
 def check(uri: str, experiment: str) -> None:
     """Ask the store for the sweep's experiment; a ConfigError naming the field if it cannot
     answer (a server down or refusing, a database that cannot be opened)."""
+    no_telemetry()
     from mlflow.tracking import MlflowClient
 
     try:

@@ -226,6 +226,9 @@ class MLflowTracking(Tracking):
         return one_line(err)
 
     def start(self) -> None:
+        from tuner.driver.mlflow_store import no_telemetry
+
+        no_telemetry()
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=self.uri)
