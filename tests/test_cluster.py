@@ -7,11 +7,13 @@ user's ~/.ray) and stop only the processes it started.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +27,7 @@ import pytest
 from tests.conftest import DEBUG, ROOT, cli, cluster_env
 from tuner.cluster import _ray_internals, submit
 from tuner.cluster import join as cluster
+from tuner.cluster._ray_internals import LOOPBACK
 from tuner.config import ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -314,10 +317,29 @@ def test_a_node_without_a_token_is_refused_in_one_line_before_ray_starts(tmp_pat
     assert usage.startswith("usage: python -m tuner cluster node -- RAY_START_ARGS"), usage
 
 
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """Records every POST it is sent (Ray's usage reports, pointed here: see `live`)."""
+
+    got: list[bytes] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.got.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("cluster")
-    live = Live(cluster_env(base), {}, "")
+    # Ray's usage reports go to a collector on loopback rather than to Ray's server, so that a
+    # report the cluster sends is seen here (and never leaves the machine).
+    collector = http.server.ThreadingHTTPServer((LOOPBACK, 0), _Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    url = f"http://{LOOPBACK}:{collector.server_address[1]}/"
+    live = Live({**cluster_env(base), "RAY_USAGE_STATS_REPORT_URL": url}, {}, "")
     start = live.run(
         str(SCRIPTS / "cluster.sh"), "start", "--workers", "1", "--num-cpus", "1", "--object-store-mb", "256"
     )
@@ -328,6 +350,7 @@ def live(tmp_path_factory: pytest.TempPathFactory):
         yield live
     finally:
         live.run(str(SCRIPTS / "cluster.sh"), "stop")
+        collector.shutdown()
 
 
 def _cluster_processes(live: Live) -> list[psutil.Process]:
@@ -608,6 +631,21 @@ def _driver_jobs(live: Live) -> int:
             metadata=[("authorization", f"Bearer {live.token}")],
         )
     return len(reply.job_info_list)
+
+
+@pytest.mark.slow
+def test_a_cluster_started_here_sends_ray_no_usage_report(live: Live) -> None:
+    """Usage statistics are off on the nodes `tuner cluster start` runs, and nothing is sent to
+    say so: with them off, Ray's dashboard still posts a report saying they are off when it
+    starts (to Ray's server; in this module, to a collector on loopback). Checked once the
+    dashboard has decided (its log says so, just before it would post), with the tests of the
+    module before this one in between."""
+    log = Path(live.state["temp_dir"]) / "head" / "session_latest" / "logs" / "dashboard.log"
+    deadline = time.monotonic() + 120  # (a hang guard: the dashboard is up before the start returns)
+    while "Usage reporting is disabled." not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text()[-2000:] if log.exists() else f"no {log}"
+        time.sleep(0.5)
+    assert _Collector.got == [], _Collector.got
 
 
 @pytest.mark.slow

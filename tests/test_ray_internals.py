@@ -111,7 +111,7 @@ def test_the_files_counted_for_a_job_are_those_ray_packs(tmp_path: Path) -> None
     assert 0 <= submit.packed_size(files) - zipped.stat().st_size < 100  # headers, near enough
 
 
-def test_the_private_behaviour_relied_on_is_as_checked() -> None:
+def test_the_private_behaviour_relied_on_is_as_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The installed Ray is the checked one, and what tuner counts on beyond names holds."""
     import ray
     from ray._private import node, ray_constants
@@ -143,6 +143,15 @@ def test_the_private_behaviour_relied_on_is_as_checked() -> None:
     assert milestones == [9, 3, 1], milestones
     for name in _ray_internals._INIT_MODULES:
         importlib.import_module(name)
+    # no_usage_report: the report URL read from the environment where the report is sent
+    from ray._common.usage import usage_lib
+
+    monkeypatch.setenv("RAY_USAGE_STATS_REPORT_URL", "")
+    assert usage_lib._usage_stats_report_url() == ""
+    head = importlib.util.find_spec("ray.dashboard.modules.usage_stats.usage_stats_head")
+    assert head is not None and head.origin is not None  # (read, not imported: the dashboard's imports)
+    disabled = Path(head.origin).read_text().split("def _report_disabled_usage_sync", 1)[1]
+    assert "report_usage_data(ray_usage_lib._usage_stats_report_url(), data)" in disabled.split("def ", 1)[0]
     # `ray start`'s entry point, read from its source: importing it imports Ray Serve (seconds).
     spec = importlib.util.find_spec("ray.scripts.scripts")
     assert spec is not None and spec.origin is not None

@@ -525,3 +525,18 @@ def working_dir_files(root: str, excludes: list[str]) -> Optional[list[tuple[str
     excluded = [packaging._get_excludes(top, every)]
     packaging._dir_travel(top, excluded, add, include_gitignore=include_gitignore, logger=quiet)
     return found
+
+
+USAGE_STATS_ENV = "RAY_USAGE_STATS_ENABLED"  # Ray's public switch of its usage statistics
+
+
+def no_usage_report() -> dict[str, str]:
+    """The environment that keeps a node started with usage statistics off
+    (RAY_USAGE_STATS_ENABLED=0) from telling Ray's server that they are off: with them off, a
+    node started by `ray start` still posts one report saying so to https://usage-stats.ray.io/
+    when its dashboard starts (Ray 2.60: dashboard/modules/usage_stats/usage_stats_head.py,
+    `_report_disabled_usage_sync`; a Ray that `ray.init` starts sends nothing). Checked Ray: its
+    report URL (RAY_USAGE_STATS_REPORT_URL, read by usage_lib._usage_stats_report_url, for its
+    tests) made empty, so the request fails before anything is sent (logged at debug level).
+    Fallback: nothing; that one report is sent."""
+    return {"RAY_USAGE_STATS_REPORT_URL": ""} if checked() else {}

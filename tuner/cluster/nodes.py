@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import Any, Optional
 
+from tuner.cluster import _ray_internals
 from tuner.cluster.join import LOOPBACK
 
 FORK_DIR_ENV = "TUNER_NODE_FORK_DIR"  # a private (0700) directory for the warm process's socket
@@ -99,7 +100,8 @@ def node_env(head: bool) -> dict[str, str]:
         RAY_AUTH_MODE="token",
         # Keeps 127.0.0.1 the node address in every process of the cluster (_ray_internals).
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_USAGE_STATS_ENABLED="0",
+        RAY_USAGE_STATS_ENABLED="0",  # (and nothing sent to say so: _ray_internals)
+        **_ray_internals.no_usage_report(),
         # Jobs are stopped with SIGINT, which Tune turns into a final snapshot, and get a
         # minute for it before SIGKILL (read by the job supervisor, on this machine).
         RAY_JOB_STOP_SIGNAL=os.environ.get("RAY_JOB_STOP_SIGNAL", "SIGINT"),
@@ -120,7 +122,7 @@ def ray_start(argv: list[str], where: str = "", loopback: bool = True) -> None:
     private directory `where`. The warm process ends with this one. Without that directory, or
     where copies cannot be made (another Ray, no fork), every worker starts cold, as Ray starts
     it."""
-    from tuner.cluster import _ray_internals, worker_fork
+    from tuner.cluster import worker_fork
 
     if where and _ray_internals.checked():
         worker_fork.start(where)
@@ -150,7 +152,6 @@ def node(args: argparse.Namespace) -> int:
     directory, removed when the node ends (kept if the warm process wrote its log there).
     Token authentication is on unless RAY_AUTH_MODE says otherwise, and a node without a token
     says so in one line before anything starts."""
-    from tuner.cluster import _ray_internals
     from tuner.errors import ExitCode
 
     argv = list(args.ray_args)
@@ -159,6 +160,8 @@ def node(args: argparse.Namespace) -> int:
     if "--block" not in argv:  # (the warm process, and the copies, live as long as this process)
         argv.insert(0, "--block")
     os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if os.environ.get(_ray_internals.USAGE_STATS_ENV) == "0":  # (off: nothing sent to say so)
+        os.environ.update(_ray_internals.no_usage_report())
     if os.environ["RAY_AUTH_MODE"] == "token" and not _ray_internals.ray_token():
         print(
             "error: RAY_AUTH_MODE=token and no Ray token here: set RAY_AUTH_TOKEN_PATH (a 0600 file "
