@@ -68,7 +68,7 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
     """With Ray's private API (`_node_ip_address`) and with the public fallbacks forced (the
     loopback setting Ray reads at import). Without a token, one is made 0600 (Ray itself would
     write it 0644); a token the user has is kept and used, and if others can read it a warning
-    names it. No idle worker is started ahead for the driver (tuner's trials never run on one).
+    names it. Idle workers are started ahead for the driver only where trials can run on them.
     A log monitor (it copies the workers' output to the driver) only with --verbose, which
     shows that output, or where the fallbacks start Ray as it starts itself."""
     token = tmp_path / ".ray" / "auth_token"
@@ -87,8 +87,11 @@ def test_local_ray_keeps_its_token_private_and_listens_on_loopback_only(
     hosts = probed["hosts"]
     assert hosts, "the local Ray listens somewhere"
     assert all(h in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for h in hosts), hosts
-    # No idle worker started ahead for the driver (no trial actor could use one).
-    assert probed["idle"] == [], probed
+    # Idle workers started ahead for the driver only where trial actors can take them (they have
+    # no runtime_env of their own with the shortcuts): none with the fallbacks. (With the
+    # shortcuts they may still be importing Ray here: test_trial_actors_... below.)
+    if fallbacks:
+        assert probed["idle"] == [], probed
     assert bool(probed["log_monitor"]) == bool(fallbacks or verbose), probed
     # Nor an autoscaler monitor: one node that never grows has nothing to scale.
     assert bool(probed["monitor"]) == bool(fallbacks), probed
@@ -112,6 +115,19 @@ def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last
     names = {p.name for p in logs.iterdir()}
     assert "raylet.out" in names and "dashboard.log" in names, names
     assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
+
+
+def test_trial_actors_take_the_workers_ray_started_ahead(cli_sweep: CliSweep) -> None:
+    """A trial actor has no runtime_env of its own (_ray_internals.plain_trial_actors: Tune's
+    default gave each one `PL_DISABLE_FORK`), so the Ray worker started ahead for the driver runs
+    it and no worker is set up for it through the runtime env agent; the sweep's 3 trials ran
+    on as many workers as the Ray has CPUs (2), the ones started ahead."""
+    run = cli_sweep.run
+    assert run.returncode == 0, run.stdout + run.stderr
+    agent = (cli_sweep.ray_logs / "runtime_env_agent.log").read_text()
+    assert "Creating runtime env" not in agent, agent[-2000:]
+    workers = list(cli_sweep.ray_logs.glob("python-core-worker-*.log"))
+    assert len(workers) == 2, [w.name for w in workers]
 
 
 def test_every_stage_of_a_sweep_is_marked_in_its_timeline(cli_sweep: CliSweep) -> None:

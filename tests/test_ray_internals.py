@@ -45,6 +45,7 @@ PRIVATE = [
     ("ray._private.worker", "_global_node"),
     ("ray.air._internal.usage", "tag_callbacks"),
     ("ray.tune.execution.class_cache", "ENV_VARS_TO_PROPAGATE"),
+    ("ray.tune.execution.class_cache", "DEFAULT_ENV_VARS"),
     ("ray.core.generated.gcs_pb2", "GcsNodeInfo.ALIVE"),
     ("ray.core.generated.gcs_service_pb2", "GetAllNodeInfoRequest"),
     ("ray.core.generated.gcs_service_pb2_grpc", "NodeInfoGcsServiceStub"),
@@ -84,6 +85,28 @@ def test_tunes_trial_actors_get_no_credential_of_the_environment(monkeypatch: py
     env_vars = _ActorClassCache().get(Trainable)._default_options["runtime_env"]["env_vars"]
     assert not any(v.startswith("secret-") for v in env_vars.values()), env_vars
     assert env_vars.get("RAY_CHDIR_TO_TRIAL_DIR") == "0"
+
+
+def test_tunes_trial_actors_get_no_runtime_env_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing in the environment for Tune to hand on, a trial actor's class has an empty
+    runtime env (Tune's default adds PL_DISABLE_FORK to every one), so it can take a worker Ray
+    started ahead; a name Tune hands on still makes one."""
+    from ray.tune.execution import class_cache
+
+    # Tune's own default (an earlier sweep in this process may have emptied it already)
+    monkeypatch.setattr(class_cache, "DEFAULT_ENV_VARS", {"PL_DISABLE_FORK": "1"})
+    for name in class_cache.ENV_VARS_TO_PROPAGATE:
+        monkeypatch.delenv(name, raising=False)
+
+    class Trainable:
+        pass
+
+    assert class_cache._ActorClassCache().get(Trainable)._default_options["runtime_env"] != {}
+    assert _ray_internals.plain_trial_actors()
+    assert class_cache._ActorClassCache().get(Trainable)._default_options["runtime_env"] == {}
+    monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    options = class_cache._ActorClassCache().get(Trainable)._default_options
+    assert options["runtime_env"] == {"env_vars": {"RAY_CHDIR_TO_TRIAL_DIR": "0"}}
 
 
 def test_the_files_counted_for_a_job_are_those_ray_packs(tmp_path: Path) -> None:

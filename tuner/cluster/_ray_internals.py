@@ -68,13 +68,16 @@ def _mismatch(what: str, err: BaseException) -> RayMismatch:
 def local_init_options(health_check_failures: int) -> dict[str, Any]:
     """ray.init's private arguments for a private local Ray: its node on loopback,
     `health_check_failures` missed health checks (3 s apart) before the GCS declares it dead,
-    and no idle workers started ahead for the driver.
+    and idle workers started ahead for the driver only where trial actors can take them.
 
-    Ray starts one idle worker per CPU when the first driver connects, for its tasks; none of
-    them ever runs a trial: Tune gives each trial actor a runtime_env of its own
-    (ray/tune/execution/class_cache.py), so every trial actor, and every DDP rank it starts,
-    gets a worker started for it. On 2 cores those idle workers cost a `tuner sweep` of
-    debug.yaml 0.4 s of its 6.5 and 0.8 CPU-seconds (scripts/setup.sh's venv, 3 runs each).
+    Ray starts one idle worker per CPU when the first driver connects (its
+    `prestart_worker_first_driver`). With the private shortcuts, trial actors have no
+    runtime_env of their own (`plain_trial_actors`) and take those workers: the first trials'
+    actors start together, beside the driver's own start, as soon as Tune asks for them
+    (BENCHMARKS.md, "Workers started ahead"). With the fallbacks Tune gives each trial actor a
+    runtime_env of its own (ray/tune/execution/class_cache.py), so every trial actor, and every
+    DDP rank it starts, gets a worker started for it, and idle workers would cost a `tuner sweep`
+    of debug.yaml 0.4 s of its 6.5 and 0.8 CPU-seconds for nothing: none are started.
 
     Checked Ray: `_node_ip_address` and `_system_config` (ray/_private/worker.py: init).
     Fallback: no private arguments; the same settings go through the environment the GCS and
@@ -83,12 +86,10 @@ def local_init_options(health_check_failures: int) -> dict[str, Any]:
     (set by join.prepare_local before Ray is imported), under which Ray takes 127.0.0.1 as the
     node's address; the caller then checks that it did (`node_ip`).
     """
-    settings = {
-        "health_check_failure_threshold": health_check_failures,
-        "prestart_worker_first_driver": False,
-    }
+    settings: dict[str, Any] = {"health_check_failure_threshold": health_check_failures}
     if checked():
         return {"_node_ip_address": LOOPBACK, "_system_config": settings}
+    settings["prestart_worker_first_driver"] = False
     for name, value in settings.items():
         os.environ.setdefault(f"RAY_{name}", str(int(value)))
     return {}
@@ -429,6 +430,30 @@ def credentials_stay_home() -> bool:
     class_cache.ENV_VARS_TO_PROPAGATE = {
         name for name in class_cache.ENV_VARS_TO_PROPAGATE if name not in CREDENTIAL_ENV
     }
+    return True
+
+
+def plain_trial_actors() -> bool:
+    """Tune's trial actors get no runtime_env of their own unless the driver's environment holds
+    a variable Tune hands on; whether that is so.
+
+    Tune's `_ActorClassCache.get` adds DEFAULT_ENV_VARS, `PL_DISABLE_FORK=1` (for Lightning
+    1.7, ray-project/ray#28197; Lightning reads it no longer since 1.8: NVML; tuner needs 2.1),
+    to the `env_vars` of every trial actor's runtime_env. A runtime_env of its own keeps an
+    actor off the workers Ray starts ahead for the job (a worker serves one runtime_env) and
+    sends each actor's worker through the node's runtime env agent: every trial actor waited
+    for a worker started for it. With it empty a trial actor takes a worker already up (the
+    private local Ray starts them ahead: `local_init_options`; a cluster's nodes do by Ray's
+    default).
+
+    Checked Ray: `ray.tune.execution.class_cache.DEFAULT_ENV_VARS`, read by `get` at each call,
+    emptied. Fallback: nothing is changed and False is returned (each trial actor's worker is
+    started for it, as before)."""
+    if not checked():
+        return False
+    from ray.tune.execution import class_cache
+
+    class_cache.DEFAULT_ENV_VARS = {}
     return True
 
 

@@ -543,6 +543,7 @@ def _launch(
 
     _ray_internals.skip_callback_usage_tag()
     keep_credentials_home()  # (the AWS_* names Tune would hand every trial actor, and Ray log)
+    _ray_internals.plain_trial_actors()  # (a trial actor takes a worker Ray started ahead)
 
     place = start.place
     spec = replace(resources.trial_spec(cfg, res, place.storage, place.trials_write_here), autotune=tuned)
