@@ -121,30 +121,38 @@ def test_a_spent_time_budget_starts_nothing_more_and_stops_running_trials(tmp_pa
 @pytest.mark.usefixtures("ray_session")
 def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:
     target = 0.6
-    held = {}
-    if at_once is None:
-        # Both trials mid-way when one meets the target, however fast they start and train:
-        # each model build returns once two have begun (tests/interrupt.py, which never fires).
-        (tmp_path / "chaos").mkdir()
-        held = {"task__model": "tests.interrupt:after_builds", "search__params__hold_builds": 2}
-        held |= {"search__params__chaos_dir": str(tmp_path / "chaos"), "search__params__interrupt_at": "0"}
-        held |= {"search__params__driver_pid": os.getpid()}
-    cfg = debug_config(
-        tmp_path,
-        search__num_samples=12,
-        schedule__max_epochs=10,
-        schedule__early_stopping=False,
-        schedule__stop_at=target,
-        resources__max_concurrent_trials=at_once,  # None: as many as fit (2 here)
-        **held,
-    )
-    out = run_sweep(cfg)
-    summary = out.summary
-    assert summary["status"] == "target_reached" and out.exit_code == 0, summary["counts"]
-    trials = summary["trials"]
-    assert summary["best"]["metrics"]["val_acc"] >= target
-    assert len(trials) < 12 and all(t["status"] == "TERMINATED" for t in trials), trials
-    reached = [t for t in trials if t["best_value"] is not None and t["best_value"] >= target]
+    # With two at a time, the case asked for is both trials mid-way when one meets the target.
+    # Each model build returns once two have begun (tests/interrupt.py, which never fires), but a
+    # trial that never meets it can still train all its epochs before the other's first report
+    # is taken (seen once beside a busy loop and two other test workers): such a run shows nothing
+    # about the case, and the sweep runs again (in a directory of its own), at most 3 times.
+    for attempt in range(3 if at_once is None else 1):
+        where = tmp_path / str(attempt)
+        held = {}
+        if at_once is None:
+            (where / "chaos").mkdir(parents=True)
+            held = {"task__model": "tests.interrupt:after_builds", "search__params__hold_builds": 2}
+            held |= {"search__params__chaos_dir": str(where / "chaos"), "search__params__interrupt_at": "0"}
+            held |= {"search__params__driver_pid": os.getpid()}
+        cfg = debug_config(
+            where,
+            search__num_samples=12,
+            schedule__max_epochs=10,
+            schedule__early_stopping=False,
+            schedule__stop_at=target,
+            resources__max_concurrent_trials=at_once,  # None: as many as fit (2 here)
+            **held,
+        )
+        out = run_sweep(cfg)
+        summary = out.summary
+        assert summary["status"] == "target_reached" and out.exit_code == 0, summary["counts"]
+        trials = summary["trials"]
+        assert summary["best"]["metrics"]["val_acc"] >= target
+        assert len(trials) < 12 and all(t["status"] == "TERMINATED" for t in trials), trials
+        reached = [t for t in trials if t["best_value"] is not None and t["best_value"] >= target]
+        others = [t for t in trials if t["trial_id"] not in {r["trial_id"] for r in reached}]
+        if at_once == 1 or not all(t["epochs"] == 10 for t in others):
+            break  # (two at a time: one of the others was cut short, so one was mid-way)
     if at_once == 1:
         # It ended at the first report that met the target: the last trial started is the one
         # that met it, at its last epoch, and no earlier trial ever met it.
@@ -153,8 +161,7 @@ def test_a_reached_target_ends_the_sweep(tmp_path: Path, at_once: Any) -> None:
         # The trial running beside the one that met the target was stopped for it (it used to
         # stay RUNNING, and the sweep end "interrupted"), and says so.
         assert summary["counts"].get("stopped", 0) >= 1, summary["counts"]
-        stopped = [t for t in trials if t["trial_id"] not in {r["trial_id"] for r in reached}]
-        assert any(t["epochs"] < 10 for t in stopped), stopped
+        assert any(t["epochs"] < 10 for t in others), others
         assert "unfinished" not in summary["counts"]
     with pytest.raises(AlreadyFinished, match="target_reached"):
         resume_sweep(out.sweep_dir)
