@@ -182,11 +182,17 @@ def model(config, input_shape, num_classes):
 
 
 def loader(cpu: bool) -> dict[str, Any]:
+    if not cpu:
+        return _loader(cpu, "")
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:  # the CPU half's model module
+        return _loader(cpu, tmp)
+
+
+def _loader(cpu: bool, tmp: str) -> dict[str, Any]:
     from tuner.trial.frame.spec import TrialSpec
     from tuner.trial.loop import autotune as arms
 
     if cpu:
-        tmp = tempfile.mkdtemp(prefix="gpu-check-")
         Path(tmp, "gpu_check_sleepy.py").write_text(textwrap.dedent(SLEEPY))
         spec = TrialSpec(
             model="gpu_check_sleepy:model", data="gpu_check_sleepy:data", cpus_per_worker=1, search_path=tmp

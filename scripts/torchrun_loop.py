@@ -77,9 +77,10 @@ def ours(args: argparse.Namespace) -> list[float]:
         "depth": args.depth,
     }
     spec = TrialSpec(model="mlp", data="synthetic", data_args=_data_args(args), max_epochs=args.epochs)
-    session = LocalSession(tempfile.mkdtemp(prefix="parity-"))
-    run_trial(hp, spec, session)
-    return [m["samples_per_s"] for m in session.metrics]
+    with tempfile.TemporaryDirectory(prefix="parity-") as out:
+        session = LocalSession(out)
+        run_trial(hp, spec, session)
+        return [m["samples_per_s"] for m in session.metrics]
 
 
 def main() -> None:

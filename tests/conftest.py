@@ -289,6 +289,7 @@ class CliSweep:
     ray_tmp: Path  # its $RAY_TMPDIR: what its Ray left on disk is under it
     secrets: list[str]  # AWS credentials (made up) it had in its environment, as a user's shell may
     marks: list[dict[str, Any]]  # the stages its processes passed (TUNER_TIMELINE: tuner/timeline.py)
+    sessions: dict[str, bool]  # Ray session directories of earlier Rays put there first: whether left
 
 
 def processes_left(mark: str, within_s: float = 5.0) -> list[str]:
@@ -337,6 +338,7 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
     marks = out / "timeline.jsonl"
     env = {**os.environ, "TUNER_TEST_MARK": mark, "RAY_TMPDIR": str(ray_tmp), "TUNER_TIMELINE": str(marks)}
     env.update(secrets)
+    earlier = _earlier_sessions(ray_tmp / f"tuner-{os.getuid()}" / "ray")
     try:
         run = subprocess.run(
             [sys.executable, "-c", CLI_PROBE, *args],
@@ -353,11 +355,31 @@ def cli_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliSweep]:
         # which imports neither and reports after it)
         driver_modules = modules[0] if modules else []
         stages = [json.loads(line) for line in marks.read_text().splitlines()] if marks.exists() else []
-        yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, [*secrets.values()], stages)
+        sessions = {name: (path / "x").exists() for name, path in earlier.items()}
+        secret = [*secrets.values()]
+        yield CliSweep(args, run, out / "s", driver_modules, left, logs, ray_tmp, secret, stages, sessions)
     finally:
         import shutil
 
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _earlier_sessions(ray_dir: Path) -> dict[str, Path]:
+    """Session directories as earlier local Rays leave them in tuner's private directory
+    (join.private_temp_dir): 7 of drivers that ended, one of a driver still running (this
+    process), the oldest, and a directory of another name; each holds a file, x."""
+    ray_dir.parent.parent.mkdir()  # ($RAY_TMPDIR)
+    ray_dir.parent.mkdir(mode=0o700)
+    ray_dir.mkdir()
+    with subprocess.Popen(["true"]) as gone:
+        pass
+    ended = gone.pid  # (reaped: no process has that pid now)
+    names = [f"session_2026-01-01_00-00-00_000000_{os.getpid()}", "kept_by_the_user"]
+    names += [f"session_2026-01-0{day}_10-00-00_123456_{ended}" for day in range(2, 9)]
+    for name in names:
+        (ray_dir / name).mkdir()
+        (ray_dir / name / "x").write_text("")
+    return {name: ray_dir / name for name in names}
 
 
 # The AWS credentials a user's shell may hold (Ray Tune 2.60 copied them all into every trial

@@ -117,6 +117,19 @@ def test_a_sweep_exits_without_leaving_ray_behind_and_starts_the_api_server_last
     assert _first_time(logs / "raylet.out") < _first_time(logs / "dashboard.log")
 
 
+def test_a_sweep_removes_the_session_directories_of_ended_rays_but_the_newest(cli_sweep: CliSweep) -> None:
+    """Ray never removes a session directory (logs, sockets: ~0.5 MB a sweep); at its end a
+    sweep removes those of local Rays whose drivers have ended from tuner's private directory,
+    but the newest 5 (its own among them). Of the 9 sessions before it (7 ended, one of a
+    running driver, the oldest) and its own: the 3 oldest ended go; the running driver's
+    session, what is not a session, and the newest 4 ended stay."""
+    assert cli_sweep.run.returncode == 0, cli_sweep.run.stdout + cli_sweep.run.stderr
+    left = [name for name, kept in sorted(cli_sweep.sessions.items()) if kept]
+    names = sorted(cli_sweep.sessions)
+    assert left == ["kept_by_the_user", names[1], *names[-4:]], left  # (names[1]: the running one's)
+    assert cli_sweep.ray_logs.parents[1].is_dir()  # its own
+
+
 def test_trial_actors_take_the_workers_ray_started_ahead(cli_sweep: CliSweep) -> None:
     """A trial actor has no runtime_env of its own (_ray_internals.plain_trial_actors: Tune's
     default gave each one `PL_DISABLE_FORK`), so the Ray worker started ahead for the driver runs

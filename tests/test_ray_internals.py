@@ -149,6 +149,8 @@ def test_the_private_behaviour_relied_on_is_as_checked(monkeypatch: pytest.Monke
     assert "self.head = " in source and "self.all_processes: dict" in source  # read by node_process_ids
     assert "self.start_log_monitor()" in source  # the one start no_log_monitor skips
     assert "self.start_monitor()" in source  # the one start no_autoscaler_monitor skips
+    # ended_sessions: a head's session is named after the process that started it
+    assert 'self._session_name = f"session_{date_str}_{os.getpid()}"' in source
     # worker_command: the set-up script joined to Ray's workers directory (an absolute path
     # stays whole), first in the raylet's worker command, default_worker.py beside it
     assert "ray_constants.SETUP_WORKER_FILENAME" in source

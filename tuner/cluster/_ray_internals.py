@@ -472,6 +472,34 @@ def node_process_ids() -> list[int]:
     return [info.process.pid for infos in node.all_processes.values() for info in infos]
 
 
+def ended_sessions(temp_dir: str, keep: int) -> list[str]:
+    """The session directories (logs, sockets, runtime environments) that private local Rays
+    left in `temp_dir`/ray whose drivers have ended, all but the newest `keep` of them: Ray
+    never removes a session directory. Checked Ray: ray/_private/node.py names the session
+    of a head that `ray.init` starts `session_<date>_<time>_<microseconds>_<pid>`, the pid of
+    the process that started it (the driver; tuner's local Ray ends with it: connect.leave,
+    the raylet watching its driver). Fallback: [] (they stay, as Ray leaves them)."""
+    if not checked():
+        return []
+    import re
+
+    name = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_(\d+)")
+    try:
+        sessions = sorted(e.name for e in os.scandir(os.path.join(temp_dir, "ray")) if name.fullmatch(e.name))
+    except OSError:
+        return []
+    ended = []
+    for session in sessions[: max(0, len(sessions) - keep)]:  # (the names sort by their start)
+        pid = int(name.fullmatch(session).group(1))  # type: ignore[union-attr]
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            ended.append(os.path.join(temp_dir, "ray", session))
+        except OSError:  # alive, someone else's
+            continue
+    return ended
+
+
 # What `ray.init` imports on first use (Ray 2.60, listed from sys.modules before and after it).
 _INIT_MODULES = (
     "ray._private.node",

@@ -315,7 +315,7 @@ def private_temp_dir() -> str:
     something not ours (another user made it first), a fresh one is made instead."""
     linux = sys.platform.startswith("linux")
     base = os.environ.get(RAY_TMPDIR) or (tempfile.gettempdir() if linux else "/tmp")
-    if os.path.basename(base).startswith("tuner-") and _private(base):
+    if is_private_temp_dir(base):
         return base  # (chosen before: by this process for an earlier Ray, or the one that started it)
     path = os.path.join(base, f"tuner-{os.getuid()}")
     try:
@@ -329,6 +329,11 @@ def private_temp_dir() -> str:
         os.chmod(path, 0o700)  # (ours: closed again if it was opened)
         return path
     return tempfile.mkdtemp(prefix="tuner-", dir=base)
+
+
+def is_private_temp_dir(path: str) -> bool:
+    """Whether `path` is a directory `private_temp_dir` made (its name, its mode)."""
+    return os.path.basename(path).startswith("tuner-") and _private(path)
 
 
 def _private(path: str) -> bool:

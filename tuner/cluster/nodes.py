@@ -100,7 +100,7 @@ def node_env(head: bool) -> dict[str, str]:
         RAY_AUTH_MODE="token",
         # Keeps 127.0.0.1 the node address in every process of the cluster (_ray_internals).
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_USAGE_STATS_ENABLED="0",  # (and nothing sent to say so: _ray_internals)
+        **{_ray_internals.USAGE_STATS_ENV: "0"},  # (and nothing sent to say so: below)
         **_ray_internals.no_usage_report(),
         # Jobs are stopped with SIGINT, which Tune turns into a final snapshot, and get a
         # minute for it before SIGKILL (read by the job supervisor, on this machine).
