@@ -216,6 +216,47 @@ def _trial(sweep_dir: Path, trial_id: str, **config: object) -> SimpleNamespace:
     return SimpleNamespace(trial_id=trial_id, config=config, path=str(sweep_dir / trial_id), last_result={})
 
 
+def test_tunes_hooks_never_wait_for_the_store_and_every_call_is_made_in_order(tmp_path: Path) -> None:
+    """Tune's hooks queue the tracker's calls for a thread of its own: while that thread is
+    held (its first call waits on a gate the test opens), trials start, report and end in Tune
+    without the store hearing of them; once it goes on, the store has every run, its numbers in
+    order and its end, and the sweep's end waits for all of it."""
+    pytest.importorskip("mlflow", reason=NO_MLFLOW)
+    from mlflow.tracking import MlflowClient
+
+    from tuner.driver.tracking import MLflowTracking
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    (tmp_path / "s").mkdir()
+    tracker = MLflowTracking(uri, "exp", "s", Place(str(tmp_path / "s")))
+    tracker.setup()
+    tracker.flush()
+    assert not tracker.failed
+    client = MlflowClient(tracking_uri=uri)
+    gate, held = threading.Event(), threading.Event()
+    tracker._later(lambda: (held.set(), gate.wait(120)))  # (a store that takes its time)
+    held.wait(120)
+    a, b = _trial(tmp_path / "s", "a_1", lr=0.1), _trial(tmp_path / "s", "b_2", lr=0.2)
+    for epoch in (1, 2, 3):
+        for t in (a, b):
+            if epoch == 1:
+                tracker.on_trial_start(0, [], t)
+            tracker.on_trial_result(0, [], t, {"epoch": epoch, "val_acc": epoch / 10})
+    b.last_result = {"failure": "diverged"}
+    for t in (a, b):
+        tracker.on_trial_complete(0, [], t)
+    trials = "tags.`tuner.trial` != ''"
+    assert client.search_runs([tracker.experiment_id], filter_string=trials) == []  # (Tune went on)
+    gate.set()
+    tracker.on_experiment_end([])
+    runs = {r.data.tags["tuner.trial"]: r for r in client.search_runs([tracker.experiment_id], trials)}
+    assert {name: r.info.status for name, r in runs.items()} == {"a_1": "FINISHED", "b_2": "FAILED"}
+    history = client.get_metric_history(runs["a_1"].info.run_id, "val_acc")
+    assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert runs["b_2"].data.params == {"lr": "0.2"}
+    assert client.get_run(tracker.parent).info.status == "FINISHED" and not tracker.failed
+
+
 def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes_on(tmp_path: Path) -> None:
     """The driver killed (-9) after a trial's record said it ended but before MLflow heard:
     the next run of the sweep (`resume`, `extend`) closes that trial's run as the trial ended
@@ -240,6 +281,7 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     for name, status in ended.items():
         first.on_trial_start(0, [], trials[name])
         write_record(str(sweep / name), {"trial_id": name, "status": status})
+    first.flush()  # (the tracker's calls made: they run in a thread of its own)
     (sweep / "failed_2" / METRICS_FILE).write_text(json.dumps({"epoch": 1, "failure": "diverged"}) + "\n")
     rows = [{"epoch": e, "val_acc": 0.5} for e in (1, 2, 3)]
     (sweep / "last_5" / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -254,6 +296,7 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     again = MLflowTracking(uri, "exp", "s", Place(str(sweep)))
     again.setup()  # (then the sweep's callbacks' catch-up, as Tune's setup of them runs it)
     CatchUp(Place(str(sweep)), [again], ("val_acc", "max"), max_epochs=3).setup()
+    again.flush()
     assert not again.failed and again.parent == first.parent
     assert statuses() == {
         **{"done_1": "FINISHED", "failed_2": "FAILED", "error_3": "FAILED", "cut_4": "RUNNING"},
@@ -288,6 +331,7 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
     tracker.on_trial_result(0, [], b, {"epoch": 1, "val_acc": float("nan"), "failure": "diverged"})
     b.last_result = {"failure": "diverged"}
     tracker.on_trial_complete(0, [], b)
+    tracker.flush()
     tracker.runs[a.trial_id].finish()  # (paused: Tune starts it again later)
     del tracker.runs[a.trial_id]
     tracker.on_trial_start(0, [], a)
@@ -307,6 +351,7 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
     assert cut.summary["tuner_status"] == "killed"
     again = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
     again.setup()
+    again.flush()
     assert again.prefix == prefix
     again.on_experiment_end([])
 
@@ -330,6 +375,7 @@ for name, status in ended.items():
     write_record(trial.path, {"trial_id": name, "status": status, "started": 0.0})
     if name == "whole_4":  # (its run ended as Tune told the tracker)
         tracker.on_trial_complete(0, [], trial)
+tracker.flush()  # (what the tracker heard before the kill)
 assert not tracker.failed
 os.kill(os.getpid(), signal.SIGKILL)  # before the tracker heard of the others' ends
 """

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional
 
 from ray.tune import Callback
 
@@ -32,8 +34,6 @@ from tuner.sweepdir.place import Place
 if TYPE_CHECKING:
     from tuner.config import SweepConfig
     from tuner.results import TrialRecord
-
-F = TypeVar("F", bound=Callable[..., None])
 
 # What every Tune result holds beside the trial's own numbers.
 _TUNE_KEYS = {
@@ -54,29 +54,13 @@ def callbacks(cfg: SweepConfig, place: Place) -> list[Callback]:
     return found
 
 
-def _best_effort(hook: F) -> F:
-    """A callback hook that never raises into Tune (which would end the sweep): the tracker's
-    first failure is a warning and tracking stops for this run."""
-
-    @functools.wraps(hook)
-    def guarded(self: Tracking, *args: Any, **kwargs: Any) -> None:
-        if self.failed:
-            return
-        try:
-            with self.bounded():
-                hook(self, *args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - the tracker's failure is never the sweep's
-            self.failed = True
-            warn(
-                f"{self.field}: {self.what} failed: {self.one_line(err)}; the sweep goes on, no "
-                f"longer logged to {self.product} (its own files have every result)"
-            )
-
-    return guarded  # type: ignore[return-value]
-
-
 class Tracking(Callback):
-    """A tracker as Tune sees it; a subclass says how its runs are opened, logged and ended."""
+    """A tracker as Tune sees it; a subclass says how its runs are opened, logged and ended.
+
+    Tune's hooks only take down what a call needs and queue it: the tracker's calls (a store's
+    round trips, W&B's start of a run) run in order in a thread of the tracker's own, never in
+    Tune's loop, where they held up every trial's next result and next start. The sweep's end
+    waits for them all."""
 
     field = "tracking"  # the sweep file's field, as warnings name it
     product = "the tracker"
@@ -84,8 +68,16 @@ class Tracking(Callback):
     def __init__(self, sweep_name: str, place: Place):
         self.sweep_name, self.place = sweep_name, place
         self.sweep_dir = place.local  # its working copy (a tracker's own local files go there)
-        self.runs: dict[str, Any] = {}  # Tune trial id -> the tracker's run
+        self.runs: dict[str, Any] = {}  # Tune trial id -> the tracker's run (the thread's own)
         self.failed = False
+        self._calls: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+
+    def __getstate__(self) -> dict[str, Any]:  # (Tune pickles its callbacks: the queue and thread stay)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_calls", "_thread")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _calls=queue.SimpleQueue(), _thread=None)
 
     # ------------------------------------------------------------------ a tracker's own
 
@@ -104,8 +96,9 @@ class Tracking(Callback):
     def start(self) -> None:
         """Open the tracker for the sweep (once per run of it)."""
 
-    def open(self, trial: Any, name: str) -> Any:
-        """The run of trial `name` (directory name): new, or the one it had (a trial continued)."""
+    def open(self, config: dict[str, Any], name: str) -> Any:
+        """The run of the trial with directory name `name` and configuration `config`: new, or
+        the one it had (a trial continued)."""
         raise NotImplementedError
 
     def log(
@@ -124,53 +117,57 @@ class Tracking(Callback):
         """End the runs an earlier run of the sweep left open for trials it ended, as they
         ended (`ended`: trial directory name -> FINISHED or FAILED); any other run as it is."""
 
-    # ------------------------------------------------------------------ Tune's hooks
+    # ------------------------------------------------------------------ the tracker's thread
 
-    def _run(self, trial: Any) -> Any:
-        if trial.trial_id not in self.runs:
-            self.runs[trial.trial_id] = self.open(trial, trial_name(trial))
-        return self.runs[trial.trial_id]
+    def _later(self, call: Callable[..., None], *args: Any) -> None:
+        """`call(*args)` in the tracker's thread, after every call queued before it. The
+        tracker's first failure is a warning, and no call after it is made: tracking never
+        ends a sweep (nor does it raise into Tune, which would)."""
+        if self.failed:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=f"tuner {self.field}", daemon=True)
+            self._thread.start()
+        self._calls.put(functools.partial(self._guarded, call, *args))
 
-    @_best_effort
-    def setup(self, **info: Any) -> None:
-        self.start()
+    def _guarded(self, call: Callable[..., None], *args: Any) -> None:
+        if self.failed:
+            return
+        try:
+            with self.bounded():
+                call(*args)
+        except Exception as err:  # noqa: BLE001 - the tracker's failure is never the sweep's
+            self.failed = True
+            warn(
+                f"{self.field}: {self.what} failed: {self.one_line(err)}; the sweep goes on, no "
+                f"longer logged to {self.product} (its own files have every result)"
+            )
 
-    @_best_effort
-    def ended_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
-        # (CatchUp: trials an earlier run of the sweep ended, its driver killed before the
-        # tracker heard: their runs are never left running. A trial to be continued keeps its
-        # run, which `open` continues.)
-        self.close_earlier({name: FAILED if t.outcome.failed else FINISHED for name, t in ended.items()})
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call()
 
-    @_best_effort
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._run(trial)
+    def flush(self) -> None:
+        """Wait until every call queued so far has been made (each one bounded: `bounded`)."""
+        if self._thread is not None:
+            self._calls.put(None)
+            self._thread.join()
+            self._thread = None
 
-    @_best_effort
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        run = self._run(trial)
-        step = int(result.get("epoch") or result.get("training_iteration") or 0)
-        stamp = float(result.get("wall_time") or time.time())
-        numbers = {k: float(v) for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
-        failure = str(result["failure"]) if result.get("failure") else None
-        if numbers or failure:
-            self.log(run, step, stamp, numbers, failure)
+    def _run(self, trial_id: str, name: str, config: dict[str, Any]) -> Any:
+        if trial_id not in self.runs:
+            self.runs[trial_id] = self.open(config, name)
+        return self.runs[trial_id]
 
-    @_best_effort
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial, FAILED if (trial.last_result or {}).get("failure") else FINISHED)
+    def _result(self, trial_id: str, name: str, config: dict[str, Any], *logged: Any) -> None:
+        self.log(self._run(trial_id, name, config), *logged)
 
-    @_best_effort
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial, FAILED)
-
-    def _end(self, trial: Any, status: str) -> None:
-        run = self.runs.pop(trial.trial_id, None)
+    def _end(self, trial_id: str, status: str) -> None:
+        run = self.runs.pop(trial_id, None)
         if run is not None:  # (a trial removed before it started has no run)
             self.close(run, status)
 
-    @_best_effort
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def _finish(self) -> None:
         # Trials Tune tore down on Ctrl-C never completed: their runs (and the sweep's) are
         # KILLED, to be continued by `tuner resume`.
         unfinished = list(self.runs.values())
@@ -178,6 +175,43 @@ class Tracking(Callback):
             self.close(run, KILLED)
         self.runs.clear()
         self.end(interrupted=bool(unfinished))
+
+    # ------------------------------------------------------------------ Tune's hooks
+
+    def setup(self, **info: Any) -> None:
+        self._later(self.start)
+
+    def ended_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
+        # (CatchUp: trials an earlier run of the sweep ended, its driver killed before the
+        # tracker heard: their runs are never left running. A trial to be continued keeps its
+        # run, which `open` continues.)
+        self._later(
+            self.close_earlier, {n: FAILED if t.outcome.failed else FINISHED for n, t in ended.items()}
+        )
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._later(self._run, trial.trial_id, trial_name(trial), dict(trial.config))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        step = int(result.get("epoch") or result.get("training_iteration") or 0)
+        stamp = float(result.get("wall_time") or time.time())
+        numbers = {k: float(v) for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
+        failure = str(result["failure"]) if result.get("failure") else None
+        if numbers or failure:
+            found = (trial.trial_id, trial_name(trial), dict(trial.config))
+            self._later(self._result, *found, step, stamp, numbers, failure)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._later(
+            self._end, trial.trial_id, FAILED if (trial.last_result or {}).get("failure") else FINISHED
+        )
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._later(self._end, trial.trial_id, FAILED)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._later(self._finish)
+        self.flush()
 
 
 def sweep_key(place: Place, name: str, new: Callable[[], str]) -> tuple[str, bool]:
@@ -252,7 +286,7 @@ class MLflowTracking(Tracking):
             if status is not None:
                 self.client.set_terminated(run.info.run_id, status=status)
 
-    def open(self, trial: Any, name: str) -> str:
+    def open(self, config: dict[str, Any], name: str) -> str:
         from mlflow.entities import Param
 
         earlier = self.client.search_runs(
@@ -269,7 +303,7 @@ class MLflowTracking(Tracking):
                 self.experiment_id, run_name=name, tags={PARENT_TAG: self.parent, TRIAL_TAG: name}
             ).info.run_id
         )
-        params = [Param(k, str(v)[:6000]) for k, v in sorted(trial.config.items())]
+        params = [Param(k, str(v)[:6000]) for k, v in sorted(config.items())]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(run_id, params=params[i : i + 100])
         return run_id
@@ -342,8 +376,8 @@ class WandbTracking(Tracking):
             self.open_names ^= {name}
             self.place.write(WANDB_OPEN_FILE, "".join(f"{n}\n" for n in sorted(self.open_names)))
 
-    def open(self, trial: Any, name: str) -> Any:
-        return self._init(name, dict(trial.config))
+    def open(self, config: dict[str, Any], name: str) -> Any:
+        return self._init(name, config)
 
     def _init(self, name: str, config: dict[str, Any]) -> Any:
         s = self.section
