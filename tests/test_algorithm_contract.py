@@ -453,6 +453,47 @@ def test_a_real_sweep_runs_and_is_extended(algorithm: str, tmp_path: Path) -> No
     _extended_by_one(tmp_path / "debug", algorithm, 2)
 
 
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("algorithm", ["random", "optuna"])
+def test_tune_queues_as_many_trials_as_run_at_once_unless_the_algorithm_learns(
+    algorithm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trials queued for an actor at once, seen after each step of Tune's loop: as many as the
+    Ray holds (2) for an algorithm whose configurations do not depend on results, so that the
+    first trials' actors are asked for together (one after another, a sweep on a running cluster
+    waited for each worker in turn: BENCHMARKS.md); one for an algorithm that learns, as Tune
+    keeps it for every searcher it did not build."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    seen: list[int] = []
+    step = TuneController.step
+
+    def counted(self: Any) -> None:
+        step(self)
+        seen.append(sum(t.status == "PENDING" for t in self.get_trials()))
+
+    monkeypatch.setattr(TuneController, "step", counted)
+    args = ["--output", str(tmp_path), "--algorithm", algorithm, "--num-samples", "4", "--max-epochs", "2"]
+    out = cli("sweep", str(DEBUG), *args, on_session=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert seen and max(seen) == (1 if ALGORITHMS[algorithm].learns else 2), seen
+
+
+def test_a_users_own_queue_setting_stands_and_ours_ends_with_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from tuner.driver.sweep import MAX_PENDING_ENV, _queued_ahead
+
+    monkeypatch.delenv(MAX_PENDING_ENV, raising=False)
+    with _queued_ahead(3):
+        assert os.environ[MAX_PENDING_ENV] == "3"
+    assert MAX_PENDING_ENV not in os.environ
+    monkeypatch.setenv(MAX_PENDING_ENV, "16")
+    with _queued_ahead(3):
+        assert os.environ[MAX_PENDING_ENV] == "16"
+    assert os.environ[MAX_PENDING_ENV] == "16"
+
+
 def _extended_by_one(sweep: Path, algorithm: str, before: int) -> None:
     import json
 

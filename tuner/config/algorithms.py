@@ -50,6 +50,10 @@ class Algorithm:
     # from them: warm_start.json records which, and each such trial's origin.
     ranks_earlier: bool = False
     preload: tuple[str, ...] = ()  # modules the launch imports for it while Ray starts
+    # Its next configuration depends on the results so far (a model, a population): Tune then
+    # keeps one trial queued ahead of those running, as it does for every searcher it did not
+    # build; one that does not (grid, random) has as many queued as run at once (sweep.py).
+    learns: bool = True
 
     def builder(self) -> Callable[[Any], Any]:
         """Its builder, imported now (Ray, and its library: call it where a sweep runs)."""
@@ -85,6 +89,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             runs_grid=True,
             no_extend="runs every combination once",
             warm_starts=False,
+            learns=False,
         ),
         Algorithm(
             name="random",
@@ -95,6 +100,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             ranks_earlier=True,
             # (pbt and pb2 start from random search's population and evolve it)
             schedulers=("asha", "fifo", "moasha", "median", "curve", "pbt", "pb2"),
+            learns=False,
         ),
         Algorithm(
             name="bohb",

@@ -45,6 +45,7 @@ class TrialResources:
     trials_per_gpu: Optional[int] = None
     one_node: bool = False  # several workers, and a node (or node type) can hold them all: packed on one
     accelerator: Optional[str] = None  # resources.accelerator_type: only nodes with this GPU kind
+    slots: Optional[int] = None  # trials the cluster holds at once (None: unknown, it may grow)
 
     def kind(self) -> dict[str, float]:
         """What each worker's request adds for its GPU kind (nothing without one)."""
@@ -328,8 +329,15 @@ def resolve(cfg: SweepConfig, tune: Optional[Tune] = None) -> TrialResources:
         path = "search.params.amp" if "amp" in cfg.search.params else "training.amp"
         check_amp(values_of(amp) or [], res.gpus_per_worker, path)
     if cfg.trial_mode.actor_holds_workers:
-        return _one_actor(res, [] if groups else _of_kind(res.accelerator, {}, nodes, None)[1])
-    return res
+        res = _one_actor(res, [] if groups else _of_kind(res.accelerator, {}, nodes, None)[1])
+    return res if groups else replace(res, slots=slots(res, ray.cluster_resources()))
+
+
+def slots(res: TrialResources, cluster: dict[str, float]) -> int:
+    """How many trials `cluster` (its totals) holds at once, at most res.max_concurrent; at
+    least 1. (An upper bound where nodes are uneven: what is asked for beyond it waits.)"""
+    fit = _fit_count(res, cluster)
+    return min(fit, res.max_concurrent or fit)
 
 
 def import_path(dirs: list[str]) -> str:
