@@ -531,8 +531,8 @@ def _ahead(cfg: SweepConfig, res: resources.TrialResources) -> Optional[int]:
     asked for their actors one after another: on a running cluster each waits for a worker
     started for it, and a trial that ended while the next one's worker was starting had its
     actor handed to that one and the start cancelled, again and again while ASHA stopped trials
-    at their first rung (BENCHMARKS.md: the issue's sweep joined to a cluster, 7.8-8.9 s
-    against 6.9-7.0). A model's next configuration waits for results: one queued, as Tune has
+    at their first rung (BENCHMARKS.md: the issue's sweep joined to a cluster, 8.8-9.2 s
+    against 6.9-7.2). A model's next configuration waits for results: one queued, as Tune has
     it."""
     if cfg.search.record.learns or res.slots is None or cfg.scheduler.pauses:
         return None
