@@ -371,9 +371,7 @@ def _earlier_sessions(ray_dir: Path) -> dict[str, Path]:
     ray_dir.parent.parent.mkdir()  # ($RAY_TMPDIR)
     ray_dir.parent.mkdir(mode=0o700)
     ray_dir.mkdir()
-    with subprocess.Popen(["true"]) as gone:
-        pass
-    ended = gone.pid  # (reaped: no process has that pid now)
+    ended = 2**22 + 1  # (past Linux's PID_MAX_LIMIT: no process ever has it, nor will during the sweep)
     names = [f"session_2026-01-01_00-00-00_000000_{os.getpid()}", "kept_by_the_user"]
     names += [f"session_2026-01-0{day}_10-00-00_123456_{ended}" for day in range(2, 9)]
     for name in names:
