@@ -260,8 +260,10 @@ def test_tunes_hooks_never_wait_for_the_store_and_every_call_is_made_in_order(tm
 def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes_on(tmp_path: Path) -> None:
     """The driver killed (-9) after a trial's record said it ended but before MLflow heard:
     the next run of the sweep (`resume`, `extend`) closes that trial's run as the trial ended
-    (its record, its journal's failure), and leaves the run of a trial to be continued to it.
-    Seen under load in test_places: one child run RUNNING for good in a finished sweep."""
+    (its record, its journal's failure), logs the epochs its journal has and the store lacks,
+    logs a trial the store never heard of from its record and journal, and leaves the run of a
+    trial to be continued to it. Seen under load in test_places: one child run RUNNING for good
+    in a finished sweep; then, with the tracker's calls queued, trials missing altogether."""
     pytest.importorskip("mlflow", reason=NO_MLFLOW)
     from mlflow.tracking import MlflowClient
 
@@ -281,10 +283,17 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     for name, status in ended.items():
         first.on_trial_start(0, [], trials[name])
         write_record(str(sweep / name), {"trial_id": name, "status": status})
+    rows = [{"epoch": e, "val_acc": e / 10, "val_loss": 1 - e / 10} for e in (1, 2, 3)]
+    first.on_trial_result(0, [], trials["last_5"], rows[0])  # (its later epochs: queued, lost)
     first.flush()  # (the tracker's calls made: they run in a thread of its own)
     (sweep / "failed_2" / METRICS_FILE).write_text(json.dumps({"epoch": 1, "failure": "diverged"}) + "\n")
-    rows = [{"epoch": e, "val_acc": 0.5} for e in (1, 2, 3)]
-    (sweep / "last_5" / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("last_5", "unheard_6"):
+        (sweep / name).mkdir(exist_ok=True)
+        (sweep / name / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # (never heard of: its start, results and end all queued when the driver was killed)
+    write_record(
+        str(sweep / "unheard_6"), {"trial_id": "unheard_6", "status": "TERMINATED", "config": {"lr": 0.3}}
+    )
     # (killed here: no completion, no end reached MLflow)
     client = MlflowClient(tracking_uri=uri)
 
@@ -300,12 +309,22 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     assert not again.failed and again.parent == first.parent
     assert statuses() == {
         **{"done_1": "FINISHED", "failed_2": "FAILED", "error_3": "FAILED", "cut_4": "RUNNING"},
-        "last_5": "FINISHED",
+        **{"last_5": "FINISHED", "unheard_6": "FINISHED"},
     }
+    runs = {
+        r.data.tags["tuner.trial"]: r
+        for r in client.search_runs([first.experiment_id], "tags.`tuner.trial` != ''")
+    }
+    for name in ("last_5", "unheard_6"):  # every epoch of its journal, once, against the journal
+        for key in ("val_acc", "val_loss"):
+            history = client.get_metric_history(runs[name].info.run_id, key)
+            assert sorted((m.step, m.value) for m in history) == [(r["epoch"], r[key]) for r in rows], name
+    assert runs["unheard_6"].data.params == {"lr": "0.3"}
+    assert runs["unheard_6"].data.tags["mlflow.parentRunId"] == first.parent
     again.on_trial_start(0, [], trials["cut_4"])  # continued, in its run
     again.on_trial_complete(0, [], trials["cut_4"])
     again.on_experiment_end([])
-    assert statuses()["cut_4"] == "FINISHED" and len(statuses()) == 5
+    assert statuses()["cut_4"] == "FINISHED" and len(statuses()) == 6
     assert client.get_run(first.parent).info.status == "FINISHED"
 
 
@@ -357,7 +376,7 @@ def test_wandb_runs_continue_a_trial_and_end_as_it_did(
 
 
 KILLED_DRIVER = """
-import os, signal, sys
+import json, os, signal, sys
 from types import SimpleNamespace
 from tuner.config.schedule import WandbSection
 from tuner.driver.tracking import WandbTracking
@@ -376,6 +395,12 @@ for name, status in ended.items():
     if name == "whole_4":  # (its run ended as Tune told the tracker)
         tracker.on_trial_complete(0, [], trial)
 tracker.flush()  # (what the tracker heard before the kill)
+# (never heard of: its start, results and end all queued when the driver was killed)
+unheard = os.path.join(sweep, "unheard_5")
+os.makedirs(unheard)
+write_record(unheard, {"trial_id": "unheard_5", "status": "TERMINATED", "config": {"lr": 0.3}})
+with open(os.path.join(unheard, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps({"epoch": e, "val_acc": e / 10}) + chr(10) for e in (1, 2, 3))
 assert not tracker.failed
 os.kill(os.getpid(), signal.SIGKILL)  # before the tracker heard of the others' ends
 """
@@ -426,7 +451,24 @@ def test_a_killed_drivers_wandb_runs_of_ended_trials_end_as_the_trials_did_when_
         assert closed.name == name and closed.group == "s" and closed.job_type == "trial"
     assert f"{prefix}-cut_3" not in runs  # not resumed: left to the trial's continuation
     assert [r.exit_code for r in runs[f"{prefix}-whole_4"]] == [0]
+    [logged] = runs[f"{prefix}-unheard_5"]  # from its record and journal
+    assert [(h["epoch"], h["val_acc"]) for h in logged.history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert (
+        logged.config == {"lr": 0.3}
+        and logged.exit_code == 0
+        and logged.summary["tuner_status"] == "finished"
+    )
     assert (tmp_path / ".wandb_open").read_text().split() == ["cut_3"]  # (its own to continue)
+    ended = ["done_1", "failed_2", "unheard_5", "whole_4"]
+    assert (tmp_path / ".wandb_ended").read_text().split() == ended
+    # A sweep a tuner without the list of ended runs began: its runs are left as they are.
+    (tmp_path / ".wandb_ended").unlink()
+    older = WandbTracking(WandbSection(), "s", Place(str(tmp_path)))
+    older.setup()
+    older.flush()
+    older.close_earlier({"unheard_7": SimpleNamespace(outcome=None, history=[], path="")})
+    older.on_experiment_end([])
+    assert f"{prefix}-unheard_7" not in offline_runs(tmp_path / "wandb") and not older.failed
 
 
 def test_a_tracker_that_fails_is_one_warning_and_tracking_stops(

@@ -10,6 +10,10 @@ a sweep that asks for it runs (`callbacks`).
 
 Tracking never ends a sweep: a tracker's first failure is a warning, and the rest of this run is
 not logged to it (each call would wait on the store again); the sweep's own files have it all.
+A driver killed outright loses the calls it had queued; the sweep's next run (`resume`,
+`extend`) brings the tracker up to the sweep's own record of the trials that ended meanwhile
+(`close_earlier`): their runs ended as the trials did, and a trial the tracker never heard of
+logged from its journal.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from ray.tune import Callback
 from tuner.config.schedule import redacted
 from tuner.driver.callbacks import trial_name
 from tuner.errors import warn
-from tuner.sweepdir.files import MLFLOW_RUN_FILE, WANDB_OPEN_FILE, WANDB_RUN_FILE, finite
+from tuner.sweepdir.files import (
+    MLFLOW_RUN_FILE,
+    WANDB_ENDED_FILE,
+    WANDB_OPEN_FILE,
+    WANDB_RUN_FILE,
+    finite,
+    read_record,
+)
 from tuner.sweepdir.place import Place
 
 if TYPE_CHECKING:
@@ -41,6 +52,22 @@ _TUNE_KEYS = {
     "iterations_since_restore", "done", "epoch", "wall_time",
 }  # fmt: skip
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+Logged = tuple[int, float, dict[str, float], Optional[str]]  # (step, time, numbers, failure)
+
+
+def logged(result: Mapping[str, Any]) -> Optional[Logged]:
+    """What a tracker logs of a trial's result (Tune's, or a row of the trial's journal): the
+    epoch as its step, its time, its finite numbers and its failure; None when it has none."""
+    step = int(result.get("epoch") or result.get("training_iteration") or 0)
+    stamp = float(result.get("wall_time") or time.time())
+    numbers = {k: float(v) for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
+    failure = str(result["failure"]) if result.get("failure") else None
+    return (step, stamp, numbers, failure) if numbers or failure else None
+
+
+def ended_as(trial: TrialRecord) -> str:
+    """The status a trial's run ends with, by the sweep's record of the trial."""
+    return FAILED if trial.outcome.failed else FINISHED
 
 
 def callbacks(cfg: SweepConfig, place: Place) -> list[Callback]:
@@ -113,9 +140,22 @@ class Tracking(Callback):
     def end(self, interrupted: bool) -> None:
         """The sweep's run ended (interrupted: trials were cut off)."""
 
-    def close_earlier(self, ended: Mapping[str, str]) -> None:
-        """End the runs an earlier run of the sweep left open for trials it ended, as they
-        ended (`ended`: trial directory name -> FINISHED or FAILED); any other run as it is."""
+    def close_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
+        """Bring the tracker up to the trials an earlier run of the sweep ended (`ended`: trial
+        directory name -> its record): a run left open ends as its trial did (`ended_as`), a
+        trial the tracker never heard of (its calls were queued when that run's driver was
+        killed) is logged from its journal (`replay`); any other run stays as it is."""
+
+    def replay(self, name: str, trial: TrialRecord, run: Any = None, after: int = 0) -> None:
+        """Log trial `name` from its journal (the epochs after `after`) and end its run as it
+        ended: in `run`, or in the one `open` gives (a new run, with the trial's configuration)."""
+        if run is None:
+            run = self.open(dict((read_record(trial.path) or {}).get("config") or {}), name)
+        for row in trial.history:
+            found = logged(row)
+            if found is not None and found[0] > after:
+                self.log(run, *found)
+        self.close(run, ended_as(trial))
 
     # ------------------------------------------------------------------ the tracker's thread
 
@@ -185,21 +225,15 @@ class Tracking(Callback):
         # (CatchUp: trials an earlier run of the sweep ended, its driver killed before the
         # tracker heard: their runs are never left running. A trial to be continued keeps its
         # run, which `open` continues.)
-        self._later(
-            self.close_earlier, {n: FAILED if t.outcome.failed else FINISHED for n, t in ended.items()}
-        )
+        self._later(self.close_earlier, dict(ended))
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._later(self._run, trial.trial_id, trial_name(trial), dict(trial.config))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        step = int(result.get("epoch") or result.get("training_iteration") or 0)
-        stamp = float(result.get("wall_time") or time.time())
-        numbers = {k: float(v) for k, v in result.items() if k not in _TUNE_KEYS and finite(v)}
-        failure = str(result["failure"]) if result.get("failure") else None
-        if numbers or failure:
-            found = (trial.trial_id, trial_name(trial), dict(trial.config))
-            self._later(self._result, *found, step, stamp, numbers, failure)
+        found = logged(result)
+        if found is not None:
+            self._later(self._result, trial.trial_id, trial_name(trial), dict(trial.config), *found)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._later(
@@ -279,12 +313,26 @@ class MLflowTracking(Tracking):
         if earlier:
             self.client.update_run(self.parent, status="RUNNING")
 
-    def close_earlier(self, ended: Mapping[str, str]) -> None:
-        query = f"tags.`{PARENT_TAG}` = '{self.parent}' and attributes.status = 'RUNNING'"
-        for run in self.client.search_runs([self.experiment_id], filter_string=query, max_results=50000):
-            status = ended.get(run.data.tags.get(TRIAL_TAG, ""))
-            if status is not None:
-                self.client.set_terminated(run.info.run_id, status=status)
+    def close_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
+        query = f"tags.`{PARENT_TAG}` = '{self.parent}'"
+        runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=50000)
+        heard = {r.data.tags.get(TRIAL_TAG, ""): r for r in runs}
+        for name, trial in sorted(ended.items()):
+            run = heard.get(name)
+            if run is None:
+                self.replay(name, trial)
+            elif run.info.status == "RUNNING":  # (its epochs after the last one the store has)
+                self.replay(name, trial, run.info.run_id, self._last_step(run.info.run_id, trial))
+
+    def _last_step(self, run_id: str, trial: TrialRecord) -> int:
+        """The last epoch of `trial` the store has in its run (by the first number its journal
+        logs): a killed driver's queued results never reached it."""
+        for row in trial.history:
+            found = logged(row)
+            if found is not None and found[2]:
+                history = self.client.get_metric_history(run_id, next(iter(found[2])))
+                return max((m.step for m in history), default=0)
+        return 0
 
     def open(self, config: dict[str, Any], name: str) -> str:
         from mlflow.entities import Param
@@ -336,8 +384,9 @@ class WandbTracking(Tracking):
     metric (so a resumed trial's epochs fall in place), its outcome in the summary
     (`tuner_status`, `tuner_failure`). The run's id is the sweep's prefix (WANDB_RUN_FILE) and
     the trial's directory name, so a trial continued later continues its run; the trials whose
-    runs are open are listed in WANDB_OPEN_FILE, for the next run of the sweep to end those of
-    trials that ended while a killed driver could not (`close_earlier`). W&B's own files
+    runs are open are listed in WANDB_OPEN_FILE, those whose runs ended in WANDB_ENDED_FILE,
+    for the next run of the sweep to end the runs of trials that ended while a killed driver
+    could not, and to log those it never heard of (`close_earlier`). W&B's own files
     go under the sweep directory (`wandb/`, unless WANDB_DIR says otherwise). W&B is told not
     to record the driver's console, command line, git remote or machine (the command line may
     hold a webhook's credentials): the sweep's environment.json has its versions and commit."""
@@ -354,10 +403,18 @@ class WandbTracking(Tracking):
         import wandb
 
         self.wandb = wandb
-        self.prefix, _ = sweep_key(self.place, WANDB_RUN_FILE, lambda: uuid.uuid4().hex[:8])
-        # The trials whose runs an earlier run of the sweep opened and never ended (W&B cannot
-        # be asked which runs are unfinished without its server).
+
+        def new() -> str:
+            self.place.write(WANDB_ENDED_FILE, "")  # (none yet; before the prefix, which says "begun")
+            return uuid.uuid4().hex[:8]
+
+        self.prefix, _ = sweep_key(self.place, WANDB_RUN_FILE, new)
+        # The trials whose runs an earlier run of the sweep opened and never ended, and those
+        # whose runs it ended (W&B cannot be asked which runs there are without its server).
+        # A sweep begun by a tuner that kept no list of ended runs: None, its runs as they are.
         self.open_names = set((self.place.read(WANDB_OPEN_FILE) or "").split())
+        ended = self.place.read(WANDB_ENDED_FILE)
+        self.ended_names: Optional[set[str]] = None if ended is None else set(ended.split())
         wanted = {
             "console": "off",
             "disable_git": True,
@@ -412,11 +469,19 @@ class WandbTracking(Tracking):
         if status == KILLED:
             run.mark_preempting()  # cut off, to be continued by `tuner resume`
         run.finish(exit_code=0 if status == FINISHED else 1)
-        self._opened(run.id[len(self.prefix) + 1 :], False)
+        name = run.id[len(self.prefix) + 1 :]
+        if self.ended_names is not None and name not in self.ended_names:
+            self.ended_names.add(name)
+            self.place.write(WANDB_ENDED_FILE, "".join(f"{n}\n" for n in sorted(self.ended_names)))
+        self._opened(name, False)
 
-    def close_earlier(self, ended: Mapping[str, str]) -> None:
-        for name in sorted(self.open_names & set(ended)):
-            self.close(self._init(name, {}), ended[name])  # (resumed to be ended: the same run)
+    def close_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
+        heard = set(ended) if self.ended_names is None else self.ended_names | self.open_names
+        for name, trial in sorted(ended.items()):
+            if name in self.open_names:
+                self.close(self._init(name, {}), ended_as(trial))  # (resumed to be ended: the same run)
+            elif name not in heard:
+                self.replay(name, trial)
 
     def end(self, interrupted: bool) -> None:
         self.wandb.teardown()  # W&B's service process ends with the sweep's run

@@ -81,6 +81,7 @@ WARM_FILE = "warm_start.json"  # the sweeps it started from, resolved once (sear
 MLFLOW_RUN_FILE = ".mlflow_run"  # the id of the sweep's MLflow parent run (tracking.mlflow)
 WANDB_RUN_FILE = ".wandb_sweep"  # the prefix of the sweep's W&B run ids (tracking.wandb)
 WANDB_OPEN_FILE = ".wandb_open"  # the trials whose W&B runs the driver opened and has not ended
+WANDB_ENDED_FILE = ".wandb_ended"  # the trials whose W&B runs a driver ended
 WANDB_DIR = "wandb"  # W&B's own files of the sweep's runs (tracking.wandb; W&B names it)
 LOCK_FILE = ".tuner.lock"  # who holds the sweep directory now (sweepdir.claim)
 HPARAMS_EXPERIMENT_MARKER = ".hparams-experiment"
