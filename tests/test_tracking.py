@@ -294,6 +294,9 @@ def test_a_killed_runs_ended_trials_are_closed_as_they_ended_when_the_sweep_goes
     write_record(
         str(sweep / "unheard_6"), {"trial_id": "unheard_6", "status": "TERMINATED", "config": {"lr": 0.3}}
     )
+    # (one Tune failed before it started: no run, here as in a sweep never killed)
+    (sweep / "never_7").mkdir()
+    write_record(str(sweep / "never_7"), {"trial_id": "never_7", "status": "ERROR", "never_started": True})
     # (killed here: no completion, no end reached MLflow)
     client = MlflowClient(tracking_uri=uri)
 

@@ -148,7 +148,10 @@ class Tracking(Callback):
 
     def replay(self, name: str, trial: TrialRecord, run: Any = None, after: int = 0) -> None:
         """Log trial `name` from its journal (the epochs after `after`) and end its run as it
-        ended: in `run`, or in the one `open` gives (a new run, with the trial's configuration)."""
+        ended: in `run`, or in the one `open` gives (a new run, with the trial's configuration).
+        A trial Tune never started has no run, as in the run of the sweep that ended it."""
+        if run is None and trial.never_started:
+            return
         if run is None:
             run = self.open(dict((read_record(trial.path) or {}).get("config") or {}), name)
         for row in trial.history:
