@@ -155,7 +155,7 @@ def test_hyperband_pauses_and_resumes_a_checkpointing_script(tmp_path: Path) -> 
 
     space = {"kind": "api", "sleep": 0.2, "lr": tune.grid_search([0.005, 0.01, 0.02, 0.05, 0.1, 0.2])}
     resumed = hyperband_resumes(
-        tmp_path, space, trial_mode="command", command=COMMAND, command_params=("kind", "lr", "sleep")
+        tmp_path, space, 1, trial_mode="command", command=COMMAND, command_params=("kind", "lr", "sleep")
     )
     assert resumed >= 1, "HyperBand paused and resumed a script"
     assert _none_left(tmp_path / "hb")
