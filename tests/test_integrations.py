@@ -181,3 +181,41 @@ def test_a_function_trial_stopped_at_its_report_ends_through_the_trainers_end(
     assert [m["epoch"] for m, _ in ctx.reports] == [1] and ctx.reports[0][1] is not None
     assert ended == [(16, True)]  # (512 samples, 32 a step)
     assert sorted(p.name for p in (tmp_path / "trial" / OUTPUTS).glob("checkpoint-*")) == ["checkpoint-16"]
+
+
+@pytest.mark.slow  # (Lightning's import: seconds)
+def test_in_a_sweep_lightning_writes_nothing_where_every_trial_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Trainer made after tuner's callback (made first, to be handed to it) has the trial's
+    directory as its root from the start: its default logger, which makes its directory and
+    event file before any callback's hook, makes nothing in the directory every trial runs in
+    (where one trial removing its empty `lightning_logs` raced another's making it: a trial
+    failed with FileNotFoundError, seen once in a tier). The Trainer read that default: it is
+    gone from the environment; a root the user gives stands."""
+    import os
+
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tuner.integrations.lightning import ROOT_ENV, TunerCallback
+
+    trial, shared = tmp_path / "trial", tmp_path / "shared"
+    trial.mkdir()
+    shared.mkdir()
+    monkeypatch.chdir(shared)
+    monkeypatch.setenv("TUNER_TRIAL_DIR", str(trial))
+    monkeypatch.delenv(ROOT_ENV, raising=False)
+    quiet = {"enable_progress_bar": False, "enable_model_summary": False}
+    tuned = TunerCallback()
+    trainer = lightning.Trainer(max_epochs=1, callbacks=[tuned], **quiet)
+    assert Path(trainer.default_root_dir) == trial / "framework"
+    assert trainer.logger is not None and trainer.logger.experiment is not None  # (as Lightning does first)
+    assert list(shared.iterdir()) == []
+    tuned.setup(trainer, lightning.LightningModule(), "fit")
+    assert ROOT_ENV not in os.environ
+    assert isinstance(trainer.logger, CSVLogger) and not list(trial.rglob("events.out.tfevents*"))
+    mine = tmp_path / "mine"
+    chosen = lightning.Trainer(default_root_dir=str(mine), callbacks=[TunerCallback()], **quiet)
+    assert Path(chosen.default_root_dir) == mine
+    os.environ.pop(ROOT_ENV, None)

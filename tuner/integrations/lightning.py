@@ -42,6 +42,10 @@ from tuner.integrations.bridge import Bridge, numbers, rng_state, set_rng_state
 
 CHECKPOINT = "lightning.ckpt"  # the file in each of tuner's checkpoint directories
 _RNG_KEY = "tuner_rng"  # the RNG states, added to Lightning's checkpoint
+# Where Lightning's Trainer takes its default `default_root_dir` from (its PL_TRAINER_<ARG>
+# defaults), and the value this process last put there (a trial actor runs trial after trial).
+ROOT_ENV = "PL_TRAINER_DEFAULT_ROOT_DIR"
+_put: Optional[str] = None
 
 
 class TunerCallback(pl.Callback):
@@ -56,6 +60,7 @@ class TunerCallback(pl.Callback):
         self.metrics = list(metrics) if metrics is not None else None
         self._rng: Optional[dict[str, Any]] = None  # restored from a checkpoint, until training starts
         self._reported = 0  # the epoch reported last
+        self._root_default()
 
     @property
     def ckpt_path(self) -> Optional[str]:
@@ -67,19 +72,35 @@ class TunerCallback(pl.Callback):
 
     # ------------------------------------------------------------------ where outputs go
 
+    def _root_default(self) -> None:
+        """In a sweep, the Trainer made next (this callback is made first, to be handed to it)
+        writes into the trial's directory from the start, unless it is given `default_root_dir`
+        or the environment names one: Lightning's default logger makes its directory and event
+        file before any callback's hook, and in the directory every trial runs in, one trial
+        removing its empty `lightning_logs` raced another's making it (FileNotFoundError)."""
+        global _put
+        root = self.bridge.outputs()
+        if root is not None and os.environ.get(ROOT_ENV) in (None, _put):
+            os.environ[ROOT_ENV] = _put = root
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        global _put
+        if _put is not None and os.environ.get(ROOT_ENV) == _put:
+            del os.environ[ROOT_ENV]  # (the Trainer has read it: not left to the next one)
+            _put = None
         root = self.bridge.outputs()
         if root is None or stage != "fit":
             return
-        if os.path.abspath(trainer.default_root_dir) != os.getcwd():
+        ours = (os.getcwd(), os.path.abspath(root))
+        if os.path.abspath(trainer.default_root_dir) not in ours:
             return  # the user chose where Lightning writes
         # Lightning has no public setter; its ModelCheckpoint reads this in its own setup.
         trainer._default_root_dir = root
         logger = trainer.logger
-        if isinstance(logger, TensorBoardLogger) and os.path.abspath(logger.save_dir) == os.getcwd():
+        if isinstance(logger, TensorBoardLogger) and os.path.abspath(logger.save_dir) in ours:
             # Lightning's default logger (made before any hook, its event file too): a CSV
             # logger in the trial's directory instead, and the empty event file it already
-            # made in the directory the sweep started in is removed.
+            # made is removed.
             trainer.loggers = [CSVLogger(root), *trainer.loggers[1:]]
             _remove_unused(logger)
 
