@@ -434,7 +434,11 @@ class WandbTracking(Tracking):
         """Keep the sweep's list of trials with a run open (WANDB_OPEN_FILE) in step."""
         if (name in self.open_names) != is_open:
             self.open_names ^= {name}
-            self.place.write(WANDB_OPEN_FILE, "".join(f"{n}\n" for n in sorted(self.open_names)))
+            self._list(WANDB_OPEN_FILE, self.open_names)
+
+    def _list(self, file: str, names: set[str]) -> None:
+        """One of the sweep's lists of trial names (WANDB_OPEN_FILE, WANDB_ENDED_FILE)."""
+        self.place.write(file, "".join(f"{n}\n" for n in sorted(names)))
 
     def open(self, config: dict[str, Any], name: str) -> Any:
         return self._init(name, config)
@@ -475,7 +479,7 @@ class WandbTracking(Tracking):
         name = run.id[len(self.prefix) + 1 :]
         if self.ended_names is not None and name not in self.ended_names:
             self.ended_names.add(name)
-            self.place.write(WANDB_ENDED_FILE, "".join(f"{n}\n" for n in sorted(self.ended_names)))
+            self._list(WANDB_ENDED_FILE, self.ended_names)
         self._opened(name, False)
 
     def close_earlier(self, ended: Mapping[str, TrialRecord]) -> None:
