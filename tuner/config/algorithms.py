@@ -50,9 +50,9 @@ class Algorithm:
     # from them: warm_start.json records which, and each such trial's origin.
     ranks_earlier: bool = False
     preload: tuple[str, ...] = ()  # modules the launch imports for it while Ray starts
-    # Its next configuration depends on the results so far (a model, a population): Tune then
-    # keeps one trial queued ahead of those running, as it does for every searcher it did not
-    # build; one that does not (grid, random) has as many queued as run at once (sweep.py).
+    # Its next configuration depends on the results so far (a model, a population): where Tune
+    # queues as many trials as run at once, it is held to as many configurations without an
+    # outcome (a ConcurrencyLimiter); one that does not (grid, random) is not (sweep.py).
     learns: bool = True
 
     def builder(self) -> Callable[[Any], Any]:

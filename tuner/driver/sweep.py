@@ -377,7 +377,7 @@ def run(cfg: SweepConfig, runtime: Runtime, start: Start, held: Claim) -> SweepO
     # the configuration with the choice (resources.pack_probe).
     res = resources.resolve(cfg, tune)
     # (so is one whose constraints the search cannot keep: search.constraints)
-    plan = algorithms.build_for(cfg, res.max_concurrent, start.prior, place)
+    plan = algorithms.build_for(cfg, _search_limit(cfg, res), start.prior, place)
     if start.config_text is not None:
         held.write_config(start.config_text, cfg.code_dirs, warm.fingerprint(cfg))
     _record_environment(env, place)
@@ -525,18 +525,28 @@ MAX_PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"  # Ray Tune's: trials queued for 
 
 def _ahead(cfg: SweepConfig, res: resources.TrialResources) -> Optional[int]:
     """How many trials Tune may queue for an actor at once, where Tune's own choice is not kept:
-    as many as run at once, for a search whose configurations do not depend on results (grid,
-    random) on a cluster of known size, with a scheduler that never pauses trials. Tune keeps
-    one queued for a searcher it did not build (every tuner search), so a sweep's first trials
-    asked for their actors one after another: on a running cluster each waits for a worker
-    started for it, and a trial that ended while the next one's worker was starting had its
-    actor handed to that one and the start cancelled, again and again while ASHA stopped trials
-    at their first rung (BENCHMARKS.md: the issue's sweep joined to a cluster, 8.8-9.2 s
-    against 6.9-7.2). A model's next configuration waits for results: one queued, as Tune has
-    it."""
-    if cfg.search.record.learns or res.slots is None or cfg.scheduler.pauses:
+    as many as run at once, on a cluster of known size, with a scheduler that never pauses
+    trials. Tune keeps one queued for a searcher it did not build (every tuner search), so a
+    sweep's first trials asked for their actors one after another: on a running cluster each
+    waits for a worker started for it, and a trial that ended while the next one's worker was
+    starting had its actor handed to that one and the start cancelled, again and again while
+    ASHA stopped trials at their first rung (BENCHMARKS.md: the issue's sweep joined to a
+    cluster, 8.8-9.2 s against 6.9-7.2). An algorithm that learns is held to as many
+    configurations without an outcome as trials run at once (`_search_limit`): it never
+    proposes knowing less than with Tune's queue of one (all running, one more queued)."""
+    if res.slots is None or cfg.scheduler.pauses:
         return None
     return res.slots
+
+
+def _search_limit(cfg: SweepConfig, res: resources.TrialResources) -> Optional[int]:
+    """How many of its trials the search may have running or queued at once (a
+    ConcurrencyLimiter around its searcher): resources.max_concurrent_trials, or what fits for
+    multi-worker trials; and for an algorithm that learns, where Tune queues ahead, the trials
+    that run at once: its next configuration is asked for only when one of those ends."""
+    if cfg.search.record.learns and _ahead(cfg, res) is not None:
+        return res.slots
+    return res.max_concurrent
 
 
 @contextlib.contextmanager
