@@ -2,6 +2,7 @@
 
 usage: python scripts/bench.py [--repeats 3] [--only SECTION,...] [--write BENCHMARKS.md] [--smoke]
                               [--address GCS] [--against DIR] [--joined]
+                              [--algorithm NAME]
 
 Sections (issues 7 and 16):
   fixed       issue 16's command (digits_mlp, random, 30 trials, <= 27 epochs, seed 1) against
@@ -11,7 +12,8 @@ Sections (issues 7 and 16):
               (scripts/timeline.py); with --against DIR, the tuner of another checkout too
               (`git archive main | tar -x -C DIR`), a third party of each repeat; with --joined,
               the command joined to a `tuner cluster start` cluster kept running through the
-              runs, another party; bench_fixed.py
+              runs, another party; with --algorithm NAME, that search instead of random;
+              bench_fixed.py
   throughput  30-trial sweeps of digits_mlp (<= 27 epochs): wall time, epochs/s, best val_acc,
               ours (bohb, random, optuna) vs ../shared/peers or $TUNER_PEERS (Optuna in-process; Ray Tune with
               reused actors, random+ASHA and BOHB), repeats alternating, seeds 0..repeats-1
@@ -388,7 +390,9 @@ def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
     lines += [
         f"Command: `python scripts/bench.py --repeats {cfg.repeats}{' --smoke' if cfg.smoke else ''}"
         f"{'' if cfg.only == DEFAULT_SECTIONS else ' --only ' + cfg.only}"
-        f"{' --against ' + str(cfg.against) if getattr(cfg, 'against', None) else ''}`"
+        f"{' --against ' + str(cfg.against) if getattr(cfg, 'against', None) else ''}"
+        f"{' --joined' if getattr(cfg, 'joined', False) else ''}"
+        f"{' --algorithm ' + cfg.algorithm if getattr(cfg, 'algorithm', 'random') != 'random' else ''}`"
         f" (all sections in one run, repeats alternating).",
         "",
     ]
@@ -503,6 +507,11 @@ def main() -> None:
         metavar="DIR",
         type=Path,
         help="fixed section: also run the tuner of this other checkout (e.g. main), alternating",
+    )
+    p.add_argument(
+        "--algorithm",
+        default=bench_fixed.ALGORITHM,
+        help="fixed section: the search of its sweep (default random, the issue's command)",
     )
     p.add_argument(
         "--joined",

@@ -37,7 +37,8 @@ import timeline
 from tuner import sweepdir
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ["search_spaces/digits_mlp.yaml", "--algorithm", "random"]
+COMMAND = ["search_spaces/digits_mlp.yaml"]
+ALGORITHM = "random"  # the issue's; --algorithm NAME runs the same sweep with another
 TARGETS = {"first_epoch": 3.0, "to_results": 0.3, "to_summary": 0.3, "to_exit": 1.0}
 WALL_TARGET = 0.7  # x the peer's whole-process wall (issue 50; issue 16 asked 0.8)
 MERIT_TARGET = 1.5  # the sweep's wall over its trials' own times on its slots (issue 50)
@@ -95,11 +96,22 @@ def ours(
     seed: int,
     tree: Path = ROOT,
     joined: Optional[tuple[str, Path]] = None,
+    algorithm: str = ALGORITHM,
 ) -> dict[str, Any]:
     """One sweep of the tuner in `tree` (another checkout: --against), timed; `joined`: on
     that cluster (warm_cluster), not a Ray of its own."""
     name = f"fixed-{seed}-{time.monotonic_ns()}"
-    args = [*COMMAND, "--num-samples", str(trials), "--max-epochs", str(epochs), "--seed", str(seed)]
+    args = [
+        *COMMAND,
+        "--algorithm",
+        algorithm,
+        "--num-samples",
+        str(trials),
+        "--max-epochs",
+        str(epochs),
+        "--seed",
+        str(seed),
+    ]
     marks = work / f"{name}.timeline.jsonl"
     if joined:  # (the file its nodes' trials write to: this run's alone)
         args += ["--address", joined[0]]
@@ -159,16 +171,17 @@ def fixed(cfg: Any, work: Path, peers: Path, have_peers: bool) -> dict[str, Any]
         *(["joined"] if getattr(cfg, "joined", False) else []),
         "peer",
     ]
+    alg = getattr(cfg, "algorithm", ALGORITHM)
     with warm_cluster(work) if "joined" in turn else contextlib.nullcontext() as joined:
         for rep in range(cfg.repeats):
             k = rep % len(turn)
             for who in turn[k:] + turn[:k]:
                 if who == "ours":
-                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, algorithm=alg)
                 elif who == "before" and against:
-                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, against)
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, against, algorithm=alg)
                 elif who == "joined":
-                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, joined=joined)
+                    r = ours(work, cfg.trials, cfg.max_epochs, cfg.fixed_seed, joined=joined, algorithm=alg)
                 elif have_peers:
                     r = peer(peers, cfg.trials, cfg.max_epochs, cfg.fixed_seed)
                 else:
@@ -186,10 +199,14 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
     def runs(key: str) -> str:
         return ", ".join(f"{r[key]:.2f}" for r in res["ours"])
 
+    tuner = f"tuner {getattr(cfg, 'algorithm', ALGORITHM)}"
+
     command = " ".join(
         [
             "python -m tuner sweep",
             *COMMAND,
+            "--algorithm",
+            tuner.split()[1],
             "--num-samples",
             str(cfg.trials),
             "--max-epochs",
@@ -221,11 +238,11 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
         lines += [
             "| | wall s (median) | runs | best val_acc | epochs |",
             "| --- | --- | --- | --- | --- |",
-            f"| tuner random | {med('ours', 'wall'):.1f} | {runs('wall')} | {med('ours', 'best'):.4f} "
+            f"| {tuner} | {med('ours', 'wall'):.1f} | {runs('wall')} | {med('ours', 'best'):.4f} "
             f"| {med('ours', 'epochs'):.0f} |",
             *(
                 [
-                    f"| tuner random, before | {med('before', 'wall'):.1f} | "
+                    f"| {tuner}, before | {med('before', 'wall'):.1f} | "
                     + ", ".join(f"{r['wall']:.2f}" for r in before)
                     + f" | {med('before', 'best'):.4f} | {med('before', 'epochs'):.0f} |"
                 ]
@@ -234,7 +251,7 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
             ),
             *(
                 [
-                    f"| tuner random, joined to a running cluster | {med('joined', 'wall'):.1f} | "
+                    f"| {tuner}, joined to a running cluster | {med('joined', 'wall'):.1f} | "
                     + ", ".join(f"{r['wall']:.2f}" for r in joined)
                     + f" | {med('joined', 'best'):.4f} | {med('joined', 'epochs'):.0f} |"
                 ]
@@ -293,9 +310,9 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
         lines.append(f"| {label} | {med('ours', key):.2f} | {runs(key)} | {verdict} |")
     lines.append("")
     for who, label in (
-        ("ours", "tuner random"),
-        ("before", "tuner random, before"),
-        ("joined", "tuner random, joined to a running cluster"),
+        ("ours", tuner),
+        ("before", f"{tuner}, before"),
+        ("joined", f"{tuner}, joined to a running cluster"),
     ):
         stages = [r["timeline"] for r in res.get(who, []) if r.get("timeline")]
         if stages:
