@@ -387,12 +387,13 @@ def _epochs_to_target(sweep: Path) -> int:
 
 def report(cfg: argparse.Namespace, res: dict[str, Any]) -> str:
     lines = [f"## Run of {datetime.date.today().isoformat()} on {machine()}", ""]
+    algorithm = getattr(cfg, "algorithm", bench_fixed.ALGORITHM)
     lines += [
         f"Command: `python scripts/bench.py --repeats {cfg.repeats}{' --smoke' if cfg.smoke else ''}"
         f"{'' if cfg.only == DEFAULT_SECTIONS else ' --only ' + cfg.only}"
         f"{' --against ' + str(cfg.against) if getattr(cfg, 'against', None) else ''}"
         f"{' --joined' if getattr(cfg, 'joined', False) else ''}"
-        f"{' --algorithm ' + cfg.algorithm if getattr(cfg, 'algorithm', 'random') != 'random' else ''}`"
+        f"{'' if algorithm == bench_fixed.ALGORITHM else ' --algorithm ' + algorithm}`"
         f" (all sections in one run, repeats alternating).",
         "",
     ]

@@ -199,14 +199,15 @@ def report(res: dict[str, list[dict[str, Any]]], cfg: Any) -> list[str]:
     def runs(key: str) -> str:
         return ", ".join(f"{r[key]:.2f}" for r in res["ours"])
 
-    tuner = f"tuner {getattr(cfg, 'algorithm', ALGORITHM)}"
+    algorithm = getattr(cfg, "algorithm", ALGORITHM)
+    tuner = f"tuner {algorithm}"
 
     command = " ".join(
         [
             "python -m tuner sweep",
             *COMMAND,
             "--algorithm",
-            tuner.split()[1],
+            algorithm,
             "--num-samples",
             str(cfg.trials),
             "--max-epochs",
